@@ -1,0 +1,563 @@
+/* SPDX-License-Identifier: GPL-2.0-only OR BSD-2-Clause */
+/*
+ * The SMC_* variable table and its parser.
+ *
+ * smc_cfg_vars[] below is the single list of every variable the library reads. It drives
+ * config_load(), config_print() (`smc_preload.sh --print-config`) and the man page test
+ * (tests/integration/manpage.sh greps the names out of the initializer).
+ *
+ * Value syntax:
+ *   size  decimal digits with an optional k, m or g suffix (case-insensitive, binary
+ *         multiples: 1k = 1024). No sign, no blanks, no "b"/"kb" forms: "256k", "1G", "4096".
+ *   uint  decimal digits only.
+ *   bool  1/0, yes/no, true/false, on/off (case-insensitive).
+ *   enum  one of the choices (case-insensitive); when the entry's max is non-zero the
+ *         choice may also be given by its index 0..max (SMC_LOG_LEVEL=4 means debug).
+ *   string any text shorter than SMC_CFG_STRING_MAX; empty means "not set".
+ *
+ * Robustness: nothing here allocates. smc_cfg is statically initialised with the same
+ * defaults as the table (a unit test checks they agree), so code that runs before
+ * config_load() -- other libraries' constructors opening sockets -- sees sane values.
+ */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <unistd.h>
+
+#include "core/config.h"
+#include "core/log.h"
+
+#define KIB 1024ULL
+#define MIB (1024ULL * KIB)
+#define GIB (1024ULL * MIB)
+
+/* Longest accepted string value (paths), terminating NUL included. */
+#define SMC_CFG_STRING_MAX 4096
+
+/* Hook for `smc_preload.sh --print-config` (see the end of this file).
+ * TODO(lead): move this prototype into core/config.h. */
+void config_maybe_print_and_exit(void);
+
+struct smc_config smc_cfg = {
+	.rcvbuf = 256 * KIB,
+	.sndbuf = 256 * KIB,
+	.debug = false,
+	.log_level = SMC_LOG_OFF,
+	.log_file = NULL,
+	.stats_file = NULL,
+	.spin_us = 20,
+	.mem_cap = 1 * GIB,
+	.handshake_timeout_ms = 2000,
+	.transport = SMC_TRANSPORT_AUTO,
+};
+
+/* Enum choice lists: the index of a word is the value stored. */
+static const char *const log_level_choices[] = { "off", "error", "warn", "info", "debug", NULL };
+static const char *const transport_choices[] = { "auto", "shm", "ib", "tcp", NULL };
+_Static_assert(SMC_LOG_OFF == 0 && SMC_LOG_ERR == 1 && SMC_LOG_WARN == 2 &&
+	       SMC_LOG_INFO == 3 && SMC_LOG_DEBUG == 4, "log_level_choices order");
+_Static_assert(SMC_TRANSPORT_AUTO == 0 && SMC_TRANSPORT_SHM == 1 && SMC_TRANSPORT_IB == 2 &&
+	       SMC_TRANSPORT_TCP == 3, "transport_choices order");
+
+/* String values are copied here so the application changing its environment later
+ * cannot pull the memory from under us. */
+static char log_file_buf[SMC_CFG_STRING_MAX];
+static char stats_file_buf[SMC_CFG_STRING_MAX];
+
+/* Store functions: `value` points to an unsigned long long (size, uint), a bool, an int
+ * (enum: choice index) or a const char * (string; NULL = not set). */
+static void store_rcvbuf(const void *v) { smc_cfg.rcvbuf = (size_t)*(const unsigned long long *)v; }
+static void store_sndbuf(const void *v) { smc_cfg.sndbuf = (size_t)*(const unsigned long long *)v; }
+static void store_debug(const void *v) { smc_cfg.debug = *(const bool *)v; }
+static void store_log_level(const void *v) { smc_cfg.log_level = *(const int *)v; }
+static void store_spin_us(const void *v) { smc_cfg.spin_us = (unsigned)*(const unsigned long long *)v; }
+static void store_mem_cap(const void *v) { smc_cfg.mem_cap = (size_t)*(const unsigned long long *)v; }
+static void store_transport(const void *v)
+{
+	smc_cfg.transport = (enum smc_transport_pref)*(const int *)v;
+}
+static void store_handshake_timeout(const void *v)
+{
+	smc_cfg.handshake_timeout_ms = (unsigned)*(const unsigned long long *)v;
+}
+
+static const char *copy_string(char *buf, const char *s)
+{
+	if (s == NULL || *s == '\0')
+		return NULL;
+	/* Length was checked against SMC_CFG_STRING_MAX before store. */
+	memcpy(buf, s, strlen(s) + 1);
+	return buf;
+}
+
+static void store_log_file(const void *v)
+{
+	smc_cfg.log_file = copy_string(log_file_buf, *(const char *const *)v);
+}
+
+static void store_stats_file(const void *v)
+{
+	smc_cfg.stats_file = copy_string(stats_file_buf, *(const char *const *)v);
+}
+
+/* Index of each variable; the designated initializers below keep the table and the
+ * effective-value printer (config_value_text) in step. */
+enum cfg_index {
+	CFG_RCVBUF,
+	CFG_SNDBUF,
+	CFG_DEBUG,
+	CFG_LOG_LEVEL,
+	CFG_LOG_FILE,
+	CFG_STATS_FILE,
+	CFG_SPIN_US,
+	CFG_MEM_CAP,
+	CFG_HANDSHAKE_TIMEOUT_MS,
+	CFG_TRANSPORT,
+	CFG_NVARS
+};
+
+const struct smc_cfg_var smc_cfg_vars[CFG_NVARS] = {
+	[CFG_RCVBUF] = {
+		.name = "SMC_RCVBUF", .type = SMC_CFG_SIZE, .def = "256k",
+		.min = 16 * KIB, .max = 512 * MIB,
+		.doc = "receive buffer (RMB) size per connection, as smc_run -r",
+		.store = store_rcvbuf,
+	},
+	[CFG_SNDBUF] = {
+		.name = "SMC_SNDBUF", .type = SMC_CFG_SIZE, .def = "256k",
+		.min = 16 * KIB, .max = 512 * MIB,
+		.doc = "send buffer size: the RMB size proposed to the peer, as smc_run -t",
+		.store = store_sndbuf,
+	},
+	[CFG_DEBUG] = {
+		.name = "SMC_DEBUG", .type = SMC_CFG_BOOL, .def = "0",
+		.doc = "1 = log at debug level (as smc_run -d); overrides a lower SMC_LOG_LEVEL",
+		.store = store_debug,
+	},
+	[CFG_LOG_LEVEL] = {
+		.name = "SMC_LOG_LEVEL", .type = SMC_CFG_ENUM, .def = "off",
+		.max = 4, .choices = log_level_choices,
+		.doc = "log verbosity: off, error, warn, info, debug (or 0-4)",
+		.store = store_log_level,
+	},
+	[CFG_LOG_FILE] = {
+		.name = "SMC_LOG_FILE", .type = SMC_CFG_STRING, .def = "",
+		.doc = "log file (appended to), %p = pid; empty = stderr",
+		.store = store_log_file,
+	},
+	[CFG_STATS_FILE] = {
+		.name = "SMC_STATS_FILE", .type = SMC_CFG_STRING, .def = "",
+		.doc = "JSON summary written at exit, %p = pid; empty = none",
+		.store = store_stats_file,
+	},
+	[CFG_SPIN_US] = {
+		.name = "SMC_SPIN_US", .type = SMC_CFG_UINT, .def = "20",
+		.min = 0, .max = 100000,
+		.doc = "busy-poll bound in microseconds before a waiting call sleeps",
+		.store = store_spin_us,
+	},
+	[CFG_MEM_CAP] = {
+		.name = "SMC_MEM_CAP", .type = SMC_CFG_SIZE, .def = "1g",
+		.min = 1 * MIB, .max = 64 * GIB,
+		.doc = "RMB memory of the whole process; past it new connections stay TCP",
+		.store = store_mem_cap,
+	},
+	[CFG_HANDSHAKE_TIMEOUT_MS] = {
+		.name = "SMC_HANDSHAKE_TIMEOUT_MS", .type = SMC_CFG_UINT, .def = "2000",
+		.min = 1, .max = 60000,
+		.doc = "SMC handshake timeout in milliseconds; on expiry the connection stays TCP",
+		.store = store_handshake_timeout,
+	},
+	[CFG_TRANSPORT] = {
+		.name = "SMC_TRANSPORT", .type = SMC_CFG_ENUM, .def = "auto",
+		.choices = transport_choices,
+		.doc = "auto (shm on one host, else ib), shm, ib, or tcp = never upgrade",
+		.store = store_transport,
+	},
+};
+
+const size_t smc_cfg_nvars = CFG_NVARS;
+
+static enum smc_cfg_source cfg_source[CFG_NVARS];
+
+enum smc_cfg_source config_source(size_t i)
+{
+	return i < CFG_NVARS ? cfg_source[i] : SMC_CFG_DEFAULT;
+}
+
+/* ------------------------------------------------------------------ parsers */
+
+static bool is_digit(char c)
+{
+	return c >= '0' && c <= '9';
+}
+
+/* Decimal digits only (no sign, no blanks, no locale): consumes every leading digit.
+ * Returns false when there is none. *overflow tells the value did not fit. */
+static bool parse_digits(const char **sp, unsigned long long *out, bool *overflow)
+{
+	const char *s = *sp;
+	unsigned long long v = 0;
+
+	*overflow = false;
+	if (!is_digit(*s))
+		return false;
+	for (; is_digit(*s); s++) {
+		unsigned d = (unsigned)(*s - '0');
+
+		if (v > (~0ULL - d) / 10)
+			*overflow = true;
+		else
+			v = v * 10 + d;
+	}
+	*sp = s;
+	*out = v;
+	return true;
+}
+
+/* A number too large for 64 bits is "out of range" (-2), not garbage: the text was a
+ * number, just not one we accept. Trailing garbage is checked first. */
+int config_parse_size(const char *s, unsigned long long min, unsigned long long max,
+		      unsigned long long *out)
+{
+	unsigned long long v, mult = 1;
+	const char *p = s;
+	bool overflow;
+
+	if (s == NULL || !parse_digits(&p, &v, &overflow))
+		return -1;
+	switch (*p) {
+	case 'k': case 'K': mult = KIB; p++; break;
+	case 'm': case 'M': mult = MIB; p++; break;
+	case 'g': case 'G': mult = GIB; p++; break;
+	default: break;
+	}
+	if (*p != '\0')
+		return -1;
+	if (overflow || v > ~0ULL / mult)
+		return -2;
+	v *= mult;
+	if (v < min || v > max)
+		return -2;
+	*out = v;
+	return 0;
+}
+
+int config_parse_uint(const char *s, unsigned long long min, unsigned long long max,
+		      unsigned long long *out)
+{
+	unsigned long long v;
+	const char *p = s;
+	bool overflow;
+
+	if (s == NULL || !parse_digits(&p, &v, &overflow) || *p != '\0')
+		return -1;
+	if (overflow || v < min || v > max)
+		return -2;
+	*out = v;
+	return 0;
+}
+
+int config_parse_bool(const char *s, bool *out)
+{
+	static const char *const yes[] = { "1", "yes", "true", "on" };
+	static const char *const no[] = { "0", "no", "false", "off" };
+
+	if (s == NULL)
+		return -1;
+	for (size_t i = 0; i < sizeof(yes) / sizeof(yes[0]); i++) {
+		if (strcasecmp(s, yes[i]) == 0) {
+			*out = true;
+			return 0;
+		}
+		if (strcasecmp(s, no[i]) == 0) {
+			*out = false;
+			return 0;
+		}
+	}
+	return -1;
+}
+
+/* Choice index for `s`, by word or (when var->max > 0) by number 0..max. */
+static int parse_enum(const struct smc_cfg_var *var, const char *s, int *out)
+{
+	unsigned long long n;
+
+	for (int i = 0; var->choices[i] != NULL; i++) {
+		if (strcasecmp(s, var->choices[i]) == 0) {
+			*out = i;
+			return 0;
+		}
+	}
+	if (var->max > 0 && config_parse_uint(s, 0, var->max, &n) == 0) {
+		*out = (int)n;
+		return 0;
+	}
+	return -1;
+}
+
+/* ------------------------------------------------------------------ loading */
+
+/* A parsed value of any type, handed to var->store. */
+union cfg_value {
+	unsigned long long num;
+	bool flag;
+	int index;
+	const char *str;
+};
+
+/* Parses `text` for `var`; returns 0 or -1/-2 like the parsers, and -3 for a string
+ * that does not fit. */
+static int parse_value(const struct smc_cfg_var *var, const char *text, union cfg_value *v)
+{
+	switch (var->type) {
+	case SMC_CFG_SIZE:
+		return config_parse_size(text, var->min, var->max, &v->num);
+	case SMC_CFG_UINT:
+		return config_parse_uint(text, var->min, var->max, &v->num);
+	case SMC_CFG_BOOL:
+		return config_parse_bool(text, &v->flag);
+	case SMC_CFG_ENUM:
+		return parse_enum(var, text, &v->index);
+	case SMC_CFG_STRING:
+		if (strlen(text) >= SMC_CFG_STRING_MAX)
+			return -3;
+		v->str = text;
+		return 0;
+	}
+	return -1;
+}
+
+static void store_value(const struct smc_cfg_var *var, const union cfg_value *v)
+{
+	switch (var->type) {
+	case SMC_CFG_SIZE:
+	case SMC_CFG_UINT:
+		var->store(&v->num);
+		break;
+	case SMC_CFG_BOOL:
+		var->store(&v->flag);
+		break;
+	case SMC_CFG_ENUM:
+		var->store(&v->index);
+		break;
+	case SMC_CFG_STRING:
+		var->store(&v->str);
+		break;
+	}
+}
+
+/* Formats a size the way the parser reads it back: the largest exact suffix. */
+static void format_size(char *buf, size_t len, unsigned long long v)
+{
+	if (v != 0 && v % GIB == 0)
+		snprintf(buf, len, "%llug", v / GIB);
+	else if (v != 0 && v % MIB == 0)
+		snprintf(buf, len, "%llum", v / MIB);
+	else if (v != 0 && v % KIB == 0)
+		snprintf(buf, len, "%lluk", v / KIB);
+	else
+		snprintf(buf, len, "%llu", v);
+}
+
+/* What a variable accepts, for error messages: "16k..512m (k/m/g suffixes)". */
+static void format_accepted(char *buf, size_t len, const struct smc_cfg_var *var)
+{
+	char lo[32], hi[32];
+	size_t off = 0;
+
+	switch (var->type) {
+	case SMC_CFG_SIZE:
+		format_size(lo, sizeof(lo), var->min);
+		format_size(hi, sizeof(hi), var->max);
+		snprintf(buf, len, "%s..%s (k/m/g suffixes)", lo, hi);
+		return;
+	case SMC_CFG_UINT:
+		snprintf(buf, len, "%llu..%llu", var->min, var->max);
+		return;
+	case SMC_CFG_BOOL:
+		snprintf(buf, len, "1/0, yes/no, true/false, on/off");
+		return;
+	case SMC_CFG_STRING:
+		snprintf(buf, len, "a path shorter than %d bytes", SMC_CFG_STRING_MAX);
+		return;
+	case SMC_CFG_ENUM:
+		buf[0] = '\0';
+		for (int i = 0; var->choices[i] != NULL && off < len; i++)
+			off += (size_t)snprintf(buf + off, len - off, "%s%s", i ? "|" : "",
+						var->choices[i]);
+		if (var->max > 0 && off < len)
+			snprintf(buf + off, len - off, " or 0..%llu", var->max);
+		return;
+	}
+	buf[0] = '\0';
+}
+
+static const char *problem_text(const struct smc_cfg_var *var, int rc)
+{
+	if (rc == -2)
+		return "out of range";
+	if (rc == -3)
+		return "too long";
+	switch (var->type) {
+	case SMC_CFG_SIZE: return "not a size";
+	case SMC_CFG_UINT: return "not a number";
+	case SMC_CFG_BOOL: return "not a boolean";
+	default: return "not a valid value";
+	}
+}
+
+/* Copies `s` for display on one line: at most 64 characters, anything that is not
+ * printable ASCII (or is a quote/backslash) as \xNN, so a hostile value cannot forge
+ * extra log lines. */
+static void quote_for_message(char *buf, size_t len, const char *s)
+{
+	size_t off = 0, shown = 0;
+
+	for (; *s != '\0' && off + 8 < len; s++, shown++) {
+		unsigned char c = (unsigned char)*s;
+
+		if (shown == 64) {
+			off += (size_t)snprintf(buf + off, len - off, "...");
+			break;
+		}
+		if (c >= 0x20 && c < 0x7f && c != '"' && c != '\\')
+			buf[off++] = (char)c;
+		else
+			off += (size_t)snprintf(buf + off, len - off, "\\x%02x", c);
+	}
+	buf[off] = '\0';
+}
+
+static void report_bad_value(FILE *err, const struct smc_cfg_var *var, const char *text,
+			     int rc)
+{
+	char shown[300], accepted[160], line[640];
+	const char *def = var->def[0] != '\0' ? var->def : "(none)";
+
+	quote_for_message(shown, sizeof(shown), text);
+	format_accepted(accepted, sizeof(accepted), var);
+	/* One buffer, one fputs: the report stays one line even with other writers. */
+	snprintf(line, sizeof(line), "smc-preload: %s=\"%s\": %s; accepted: %s; using default %s\n",
+		 var->name, shown, problem_text(var, rc), accepted, def);
+	fputs(line, err);
+	fflush(err);
+}
+
+/* The table's own defaults always parse; a unit test guards this. */
+static void apply_default(const struct smc_cfg_var *var)
+{
+	union cfg_value v;
+
+	if (parse_value(var, var->def, &v) == 0)
+		store_value(var, &v);
+}
+
+int config_load(FILE *err)
+{
+	int bad = 0;
+
+	if (err == NULL)
+		err = stderr;
+	for (size_t i = 0; i < CFG_NVARS; i++) {
+		const struct smc_cfg_var *var = &smc_cfg_vars[i];
+		const char *text = getenv(var->name);
+		union cfg_value v;
+		int rc;
+
+		apply_default(var);
+		cfg_source[i] = SMC_CFG_DEFAULT;
+		if (text == NULL)
+			continue;
+		rc = parse_value(var, text, &v);
+		if (rc != 0) {
+			report_bad_value(err, var, text, rc);
+			cfg_source[i] = SMC_CFG_INVALID;
+			bad++;
+			continue;
+		}
+		store_value(var, &v);
+		cfg_source[i] = SMC_CFG_ENV;
+	}
+	if (smc_cfg.debug && smc_cfg.log_level < SMC_LOG_DEBUG)
+		smc_cfg.log_level = SMC_LOG_DEBUG;
+	return bad;
+}
+
+/* ------------------------------------------------------------------ printing */
+
+static const char *choice_name(const struct smc_cfg_var *var, int index)
+{
+	for (int i = 0; var->choices[i] != NULL; i++)
+		if (i == index)
+			return var->choices[i];
+	return "?";
+}
+
+/* The effective value of variable i, read back from smc_cfg. */
+static void config_value_text(enum cfg_index i, char *buf, size_t len)
+{
+	const struct smc_cfg_var *var = &smc_cfg_vars[i];
+
+	switch (i) {
+	case CFG_RCVBUF: format_size(buf, len, smc_cfg.rcvbuf); break;
+	case CFG_SNDBUF: format_size(buf, len, smc_cfg.sndbuf); break;
+	case CFG_DEBUG: snprintf(buf, len, "%d", smc_cfg.debug ? 1 : 0); break;
+	case CFG_LOG_LEVEL: snprintf(buf, len, "%s", choice_name(var, smc_cfg.log_level)); break;
+	case CFG_LOG_FILE: snprintf(buf, len, "%s", smc_cfg.log_file ? smc_cfg.log_file : ""); break;
+	case CFG_STATS_FILE:
+		snprintf(buf, len, "%s", smc_cfg.stats_file ? smc_cfg.stats_file : "");
+		break;
+	case CFG_SPIN_US: snprintf(buf, len, "%u", smc_cfg.spin_us); break;
+	case CFG_MEM_CAP: format_size(buf, len, smc_cfg.mem_cap); break;
+	case CFG_HANDSHAKE_TIMEOUT_MS: snprintf(buf, len, "%u", smc_cfg.handshake_timeout_ms); break;
+	case CFG_TRANSPORT: snprintf(buf, len, "%s", choice_name(var, (int)smc_cfg.transport)); break;
+	case CFG_NVARS: buf[0] = '\0'; break;
+	}
+}
+
+static const char *source_text(enum smc_cfg_source s)
+{
+	switch (s) {
+	case SMC_CFG_ENV: return "env";
+	case SMC_CFG_INVALID: return "invalid, using default";
+	case SMC_CFG_DEFAULT: break;
+	}
+	return "default";
+}
+
+void config_print(FILE *out)
+{
+	char value[SMC_CFG_STRING_MAX];
+
+	for (size_t i = 0; i < CFG_NVARS; i++) {
+		config_value_text((enum cfg_index)i, value, sizeof(value));
+		fprintf(out, "%s=%s  (%s)  # %s\n", smc_cfg_vars[i].name, value,
+			source_text(cfg_source[i]), smc_cfg_vars[i].doc);
+	}
+	fflush(out);
+}
+
+/*
+ * `smc_preload.sh --print-config` runs `/bin/true` with the library preloaded and
+ * SMC_PRINT_CONFIG=1: the process reports bad values on stderr, prints the table on
+ * stdout and exits before main(). Runs from a constructor because smc_init() is lazy
+ * (a process that opens no socket never calls it). Only the exact value "1" triggers it,
+ * so a stray SMC_PRINT_CONFIG=yes in someone's environment does not kill every program.
+ */
+void config_maybe_print_and_exit(void)
+{
+	const char *v = getenv("SMC_PRINT_CONFIG");
+
+	if (v == NULL || strcmp(v, "1") != 0)
+		return;
+	config_load(stderr);
+	config_print(stdout);
+	_exit(0);
+}
+
+__attribute__((constructor)) static void config_print_hook(void)
+{
+	config_maybe_print_and_exit();
+}

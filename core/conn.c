@@ -1,0 +1,720 @@
+/* SPDX-License-Identifier: GPL-2.0-only OR BSD-2-Clause */
+/*
+ * The connection engine for the shared-memory transport: state machine, data path,
+ * doorbells, close and shutdown with TCP's semantics.
+ *
+ * Memory ordering: the writer copies payload, then publishes its producer cursor with a
+ * release store; the reader loads it with acquire before copying out, then publishes its
+ * consumer cursor with release. The sleep/wake handshake is Dekker-style: a waiter stores
+ * its armed flag, issues a full fence and re-reads the cursor; the other side stores the
+ * cursor, issues a full fence and reads the flag. One of them must see the other.
+ */
+#include <errno.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/eventfd.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "core/cdc.h"
+#include "core/config.h"
+#include "core/conn.h"
+#include "core/log.h"
+#include "core/real.h"
+#include "core/stats.h"
+
+/* ------------------------------------------------------------------ registry */
+
+/* Every live connection of the process, so fork can account the child's references. */
+static pthread_mutex_t conn_list_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct conn_node {
+	struct smc_conn *c;
+	struct conn_node *next;
+} *conn_list;
+
+static void conn_list_add(struct smc_conn *c)
+{
+	struct conn_node *n = malloc(sizeof(*n));
+
+	if (!n)
+		return;
+	n->c = c;
+	pthread_mutex_lock(&conn_list_lock);
+	n->next = conn_list;
+	conn_list = n;
+	pthread_mutex_unlock(&conn_list_lock);
+}
+
+static void conn_list_del(struct smc_conn *c)
+{
+	struct conn_node **pp, *n;
+
+	pthread_mutex_lock(&conn_list_lock);
+	for (pp = &conn_list; (n = *pp); pp = &n->next) {
+		if (n->c == c) {
+			*pp = n->next;
+			free(n);
+			break;
+		}
+	}
+	pthread_mutex_unlock(&conn_list_lock);
+}
+
+/* fork: the child holds every connection too. Counted before the fork so that a parent
+ * closing its copy right away never signals "closed" to a peer the child still talks to. */
+void conn_fork_prepare(int delta)
+{
+	struct conn_node *n;
+
+	pthread_mutex_lock(&conn_list_lock);
+	for (n = conn_list; n; n = n->next) {
+		struct smc_conn *c = n->c;
+
+		if (__atomic_load_n(&c->state, __ATOMIC_ACQUIRE) == CONN_ACTIVE)
+			__atomic_add_fetch(&c->map.hdr->side_refs[c->side], delta, __ATOMIC_ACQ_REL);
+	}
+	pthread_mutex_unlock(&conn_list_lock);
+}
+
+/* ------------------------------------------------------------------ helpers */
+
+static inline int conn_state(struct smc_conn *c)
+{
+	return __atomic_load_n(&c->state, __ATOMIC_ACQUIRE);
+}
+
+static uint64_t now_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+static inline void cpu_relax(void)
+{
+#if defined(__x86_64__) || defined(__i386__)
+	__builtin_ia32_pause();
+#elif defined(__aarch64__)
+	__asm__ volatile("yield");
+#endif
+}
+
+static void bell_ring(int fd)
+{
+	uint64_t one = 1;
+
+	if (fd < 0)
+		return;
+	/* EAGAIN means the counter is saturated: the bell is already ringing. */
+	(void)!REAL(write)(fd, &one, sizeof(one));
+	stats_count_wakeup();
+}
+
+static void bell_drain(int fd)
+{
+	uint64_t v;
+
+	if (fd >= 0)
+		(void)!REAL(read)(fd, &v, sizeof(v));
+}
+
+static size_t iov_total(const struct iovec *iov, int iovcnt)
+{
+	size_t t = 0;
+
+	for (int i = 0; i < iovcnt; i++)
+		t += iov[i].iov_len;
+	return t;
+}
+
+/* ------------------------------------------------------------------ lifecycle */
+
+struct smc_conn *conn_new(int fd, enum conn_side side)
+{
+	struct smc_conn *c = calloc(1, sizeof(*c));
+
+	if (!c)
+		return NULL;
+	c->fd = fd;
+	c->fd_refs = 1;
+	c->obj_refs = 1;
+	c->side = side;
+	c->state = CONN_PENDING;
+	c->mode = SMC_MODE_SHM;
+	c->rdv_listen_fd = -1;
+	c->peer_rx_bell = c->peer_tx_bell = -1;
+	pthread_mutex_init(&c->lock, NULL);
+	pthread_mutex_init(&c->rx_lock, NULL);
+	pthread_mutex_init(&c->tx_lock, NULL);
+	c->rx_bell = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+	c->tx_bell = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+	if (c->rx_bell < 0 || c->tx_bell < 0) {
+		if (c->rx_bell >= 0)
+			REAL(close)(c->rx_bell);
+		if (c->tx_bell >= 0)
+			REAL(close)(c->tx_bell);
+		free(c);
+		return NULL;
+	}
+	conn_list_add(c);
+	return c;
+}
+
+void conn_get(struct smc_conn *c)
+{
+	__atomic_add_fetch(&c->obj_refs, 1, __ATOMIC_RELAXED);
+}
+
+static void conn_free(struct smc_conn *c)
+{
+	conn_list_del(c);
+	if (c->bytes_sent || c->bytes_received)
+		log_debug("conn fd %d closed: sent %llu received %llu", c->fd,
+			  (unsigned long long)c->bytes_sent, (unsigned long long)c->bytes_received);
+	REAL(close)(c->rx_bell);
+	REAL(close)(c->tx_bell);
+	if (c->peer_rx_bell >= 0)
+		REAL(close)(c->peer_rx_bell);
+	if (c->peer_tx_bell >= 0)
+		REAL(close)(c->peer_tx_bell);
+	if (c->rdv_listen_fd >= 0)
+		REAL(close)(c->rdv_listen_fd);
+	shm_detach(&c->map);
+	if (c->reserved)
+		shm_unreserve(c->reserved);
+	pthread_mutex_destroy(&c->lock);
+	pthread_mutex_destroy(&c->rx_lock);
+	pthread_mutex_destroy(&c->tx_lock);
+	free(c);
+}
+
+void conn_put(struct smc_conn *c)
+{
+	if (__atomic_sub_fetch(&c->obj_refs, 1, __ATOMIC_ACQ_REL) == 0)
+		conn_free(c);
+}
+
+static void conn_wake_local(struct smc_conn *c)
+{
+	bell_ring(c->rx_bell);
+	bell_ring(c->tx_bell);
+}
+
+void conn_activate(struct smc_conn *c)
+{
+	int rxd = c->side == CONN_CLIENT ? 1 : 0; /* dir[0] is client->server */
+	int txd = 1 - rxd;
+
+	c->rx = &c->map.hdr->dir[rxd];
+	c->tx = &c->map.hdr->dir[txd];
+	c->rx_ring = c->map.ring[rxd];
+	c->tx_ring = c->map.ring[txd];
+	c->rx_size = c->map.size[rxd];
+	c->tx_size = c->map.size[txd];
+	c->rx_cons = c->rx_prod_seen = 0;
+	c->tx_prod = c->tx_cons_seen = 0;
+	c->mode = SMC_MODE_SHM;
+	__atomic_store_n(&c->state, CONN_ACTIVE, __ATOMIC_RELEASE);
+	stats_conn(SMC_MODE_SHM, SMC_REASON_NONE);
+	log_debug("fd %d: shm connection active (%s, rx %u tx %u)", c->fd,
+		  c->side == CONN_CLIENT ? "client" : "server", c->rx_size, c->tx_size);
+	conn_wake_local(c);
+}
+
+void conn_fallback(struct smc_conn *c, enum smc_reason why)
+{
+	c->reason = why;
+	c->mode = SMC_MODE_TCP;
+	__atomic_store_n(&c->state, CONN_FALLBACK, __ATOMIC_RELEASE);
+	stats_conn(SMC_MODE_TCP, why);
+	log_debug("fd %d: plain TCP (%s)", c->fd, stats_reason_name(why));
+	conn_wake_local(c);
+}
+
+/* Marks the connection aborted because the peer broke the protocol: the connection
+ * ends with ECONNRESET, nothing is read or written outside the rings. */
+static void conn_abort_protocol(struct smc_conn *c, const char *what)
+{
+	if (!c->aborted) {
+		log_warn("fd %d: peer sent an invalid %s: connection aborted", c->fd, what);
+		stats_count_abort();
+	}
+	c->aborted = true;
+}
+
+/* Peer's producer cursor, validated. Returns readable bytes (>= 0) or -1 when aborted. */
+static int64_t rx_used(struct smc_conn *c)
+{
+	smc_cursor prod = __atomic_load_n(&c->rx->prod, __ATOMIC_ACQUIRE);
+
+	if (prod != c->rx_prod_seen) {
+		if (cdc_validate_peer_prod(prod, c->rx_prod_seen, c->rx_cons, c->rx_size) < 0) {
+			conn_abort_protocol(c, "producer cursor");
+			return -1;
+		}
+		c->rx_prod_seen = prod;
+	}
+	return ring_used(c->rx_prod_seen, c->rx_cons, c->rx_size);
+}
+
+/* Peer's consumer cursor, validated. Returns free bytes (>= 0) or -1 when aborted. */
+static int64_t tx_free(struct smc_conn *c)
+{
+	smc_cursor cons = __atomic_load_n(&c->tx->cons, __ATOMIC_ACQUIRE);
+
+	if (cons != c->tx_cons_seen) {
+		if (cdc_validate_peer_cons(cons, c->tx_cons_seen, c->tx_prod, c->tx_size) < 0) {
+			conn_abort_protocol(c, "consumer cursor");
+			return -1;
+		}
+		c->tx_cons_seen = cons;
+	}
+	return ring_free(c->tx_prod, c->tx_cons_seen, c->tx_size);
+}
+
+static inline uint32_t peer_wflags(struct smc_conn *c)
+{
+	return __atomic_load_n(&c->rx->wflags, __ATOMIC_ACQUIRE);
+}
+
+static inline uint32_t peer_rflags(struct smc_conn *c)
+{
+	return __atomic_load_n(&c->tx->rflags, __ATOMIC_ACQUIRE);
+}
+
+/* Readiness checks from any thread, without the reader's or writer's lock: they never
+ * abort, an impossible cursor reads as "ready" so that the reader or writer, which
+ * validates under its lock, meets it and aborts the connection. */
+static int64_t rx_used_peek(struct smc_conn *c)
+{
+	smc_cursor prod = __atomic_load_n(&c->rx->prod, __ATOMIC_ACQUIRE);
+	smc_cursor cons = __atomic_load_n(&c->rx_cons, __ATOMIC_RELAXED);
+	int64_t d = cursor_diff(prod, cons, c->rx_size);
+
+	return d < 0 || d > c->rx_size ? 1 : d;
+}
+
+static int64_t tx_free_peek(struct smc_conn *c)
+{
+	smc_cursor cons = __atomic_load_n(&c->tx->cons, __ATOMIC_ACQUIRE);
+	smc_cursor prod = __atomic_load_n(&c->tx_prod, __ATOMIC_RELAXED);
+	int64_t d = cursor_diff(prod, cons, c->tx_size);
+
+	return d < 0 || d > c->tx_size ? 1 : c->tx_size - d;
+}
+
+/* No more data will ever arrive once the ring is drained. */
+static bool rx_eof(struct smc_conn *c)
+{
+	if (peer_wflags(c) & (SHM_W_ABORT)) {
+		c->aborted = true;
+		return true;
+	}
+	return c->tcp_eof || (peer_wflags(c) & (SHM_W_DONE_WRITING | SHM_W_CLOSED));
+}
+
+/* Nothing we write can ever be read. */
+static bool tx_dead(struct smc_conn *c)
+{
+	if (peer_rflags(c) & SHM_R_ABORT)
+		c->aborted = true;
+	return c->tcp_eof || (peer_rflags(c) & (SHM_R_CLOSED | SHM_R_ABORT));
+}
+
+/* ------------------------------------------------------------------ readiness */
+
+uint32_t conn_poll_mask(struct smc_conn *c)
+{
+	uint32_t m = 0;
+	int st = conn_state(c);
+
+	if (st == CONN_FALLBACK)
+		return CONN_MASK_FALLBACK;
+	if (st != CONN_ACTIVE)
+		return 0;
+	if (c->aborted)
+		return POLLIN | POLLRDNORM | POLLOUT | POLLWRNORM | POLLERR | POLLHUP | POLLRDHUP;
+	if (rx_used_peek(c) != 0 || c->shut_rd)
+		m |= POLLIN | POLLRDNORM;
+	if (rx_eof(c))
+		m |= POLLIN | POLLRDNORM | POLLRDHUP;
+	if (c->aborted)
+		return POLLIN | POLLRDNORM | POLLOUT | POLLWRNORM | POLLERR | POLLHUP | POLLRDHUP;
+	if (c->shut_wr || tx_dead(c) || tx_free_peek(c) != 0)
+		m |= POLLOUT | POLLWRNORM;
+	if ((m & POLLRDHUP) && (c->shut_wr || tx_dead(c)))
+		m |= POLLHUP;
+	if (c->aborted)
+		m |= POLLERR | POLLHUP;
+	return m;
+}
+
+uint32_t conn_prepare_sleep(struct smc_conn *c, uint32_t events, unsigned drained_bells)
+{
+	uint32_t m;
+
+	if (drained_bells & CONN_BELL_RX)
+		bell_drain(c->rx_bell);
+	if (drained_bells & CONN_BELL_TX)
+		bell_drain(c->tx_bell);
+	if (conn_state(c) == CONN_ACTIVE) {
+		if (events & POLLIN)
+			__atomic_store_n(&c->rx->r_armed, 1, __ATOMIC_RELAXED);
+		if (events & POLLOUT)
+			__atomic_store_n(&c->tx->w_blocked, 1, __ATOMIC_RELAXED);
+	}
+	__atomic_thread_fence(__ATOMIC_SEQ_CST);
+	m = conn_poll_mask(c);
+	/* Another waiter may sleep on the bell we just emptied: ring it again for the
+	 * direction that is ready so that waiter re-evaluates too. */
+	if ((drained_bells & CONN_BELL_RX) && (m & (POLLIN | POLLERR | POLLHUP | CONN_MASK_FALLBACK)))
+		bell_ring(c->rx_bell);
+	if ((drained_bells & CONN_BELL_TX) && (m & (POLLOUT | POLLERR | POLLHUP | CONN_MASK_FALLBACK)))
+		bell_ring(c->tx_bell);
+	return m;
+}
+
+int conn_wait_fds(struct smc_conn *c, uint32_t events, struct pollfd *out, unsigned *tags)
+{
+	int n = 0;
+
+	if (events & POLLIN || conn_state(c) == CONN_PENDING) {
+		out[n] = (struct pollfd){ .fd = c->rx_bell, .events = POLLIN };
+		tags[n++] = CONN_BELL_RX;
+	}
+	if (events & POLLOUT) {
+		out[n] = (struct pollfd){ .fd = c->tx_bell, .events = POLLIN };
+		tags[n++] = CONN_BELL_TX;
+	}
+	if (!c->tcp_eof) {
+		out[n] = (struct pollfd){ .fd = c->fd, .events = POLLIN | POLLRDHUP };
+		tags[n++] = CONN_WAIT_TCP;
+	}
+	return n;
+}
+
+void conn_tcp_event(struct smc_conn *c)
+{
+	char b;
+	ssize_t r;
+
+	if (c->tcp_eof || conn_state(c) != CONN_ACTIVE)
+		return;
+	r = REAL(recv)(c->fd, &b, 1, MSG_PEEK | MSG_DONTWAIT);
+	if (r == 0) {
+		c->tcp_eof = true;
+	} else if (r > 0) {
+		/* After the upgrade nothing may travel over TCP. */
+		conn_abort_protocol(c, "byte on the TCP channel");
+		c->tcp_eof = true;
+	} else if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) {
+		c->tcp_eof = true;
+		c->aborted = true;
+	}
+	if (c->tcp_eof) {
+		log_debug("fd %d: TCP channel closed by peer", c->fd);
+		conn_wake_local(c);
+	}
+}
+
+/* Blocks until `events` may be ready, the deadline passes (-EAGAIN) or a signal
+ * arrives (-EINTR). Spins first: a peer about to answer is much cheaper to catch on
+ * the cursors than through a kernel wakeup (shared/recipes/wakeup-cost). */
+static int conn_wait(struct smc_conn *c, uint32_t events, uint64_t deadline)
+{
+	uint32_t want = events | POLLERR | POLLHUP | CONN_MASK_FALLBACK;
+	uint64_t spin_end = now_ns() + (uint64_t)smc_cfg.spin_us * 1000u;
+	unsigned drained = 0;
+
+	do {
+		for (int i = 0; i < 64; i++)
+			cpu_relax();
+		if (conn_poll_mask(c) & want)
+			return 0;
+	} while (now_ns() < spin_end);
+
+	for (;;) {
+		struct pollfd pfd[3];
+		unsigned tags[3];
+		struct timespec ts, *tsp = NULL;
+		int n, r;
+
+		if (conn_prepare_sleep(c, events, drained) & want)
+			return 0;
+		drained = 0;
+		if (deadline) {
+			uint64_t now = now_ns();
+
+			if (now >= deadline)
+				return -EAGAIN;
+			ts.tv_sec = (time_t)((deadline - now) / 1000000000ull);
+			ts.tv_nsec = (long)((deadline - now) % 1000000000ull);
+			tsp = &ts;
+		}
+		n = conn_wait_fds(c, events, pfd, tags);
+		r = REAL(ppoll)(pfd, (nfds_t)n, tsp, NULL);
+		if (r < 0)
+			return -errno;
+		for (int i = 0; i < n; i++) {
+			if (!pfd[i].revents)
+				continue;
+			if (tags[i] == CONN_WAIT_TCP)
+				conn_tcp_event(c);
+			else
+				drained |= tags[i];
+		}
+		if (conn_poll_mask(c) & want)
+			return 0;
+	}
+}
+
+static uint64_t deadline_from(int64_t timeo_ns)
+{
+	return timeo_ns > 0 ? now_ns() + (uint64_t)timeo_ns : 0;
+}
+
+int conn_wait_pending(struct smc_conn *c, bool nonblock)
+{
+	while (conn_state(c) == CONN_PENDING) {
+		int r;
+
+		if (nonblock)
+			return -EAGAIN;
+		r = conn_wait(c, POLLIN, 0);
+		if (r < 0)
+			return r;
+	}
+	return 0;
+}
+
+/* ------------------------------------------------------------------ data path */
+
+static void rx_publish(struct smc_conn *c)
+{
+	__atomic_store_n(&c->rx->cons, c->rx_cons, __ATOMIC_RELEASE);
+	__atomic_thread_fence(__ATOMIC_SEQ_CST);
+	if (__atomic_load_n(&c->rx->w_blocked, __ATOMIC_RELAXED) &&
+	    __atomic_exchange_n(&c->rx->w_blocked, 0, __ATOMIC_ACQ_REL))
+		bell_ring(c->peer_tx_bell);
+}
+
+static void tx_publish(struct smc_conn *c)
+{
+	__atomic_store_n(&c->tx->prod, c->tx_prod, __ATOMIC_RELEASE);
+	__atomic_thread_fence(__ATOMIC_SEQ_CST);
+	if (__atomic_load_n(&c->tx->r_armed, __ATOMIC_RELAXED) &&
+	    __atomic_exchange_n(&c->tx->r_armed, 0, __ATOMIC_ACQ_REL))
+		bell_ring(c->peer_rx_bell);
+}
+
+ssize_t conn_recv(struct smc_conn *c, const struct iovec *iov, int iovcnt, int flags)
+{
+	size_t want = iov_total(iov, iovcnt), got = 0;
+	bool nonblock = c->nonblock || (flags & MSG_DONTWAIT);
+	uint64_t deadline = deadline_from(c->rcvtimeo_ns);
+	int err = 0;
+
+	if (flags & MSG_OOB)
+		return errno = EINVAL, -1; /* urgent data is not supported over SMC */
+	if (want == 0)
+		return 0;
+	pthread_mutex_lock(&c->rx_lock);
+	for (;;) {
+		int64_t used;
+
+		if (c->aborted) {
+			err = ECONNRESET;
+			break;
+		}
+		used = rx_used(c);
+		if (used < 0)
+			continue; /* aborted: reported above */
+		if (used > 0) {
+			size_t n = (size_t)used < want - got ? (size_t)used : want - got;
+
+			ring_copy_out_iov(c->rx_ring, c->rx_size, c->rx_cons, iov, iovcnt, got, n);
+			got += n;
+			if (flags & MSG_PEEK)
+				break;
+			__atomic_store_n(&c->rx_cons, cursor_add(c->rx_cons, (uint32_t)n, c->rx_size),
+					 __ATOMIC_RELAXED);
+			rx_publish(c);
+			if (got == want || !(flags & MSG_WAITALL))
+				break;
+			continue;
+		}
+		if (c->shut_rd || rx_eof(c)) {
+			/* the peer publishes its last cursor before its close flag */
+			if (!c->shut_rd && !c->aborted && rx_used(c) > 0)
+				continue;
+			if (c->aborted && !got)
+				err = ECONNRESET;
+			break;
+		}
+		if (nonblock) {
+			if (!got)
+				err = EAGAIN;
+			break;
+		}
+		err = -conn_wait(c, POLLIN, deadline);
+		if (err) {
+			if (got)
+				err = 0;
+			break;
+		}
+	}
+	pthread_mutex_unlock(&c->rx_lock);
+	if (got && !(flags & MSG_PEEK)) {
+		c->bytes_received += got;
+		stats_bytes(SMC_MODE_SHM, 0, got);
+	}
+	if (err && !got) {
+		errno = err;
+		return -1;
+	}
+	return (ssize_t)got;
+}
+
+static void raise_sigpipe(int flags)
+{
+	if (!(flags & MSG_NOSIGNAL))
+		raise(SIGPIPE);
+}
+
+ssize_t conn_send(struct smc_conn *c, const struct iovec *iov, int iovcnt, int flags)
+{
+	size_t want = iov_total(iov, iovcnt), sent = 0;
+	bool nonblock = c->nonblock || (flags & MSG_DONTWAIT);
+	uint64_t deadline = deadline_from(c->sndtimeo_ns);
+	int err = 0;
+
+	if (flags & MSG_OOB)
+		return errno = EOPNOTSUPP, -1; /* urgent data is not supported over SMC */
+	pthread_mutex_lock(&c->tx_lock);
+	for (;;) {
+		int64_t room;
+
+		if (c->aborted) {
+			err = ECONNRESET;
+			break;
+		}
+		if (c->shut_wr || tx_dead(c)) {
+			err = c->aborted ? ECONNRESET : EPIPE;
+			break;
+		}
+		if (sent == want)
+			break;
+		room = tx_free(c);
+		if (room < 0)
+			continue;
+		if (room > 0) {
+			size_t n = (size_t)room < want - sent ? (size_t)room : want - sent;
+
+			ring_copy_in_iov(c->tx_ring, c->tx_size, c->tx_prod, iov, iovcnt, sent, n);
+			__atomic_store_n(&c->tx_prod, cursor_add(c->tx_prod, (uint32_t)n, c->tx_size),
+					 __ATOMIC_RELAXED);
+			tx_publish(c);
+			sent += n;
+			continue;
+		}
+		if (nonblock) {
+			if (!sent)
+				err = EAGAIN;
+			break;
+		}
+		err = -conn_wait(c, POLLOUT, deadline);
+		if (err)
+			break;
+	}
+	pthread_mutex_unlock(&c->tx_lock);
+	if (sent) {
+		c->bytes_sent += sent;
+		stats_bytes(SMC_MODE_SHM, sent, 0);
+		return (ssize_t)sent;
+	}
+	if (err == EPIPE)
+		raise_sigpipe(flags);
+	if (!err && want == 0)
+		return 0;
+	errno = err;
+	return -1;
+}
+
+int conn_shutdown(struct smc_conn *c, int how)
+{
+	if (how != SHUT_RD && how != SHUT_WR && how != SHUT_RDWR)
+		return errno = EINVAL, -1;
+	if (how != SHUT_WR)
+		c->shut_rd = true;
+	if (how != SHUT_RD && !c->shut_wr) {
+		c->shut_wr = true;
+		__atomic_fetch_or(&c->tx->wflags, SHM_W_DONE_WRITING, __ATOMIC_RELEASE);
+		bell_ring(c->peer_rx_bell);
+	}
+	conn_wake_local(c);
+	return 0;
+}
+
+int conn_rx_available(struct smc_conn *c)
+{
+	int64_t used;
+
+	if (conn_state(c) != CONN_ACTIVE)
+		return 0;
+	pthread_mutex_lock(&c->rx_lock);
+	used = rx_used(c);
+	pthread_mutex_unlock(&c->rx_lock);
+	return used > 0 ? (int)used : 0;
+}
+
+int conn_tx_queued(struct smc_conn *c)
+{
+	int64_t room;
+
+	if (conn_state(c) != CONN_ACTIVE)
+		return 0;
+	pthread_mutex_lock(&c->tx_lock);
+	room = tx_free(c);
+	pthread_mutex_unlock(&c->tx_lock);
+	return room >= 0 ? (int)(c->tx_size - (uint32_t)room) : 0;
+}
+
+/* SO_LINGER with a timeout: close waits until the peer consumed what we wrote. */
+static void conn_linger(struct smc_conn *c)
+{
+	uint64_t deadline = now_ns() + (uint64_t)c->linger_s * 1000000000ull;
+
+	while (!c->aborted && !tx_dead(c) && tx_free(c) < (int64_t)c->tx_size) {
+		if (conn_wait(c, POLLOUT, deadline) < 0)
+			break;
+	}
+}
+
+void conn_release_fd(struct smc_conn *c)
+{
+	if (conn_state(c) == CONN_ACTIVE) {
+		uint32_t left = __atomic_sub_fetch(&c->map.hdr->side_refs[c->side], 1, __ATOMIC_ACQ_REL);
+
+		if (left == 0) {
+			if (c->linger_on && c->linger_s == 0) {
+				__atomic_fetch_or(&c->tx->wflags, SHM_W_ABORT, __ATOMIC_RELEASE);
+				__atomic_fetch_or(&c->rx->rflags, SHM_R_ABORT, __ATOMIC_RELEASE);
+			} else {
+				if (c->linger_on)
+					conn_linger(c);
+				__atomic_fetch_or(&c->tx->wflags, SHM_W_CLOSED, __ATOMIC_RELEASE);
+				__atomic_fetch_or(&c->rx->rflags, SHM_R_CLOSED, __ATOMIC_RELEASE);
+			}
+			bell_ring(c->peer_rx_bell);
+			bell_ring(c->peer_tx_bell);
+		}
+	}
+	pthread_mutex_lock(&c->lock);
+	if (conn_state(c) == CONN_PENDING)
+		__atomic_store_n(&c->state, CONN_CLOSED, __ATOMIC_RELEASE);
+	pthread_mutex_unlock(&c->lock);
+	conn_wake_local(c);
+}

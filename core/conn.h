@@ -1,0 +1,130 @@
+/* SPDX-License-Identifier: GPL-2.0-only OR BSD-2-Clause */
+/*
+ * One SMC connection as seen by one process: state machine, the shared rings, the
+ * doorbells, and the socket semantics (blocking, timeouts, shutdown, close) on top.
+ *
+ * States:  PENDING --handshake ok--> ACTIVE --close/abort--> CLOSED
+ *             \--decline/timeout/TCP data first--> FALLBACK (plain TCP from then on)
+ *
+ * Doorbells: each side owns two nonblocking eventfds, rx_bell (rung by the peer when data
+ * or a close flag arrives) and tx_bell (rung by the peer when it frees room we wait for).
+ * The peer rings only when the waiter armed itself (r_armed / w_blocked), so a busy
+ * connection makes no syscall.
+ */
+#ifndef SMC_CONN_H
+#define SMC_CONN_H
+
+#include <poll.h>
+#include <pthread.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <sys/socket.h>
+#include <sys/types.h>
+#include <sys/uio.h>
+
+#include "core/ring.h"
+#include "core/shm.h"
+#include "core/stats.h"
+
+enum conn_state { CONN_PENDING = 0, CONN_ACTIVE, CONN_FALLBACK, CONN_CLOSED };
+enum conn_side { CONN_CLIENT = 0, CONN_SERVER = 1 };
+
+struct smc_ep_reg;
+
+struct smc_conn {
+	int fd;                     /* the application's TCP socket (first fd) */
+	int fd_refs;                /* fds of this process that refer to it (dup) */
+	int dup_fds[7];             /* the other fds (dup) while fd_refs > 1 */
+	int ndups;
+	int obj_refs;               /* fd_refs + progress thread + waiters holding it */
+	pthread_mutex_t lock;       /* state, refs, epoll registrations */
+	int state;                  /* enum conn_state, atomic loads */
+	enum smc_reason reason;     /* why FALLBACK */
+	enum conn_side side;
+	enum smc_mode mode;
+
+	/* socket options the core must honour */
+	bool nonblock;
+	int64_t rcvtimeo_ns, sndtimeo_ns; /* 0 = none */
+	bool linger_on; int linger_s;
+
+	/* transport (valid once ACTIVE) */
+	struct shm_map map;
+	struct shm_dir_ctl *rx, *tx; /* direction we read / write */
+	uint8_t *rx_ring, *tx_ring;
+	uint32_t rx_size, tx_size;
+	size_t reserved;            /* bytes counted against SMC_MEM_CAP */
+
+	pthread_mutex_t rx_lock, tx_lock; /* one reader / one writer at a time */
+	smc_cursor rx_cons;         /* our consumer cursor (authoritative copy) */
+	smc_cursor rx_prod_seen;    /* last validated peer producer cursor */
+	smc_cursor tx_prod;         /* our producer cursor (authoritative copy) */
+	smc_cursor tx_cons_seen;    /* last validated peer consumer cursor */
+
+	int rx_bell, tx_bell;           /* ours: we wait on them */
+	int peer_rx_bell, peer_tx_bell; /* the peer's: we ring them */
+
+	/* local socket-level state */
+	bool shut_rd, shut_wr;
+	bool tcp_eof;               /* the TCP socket saw FIN/RST: peer closed or died */
+	bool aborted;               /* protocol error or peer abort: ECONNRESET */
+	int pending_error;          /* SO_ERROR to report once */
+
+	uint64_t bytes_sent, bytes_received; /* for smcpstat / stats at close */
+
+	/* handshake (client side, while PENDING) */
+	int rdv_listen_fd;          /* per-connection rendezvous listener, -1 when none */
+	uint64_t deadline_ns;       /* PENDING -> FALLBACK after this */
+
+	struct smc_ep_reg *regs;    /* epoll registrations of this connection */
+};
+
+/* Readiness bits, TCP's meaning (POLLIN etc. values) */
+uint32_t conn_poll_mask(struct smc_conn *c);
+
+/* Lifecycle */
+struct smc_conn *conn_new(int fd, enum conn_side side);
+void conn_get(struct smc_conn *c);
+void conn_put(struct smc_conn *c);
+/* Transitions; both ring our own bells so every waiter re-evaluates. */
+void conn_activate(struct smc_conn *c);
+void conn_fallback(struct smc_conn *c, enum smc_reason why);
+/* Waits while the handshake runs (-EAGAIN when nonblock, -EINTR on a signal). */
+int conn_wait_pending(struct smc_conn *c, bool nonblock);
+/* fork(): every ACTIVE connection gains (+1) or, if fork failed, loses (-1) a holder. */
+void conn_fork_prepare(int delta);
+/* The application closed its last fd of c in this process. */
+void conn_release_fd(struct smc_conn *c);
+
+/* Data path: TCP semantics for flags MSG_PEEK, MSG_WAITALL, MSG_DONTWAIT, MSG_NOSIGNAL. */
+ssize_t conn_recv(struct smc_conn *c, const struct iovec *iov, int iovcnt, int flags);
+ssize_t conn_send(struct smc_conn *c, const struct iovec *iov, int iovcnt, int flags);
+int conn_shutdown(struct smc_conn *c, int how);
+/* Bytes readable now (FIONREAD) and bytes written but not yet consumed (SIOCOUTQ). */
+int conn_rx_available(struct smc_conn *c);
+int conn_tx_queued(struct smc_conn *c);
+
+/* Sleeping (used by conn.c's blocking paths and by the poll/select/epoll emulation).
+ * events are POLLIN/POLLOUT interest bits. Protocol for a waiter:
+ *   1. m = conn_poll_mask(c); if (m & (events|POLLERR|POLLHUP)) -> ready, do not sleep
+ *   2. m = conn_prepare_sleep(c, events, drained_bells); if ready -> do not sleep
+ *      (drained_bells: CONN_BELL_RX/TX bits of the bells that woke the waiter; they are
+ *       read empty here, and rung again when the state is ready so that other waiters on
+ *       the same bell do not miss it; then the waiter is armed so the peer rings it, and
+ *       the mask is checked once more after a full barrier)
+ *   3. sleep in poll/epoll on the fds of conn_wait_fds(); on wake go to 1.
+ * conn_poll_mask() returns CONN_MASK_FALLBACK when the connection went back to plain
+ * TCP: the caller then waits on the socket itself. */
+#define CONN_BELL_RX 0x1u
+#define CONN_BELL_TX 0x2u
+#define CONN_MASK_FALLBACK 0x80000000u
+uint32_t conn_prepare_sleep(struct smc_conn *c, uint32_t events, unsigned drained_bells);
+/* Fills up to 3 pollfds: rx bell (if POLLIN wanted), tx bell (if POLLOUT wanted) and the
+ * TCP socket (POLLIN|POLLRDHUP, until its EOF was seen) which reports a dead peer.
+ * Returns how many; tags[i] says which (CONN_BELL_RX, CONN_BELL_TX or CONN_WAIT_TCP). */
+#define CONN_WAIT_TCP 0x4u
+int conn_wait_fds(struct smc_conn *c, uint32_t events, struct pollfd *out, unsigned *tags);
+/* The TCP socket of c reported events: record EOF/RST so conn_poll_mask reflects it. */
+void conn_tcp_event(struct smc_conn *c);
+
+#endif

@@ -1,0 +1,1330 @@
+/* SPDX-License-Identifier: GPL-2.0-only OR BSD-2-Clause */
+/*
+ * epoll emulation for SMC fds, see epoll.h for the model.
+ *
+ * Objects:
+ *   struct smc_epoll   one per application epoll fd that holds SMC fds (FD_EPOLL)
+ *   struct smc_ep_reg  a "watch": one connection (or one nested emulated set) in one
+ *                      set; owns the shadow entries and a reference; linked from
+ *                      c->regs (under c->lock) so it is found again for dup'ed fds
+ *   struct ep_fdreg    one application fd registered in the set: events, data, and
+ *                      the edge/one-shot bookkeeping
+ *
+ * Shadow entries carry (slot generation, slot index, tag) rather than a pointer: an
+ * event that was already queued in the shadow when its watch went away (or that comes
+ * from a socket whose fd number was closed under a dup) finds a stale generation and is
+ * ignored instead of touching freed memory.
+ *
+ * epoll_emul_wait (per call):
+ *   1. report SMC registrations ready from state (LT: while ready; ET: when the state
+ *      changed since the last report; ONESHOT: then disabled until MOD), then fill up
+ *      with the kernel's ready events (zero timeout, cookie removed);
+ *   2. otherwise spin up to SMC_SPIN_US re-checking state, asking the kernel every few
+ *      rounds;
+ *   3. prepare: drain the shadow (which bells fired, TCP events), re-sync the wait fds
+ *      of connections whose state changed, conn_prepare_sleep() each connection;
+ *   4. sleep in the real epoll_pwait2 on the application's fd; when the cookie fired,
+ *      drain the shadow and add the SMC events now ready; loop until something is
+ *      reported or the timeout expires.
+ * Every call scans all registrations of the set (O(registrations)); the scan is in
+ * ep_collect() so a ready list fed from c->regs can replace it without touching the rest.
+ */
+#include <errno.h>
+#include <limits.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/random.h>
+#include <unistd.h>
+
+#include "core/conn.h"
+#include "core/epoll.h"
+#include "core/fdtab.h"
+#include "core/log.h"
+#include "core/real.h"
+#include "core/wait.h"
+
+#define TAG_RX     CONN_BELL_RX  /* 1 */
+#define TAG_TX     CONN_BELL_TX  /* 2 */
+#define TAG_NESTED 3u
+#define TAG_TCP    CONN_WAIT_TCP /* 4 */
+#define TAG_BITS   3
+#define TAG_MASK   ((1u << TAG_BITS) - 1)
+
+#define EP_MAX_WAIT 3                 /* conn_wait_fds() fills at most 3 */
+#define EP_DRAIN_BATCH 64
+#define EP_SPIN_KERNEL_EVERY 8
+#define EP_MAX_EVENTS ((int)(INT_MAX / sizeof(struct epoll_event)))
+
+/* Bits an application may be told about (everything but the behaviour flags). */
+#define EV_REPORTABLE (EPOLLIN | EPOLLPRI | EPOLLOUT | EPOLLRDNORM | EPOLLRDBAND | \
+		       EPOLLWRNORM | EPOLLWRBAND | EPOLLMSG | EPOLLRDHUP)
+#define EV_IN_SIDE (EPOLLIN | EPOLLRDNORM | EPOLLRDBAND | EPOLLPRI | EPOLLRDHUP)
+#define EV_OUT_SIDE (EPOLLOUT | EPOLLWRNORM | EPOLLWRBAND)
+/* Linux accepts EPOLLEXCLUSIVE only with these (fs/eventpoll.c EPOLLEXCLUSIVE_OK_BITS). */
+#define EV_EXCLUSIVE_OK (EPOLLIN | EPOLLOUT | EPOLLRDNORM | EPOLLRDBAND | EPOLLWRNORM | \
+			 EPOLLWRBAND | EPOLLERR | EPOLLHUP | EPOLLWAKEUP | EPOLLET | \
+			 EPOLLEXCLUSIVE)
+
+struct ep_fdreg;
+
+struct smc_ep_reg {
+	struct smc_epoll *ep;
+	struct smc_conn *conn;          /* referenced; NULL for a nested set */
+	struct smc_epoll *inner;        /* nested emulated set (referenced) or NULL */
+	int inner_fd;
+	struct smc_ep_reg *conn_next;   /* c->regs chain, under c->lock */
+	struct smc_ep_reg *next;        /* ep->watches; ep->dead after release */
+	struct ep_fdreg *fdregs;        /* application fds using this watch */
+	uint32_t slot;
+	/* shadow entries currently installed */
+	int nwait;
+	int wait_fd[EP_MAX_WAIT];
+	unsigned wait_tag[EP_MAX_WAIT];
+	uint32_t interest;              /* POLLIN/POLLOUT the entries were chosen for */
+	uint32_t fds_gen;
+	bool synced;
+	unsigned fired;                 /* bells seen readable; drained by next prepare */
+	/* per-scan cache */
+	uint64_t scan;
+	uint32_t mask;
+	uint64_t rx_gen, tx_gen;
+};
+
+struct ep_fdreg {
+	int fd;
+	uint32_t events;                /* as the application gave them */
+	uint64_t data;
+	struct smc_ep_reg *w;           /* NULL: detached, see ep_convert_watch() */
+	struct ep_fdreg *wnext;         /* w->fdregs chain */
+	struct ep_fdreg *next, *prev;   /* ep scan order */
+	bool disabled;                  /* EPOLLONESHOT fired, waiting for MOD */
+	uint32_t last;                  /* ET: bits reported last and still set since */
+	uint64_t rx_gen, tx_gen;        /* ET: generations at the last report */
+};
+
+struct smc_epoll {
+	int epfd, shadow;
+	pthread_mutex_t lock;
+	int refs;                       /* global list + callers; under eps_lock */
+	bool dead;                      /* application closed epfd */
+	bool kernel_turn;               /* max == 1: alternate SMC and kernel events */
+	uint64_t scan;
+	struct ep_fdreg *head, *tail;
+	struct smc_ep_reg *watches;
+	struct smc_ep_reg *dead_watches; /* released under lock, freed after unlock */
+	struct ep_fdreg **by_fd;
+	size_t by_fd_len;
+	struct smc_ep_reg **slots;
+	uint32_t *slot_gen, *free_slots;
+	uint32_t nslots, nfree, slots_cap;
+	int nentries;                   /* shadow entries, bounds the drain loop */
+	struct smc_epoll *gnext, *gprev;
+};
+
+static pthread_mutex_t eps_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct smc_epoll *eps_head;
+static int eps_count;                /* atomic reads: forget_fd's fast path */
+static uint64_t ep_cookie;
+static pthread_once_t ep_cookie_once = PTHREAD_ONCE_INIT;
+
+static int ep_collect(struct smc_epoll *ep, struct epoll_event *out, int max);
+
+/* ------------------------------------------------------------------ small helpers */
+
+static void cookie_init(void)
+{
+	uint64_t v = 0;
+
+	if (getrandom(&v, sizeof(v), GRND_NONBLOCK) != (ssize_t)sizeof(v))
+		v = wait_now_ns() ^ ((uint64_t)getpid() << 32) ^ (uint64_t)(uintptr_t)&v;
+	ep_cookie = v ? v : 0x534d43636f6f6b69ull;
+}
+
+static bool grow(void **arr, size_t *cap, size_t need, size_t elem)
+{
+	size_t ncap = *cap ? *cap : 16;
+	void *p;
+
+	if (need <= *cap)
+		return true;
+	while (ncap < need)
+		ncap *= 2;
+	p = realloc(*arr, ncap * elem);
+	if (!p)
+		return false;
+	memset((char *)p + *cap * elem, 0, (ncap - *cap) * elem);
+	*arr = p;
+	*cap = ncap;
+	return true;
+}
+
+static uint32_t ev_interest(uint32_t events)
+{
+	uint32_t want = 0;
+
+	if (events & EV_IN_SIDE)
+		want |= POLLIN;
+	if (events & EV_OUT_SIDE)
+		want |= POLLOUT;
+	return want;
+}
+
+static int real_pwait(int epfd, struct epoll_event *ev, int max, const struct timespec *ts,
+		      const sigset_t *mask)
+{
+	int ms;
+
+	if (!smc_real_fns.epoll_pwait2)
+		real_init();
+	if (smc_real_fns.epoll_pwait2) {
+		int r = smc_real_fns.epoll_pwait2(epfd, ev, max, ts, mask);
+
+		if (r >= 0 || errno != ENOSYS)
+			return r;
+	}
+	if (!ts) {
+		ms = -1;
+	} else if (ts->tv_sec >= INT_MAX / 1000 - 1) {
+		ms = INT_MAX;
+	} else {
+		ms = (int)(ts->tv_sec * 1000 + (ts->tv_nsec + 999999) / 1000000);
+	}
+	return REAL(epoll_pwait)(epfd, ev, max, ms, mask);
+}
+
+/* Removes our cookie from a kernel result; says whether it was there. */
+static int strip_cookie(struct epoll_event *ev, int n, bool *seen)
+{
+	int out = 0;
+
+	for (int i = 0; i < n; i++) {
+		if (ev[i].data.u64 == ep_cookie) {
+			*seen = true;
+			continue;
+		}
+		ev[out++] = ev[i];
+	}
+	return out;
+}
+
+/* ------------------------------------------------------------------ set lifetime */
+
+static struct smc_epoll *ep_get(int epfd)
+{
+	struct smc_epoll *ep = NULL;
+	struct fd_entry *e;
+
+	if (fdtab_kind(epfd) != FD_EPOLL)
+		return NULL;
+	pthread_mutex_lock(&eps_lock);
+	e = fdtab_peek(epfd);
+	if (e && e->kind == FD_EPOLL && e->obj) {
+		ep = e->obj;
+		if (ep->dead)
+			ep = NULL;
+		else
+			ep->refs++;
+	}
+	pthread_mutex_unlock(&eps_lock);
+	return ep;
+}
+
+static void ep_free(struct smc_epoll *ep)
+{
+	REAL(close)(ep->shadow);
+	pthread_mutex_destroy(&ep->lock);
+	free(ep->by_fd);
+	free(ep->slots);
+	free(ep->slot_gen);
+	free(ep->free_slots);
+	free(ep);
+}
+
+static void ep_put(struct smc_epoll *ep)
+{
+	bool last;
+
+	if (!ep)
+		return;
+	pthread_mutex_lock(&eps_lock);
+	last = --ep->refs == 0;
+	pthread_mutex_unlock(&eps_lock);
+	if (last)
+		ep_free(ep);
+}
+
+static void ep_lock(struct smc_epoll *ep)
+{
+	pthread_mutex_lock(&ep->lock);
+}
+
+/* Unlocks, then drops what released watches referenced (a connection's last reference
+ * or a nested set may be freed: never under our lock). */
+static void ep_unlock(struct smc_epoll *ep)
+{
+	struct smc_ep_reg *w = ep->dead_watches;
+
+	ep->dead_watches = NULL;
+	pthread_mutex_unlock(&ep->lock);
+	while (w) {
+		struct smc_ep_reg *next = w->next;
+
+		if (w->conn)
+			conn_put(w->conn);
+		ep_put(w->inner);
+		free(w);
+		w = next;
+	}
+}
+
+static struct smc_epoll *ep_create(int epfd)
+{
+	struct epoll_event ev = { .events = EPOLLIN };
+	struct smc_epoll *ep, *other = NULL;
+	struct fd_entry *e;
+	int saved;
+
+	pthread_once(&ep_cookie_once, cookie_init);
+	ep = calloc(1, sizeof(*ep));
+	if (!ep) {
+		errno = ENOMEM;
+		return NULL;
+	}
+	ep->epfd = epfd;
+	ep->shadow = REAL(epoll_create1)(EPOLL_CLOEXEC);
+	if (ep->shadow < 0) {
+		saved = errno;
+		free(ep);
+		errno = saved;
+		return NULL;
+	}
+	/* Also validates epfd the way the kernel would (EBADF, EINVAL if not an epoll). */
+	ev.data.u64 = ep_cookie;
+	if (REAL(epoll_ctl)(epfd, EPOLL_CTL_ADD, ep->shadow, &ev) < 0) {
+		saved = errno;
+		REAL(close)(ep->shadow);
+		free(ep);
+		errno = saved;
+		return NULL;
+	}
+	pthread_mutex_init(&ep->lock, NULL);
+	ep->refs = 2; /* the global list and the caller */
+
+	pthread_mutex_lock(&eps_lock);
+	e = fdtab_peek(epfd);
+	if (e && e->kind == FD_EPOLL && e->obj) {
+		other = e->obj; /* another thread won the race */
+		other->refs++;
+	} else {
+		fdtab_set(epfd, FD_EPOLL, ep);
+		e = fdtab_peek(epfd);
+		if (!e || e->kind != FD_EPOLL || e->obj != ep) {
+			pthread_mutex_unlock(&eps_lock);
+			REAL(epoll_ctl)(epfd, EPOLL_CTL_DEL, ep->shadow, NULL);
+			ep_free(ep);
+			errno = ENOMEM;
+			return NULL;
+		}
+		ep->gnext = eps_head;
+		if (eps_head)
+			eps_head->gprev = ep;
+		eps_head = ep;
+		__atomic_add_fetch(&eps_count, 1, __ATOMIC_RELEASE);
+	}
+	pthread_mutex_unlock(&eps_lock);
+	if (other) {
+		REAL(epoll_ctl)(epfd, EPOLL_CTL_DEL, ep->shadow, NULL);
+		ep_free(ep);
+		return other;
+	}
+	log_debug("epoll: fd %d emulated (shadow %d)", epfd, ep->shadow);
+	return ep;
+}
+
+/* ------------------------------------------------------------------ slots and shadow */
+
+static bool slot_alloc(struct smc_epoll *ep, struct smc_ep_reg *w)
+{
+	uint32_t idx;
+
+	if (ep->nfree) {
+		idx = ep->free_slots[--ep->nfree];
+	} else {
+		if (ep->nslots >= (1u << (32 - TAG_BITS)) - 1)
+			return false;
+		if (ep->nslots == ep->slots_cap) {
+			size_t c1 = ep->slots_cap, c2 = ep->slots_cap, c3 = ep->slots_cap;
+
+			if (!grow((void **)&ep->slots, &c1, ep->nslots + 1, sizeof(*ep->slots)) ||
+			    !grow((void **)&ep->slot_gen, &c2, ep->nslots + 1, sizeof(*ep->slot_gen)) ||
+			    !grow((void **)&ep->free_slots, &c3, ep->nslots + 1, sizeof(*ep->free_slots)))
+				return false; /* the arrays that did grow keep their larger size */
+			ep->slots_cap = (uint32_t)(c1 < c2 ? (c1 < c3 ? c1 : c3) : (c2 < c3 ? c2 : c3));
+		}
+		idx = ep->nslots++;
+	}
+	ep->slots[idx] = w;
+	w->slot = idx;
+	return true;
+}
+
+static void slot_free(struct smc_epoll *ep, struct smc_ep_reg *w)
+{
+	ep->slots[w->slot] = NULL;
+	ep->slot_gen[w->slot]++;
+	ep->free_slots[ep->nfree++] = w->slot;
+}
+
+static uint64_t slot_data(struct smc_epoll *ep, struct smc_ep_reg *w, unsigned tag)
+{
+	return ((uint64_t)ep->slot_gen[w->slot] << 32) | ((uint64_t)w->slot << TAG_BITS) | tag;
+}
+
+static struct smc_ep_reg *slot_lookup(struct smc_epoll *ep, uint64_t data, unsigned *tag)
+{
+	uint32_t idx = (uint32_t)data >> TAG_BITS;
+
+	*tag = (unsigned)data & TAG_MASK;
+	if (idx >= ep->nslots || !ep->slots[idx] || ep->slot_gen[idx] != (uint32_t)(data >> 32))
+		return NULL;
+	return ep->slots[idx];
+}
+
+static void watch_clear_shadow(struct smc_epoll *ep, struct smc_ep_reg *w)
+{
+	for (int i = 0; i < w->nwait; i++)
+		REAL(epoll_ctl)(ep->shadow, EPOLL_CTL_DEL, w->wait_fd[i], NULL);
+	ep->nentries -= w->nwait;
+	w->nwait = 0;
+}
+
+static bool watch_enabled(const struct smc_ep_reg *w)
+{
+	for (const struct ep_fdreg *r = w->fdregs; r; r = r->wnext)
+		if (!r->disabled)
+			return true;
+	return false;
+}
+
+/* Makes the shadow entries of w match what its enabled registrations need. Returns -1
+ * (errno set) when a doorbell or nested set could not be added. */
+static int watch_sync(struct smc_epoll *ep, struct smc_ep_reg *w)
+{
+	struct pollfd want[EP_MAX_WAIT];
+	unsigned tags[EP_MAX_WAIT];
+	uint32_t interest = 0, gen = 0;
+	bool enabled = false, same;
+	int n = 0, rc = 0, err = 0;
+
+	for (struct ep_fdreg *r = w->fdregs; r; r = r->wnext) {
+		if (!r->disabled) {
+			enabled = true;
+			interest |= ev_interest(r->events);
+		}
+	}
+	if (enabled && w->inner) {
+		want[0] = (struct pollfd){ .fd = w->inner_fd, .events = POLLIN };
+		tags[0] = TAG_NESTED;
+		n = 1;
+	} else if (enabled) {
+		gen = wait_fds_generation(w->conn);
+		n = conn_wait_fds(w->conn, interest, want, tags);
+		if (n > EP_MAX_WAIT)
+			n = EP_MAX_WAIT;
+	}
+	if (!enabled)
+		w->fired = 0;
+
+	same = w->synced && n == w->nwait;
+	for (int i = 0; same && i < n; i++)
+		same = want[i].fd == w->wait_fd[i] && tags[i] == w->wait_tag[i];
+	w->interest = interest;
+	w->fds_gen = gen;
+	w->synced = true;
+	if (same)
+		return 0;
+
+	watch_clear_shadow(ep, w);
+	for (int i = 0; i < n; i++) {
+		struct epoll_event ev = {
+			.events = tags[i] == TAG_TCP ? (EPOLLIN | EPOLLRDHUP | EPOLLET) : EPOLLIN,
+			.data.u64 = slot_data(ep, w, tags[i]),
+		};
+
+		if (REAL(epoll_ctl)(ep->shadow, EPOLL_CTL_ADD, want[i].fd, &ev) == 0) {
+			w->wait_fd[w->nwait] = want[i].fd;
+			w->wait_tag[w->nwait] = tags[i];
+			w->nwait++;
+			ep->nentries++;
+		} else if (tags[i] != TAG_TCP) {
+			/* the TCP socket is only a liveness hint (it may be closed under a dup);
+			 * a doorbell or nested set we cannot watch is an error */
+			err = errno;
+			rc = -1;
+		}
+	}
+	if (rc < 0) {
+		w->synced = false;
+		errno = err;
+	}
+	return rc;
+}
+
+/* ------------------------------------------------------------------ watches */
+
+static struct smc_ep_reg *watch_find_conn(struct smc_epoll *ep, struct smc_conn *c)
+{
+	struct smc_ep_reg *w;
+
+	pthread_mutex_lock(&c->lock);
+	for (w = c->regs; w; w = w->conn_next)
+		if (w->ep == ep)
+			break;
+	pthread_mutex_unlock(&c->lock);
+	return w;
+}
+
+static struct smc_ep_reg *watch_find_inner(struct smc_epoll *ep, struct smc_epoll *inner)
+{
+	for (struct smc_ep_reg *w = ep->watches; w; w = w->next)
+		if (w->inner == inner)
+			return w;
+	return NULL;
+}
+
+/* New watch for a connection or a nested set; takes over the caller's inner reference. */
+static struct smc_ep_reg *watch_new(struct smc_epoll *ep, struct smc_conn *c,
+				    struct smc_epoll *inner, int inner_fd)
+{
+	struct smc_ep_reg *w = calloc(1, sizeof(*w));
+
+	if (!w || !slot_alloc(ep, w)) {
+		free(w);
+		errno = ENOMEM;
+		return NULL;
+	}
+	w->ep = ep;
+	w->inner = inner;
+	w->inner_fd = inner_fd;
+	if (c) {
+		conn_get(c);
+		w->conn = c;
+		pthread_mutex_lock(&c->lock);
+		w->conn_next = c->regs;
+		c->regs = w;
+		pthread_mutex_unlock(&c->lock);
+	}
+	w->next = ep->watches;
+	ep->watches = w;
+	return w;
+}
+
+/* Unlinks w (its fd registrations must be gone or detached); freed after unlock. */
+static void watch_release(struct smc_epoll *ep, struct smc_ep_reg *w)
+{
+	struct smc_ep_reg **pp;
+
+	watch_clear_shadow(ep, w);
+	slot_free(ep, w);
+	for (pp = &ep->watches; *pp; pp = &(*pp)->next) {
+		if (*pp == w) {
+			*pp = w->next;
+			break;
+		}
+	}
+	if (w->conn) {
+		pthread_mutex_lock(&w->conn->lock);
+		for (pp = &w->conn->regs; *pp; pp = &(*pp)->conn_next) {
+			if (*pp == w) {
+				*pp = w->conn_next;
+				break;
+			}
+		}
+		pthread_mutex_unlock(&w->conn->lock);
+	}
+	w->next = ep->dead_watches;
+	ep->dead_watches = w;
+}
+
+/* Connection state (cached per scan) as a poll mask, CONN_MASK_FALLBACK, or for a nested
+ * set POLLIN when it has something to report. */
+static uint32_t nested_mask(struct smc_ep_reg *w);
+
+static uint32_t watch_eval(struct smc_epoll *ep, struct smc_ep_reg *w)
+{
+	if (w->scan == ep->scan)
+		return w->mask;
+	w->scan = ep->scan;
+	if (w->inner) {
+		w->mask = nested_mask(w);
+		w->rx_gen = w->tx_gen = 0;
+	} else {
+		/* generations first: a change racing with the mask read then shows as an
+		 * edge at the next scan instead of being lost */
+		w->rx_gen = wait_rx_generation(w->conn);
+		w->tx_gen = wait_tx_generation(w->conn);
+		w->mask = wait_conn_mask(w->conn);
+	}
+	return w->mask;
+}
+
+/* ------------------------------------------------------------------ fd registrations */
+
+static void reg_link_tail(struct smc_epoll *ep, struct ep_fdreg *r)
+{
+	r->next = NULL;
+	r->prev = ep->tail;
+	if (ep->tail)
+		ep->tail->next = r;
+	else
+		ep->head = r;
+	ep->tail = r;
+}
+
+static void reg_unlink(struct smc_epoll *ep, struct ep_fdreg *r)
+{
+	if (r->prev)
+		r->prev->next = r->next;
+	else
+		ep->head = r->next;
+	if (r->next)
+		r->next->prev = r->prev;
+	else
+		ep->tail = r->prev;
+	r->next = r->prev = NULL;
+}
+
+static struct ep_fdreg *reg_find(struct smc_epoll *ep, int fd)
+{
+	if (fd < 0 || (size_t)fd >= ep->by_fd_len)
+		return NULL;
+	return ep->by_fd[fd];
+}
+
+static void reg_detach_from_watch(struct ep_fdreg *r)
+{
+	struct smc_ep_reg *w = r->w;
+
+	if (!w)
+		return;
+	for (struct ep_fdreg **pp = &w->fdregs; *pp; pp = &(*pp)->wnext) {
+		if (*pp == r) {
+			*pp = r->wnext;
+			break;
+		}
+	}
+	r->w = NULL;
+	r->wnext = NULL;
+}
+
+/* Drops registration r entirely; the watch goes too when r was its last user. */
+static void reg_remove(struct smc_epoll *ep, struct ep_fdreg *r)
+{
+	struct smc_ep_reg *w = r->w;
+
+	reg_unlink(ep, r);
+	ep->by_fd[r->fd] = NULL;
+	reg_detach_from_watch(r);
+	free(r);
+	if (!w)
+		return;
+	if (!w->fdregs)
+		watch_release(ep, w);
+	else
+		watch_sync(ep, w);
+}
+
+static void reg_arm(struct ep_fdreg *r, const struct epoll_event *ev)
+{
+	r->events = ev->events;
+	r->data = ev->data.u64;
+	r->disabled = false;
+	r->last = 0; /* like the kernel's re-poll on ADD/MOD: report what is ready now */
+}
+
+static int reg_add(struct smc_epoll *ep, int fd, struct smc_conn *c, struct smc_epoll *inner,
+		   const struct epoll_event *ev)
+{
+	size_t cap = ep->by_fd_len;
+	struct smc_ep_reg *w;
+	struct ep_fdreg *r;
+	bool new_watch = false;
+
+	if (!grow((void **)&ep->by_fd, &cap, (size_t)fd + 1, sizeof(*ep->by_fd))) {
+		ep_put(inner);
+		errno = ENOMEM;
+		return -1;
+	}
+	ep->by_fd_len = cap;
+	w = c ? watch_find_conn(ep, c) : watch_find_inner(ep, inner);
+	if (w) {
+		ep_put(inner); /* the watch already holds one */
+	} else {
+		w = watch_new(ep, c, inner, fd);
+		if (!w) {
+			ep_put(inner);
+			return -1;
+		}
+		new_watch = true;
+	}
+	r = calloc(1, sizeof(*r));
+	if (!r) {
+		if (new_watch)
+			watch_release(ep, w);
+		errno = ENOMEM;
+		return -1;
+	}
+	r->fd = fd;
+	reg_arm(r, ev);
+	r->w = w;
+	r->wnext = w->fdregs;
+	w->fdregs = r;
+	reg_link_tail(ep, r);
+	ep->by_fd[fd] = r;
+	if (watch_sync(ep, w) < 0) {
+		int saved = errno;
+
+		reg_remove(ep, r);
+		errno = saved;
+		return -1;
+	}
+	return 0;
+}
+
+/* The connection of w went back to plain TCP: its registrations move to the kernel's
+ * set with the application's events and data. A one-shot registration that already
+ * fired stays with us, detached, until the application re-arms or deletes it (the
+ * kernel has no way to add an entry in the fired state). */
+static void ep_convert_watch(struct smc_epoll *ep, struct smc_ep_reg *w)
+{
+	int saved = errno;
+
+	while (w->fdregs) {
+		struct ep_fdreg *r = w->fdregs;
+
+		reg_detach_from_watch(r);
+		if (r->disabled)
+			continue;
+		struct epoll_event ev = { .events = r->events, .data.u64 = r->data };
+
+		if (REAL(epoll_ctl)(ep->epfd, EPOLL_CTL_ADD, r->fd, &ev) < 0 && errno != EEXIST)
+			log_warn("epoll: fd %d fell back to TCP but cannot join epoll %d: %d",
+				 r->fd, ep->epfd, errno);
+		reg_unlink(ep, r);
+		ep->by_fd[r->fd] = NULL;
+		free(r);
+	}
+	watch_release(ep, w);
+	errno = saved;
+}
+
+static void ep_convert_fallbacks(struct smc_epoll *ep)
+{
+	struct smc_ep_reg *w = ep->watches, *next;
+
+	for (; w; w = next) {
+		next = w->next;
+		if (w->conn && w->scan == ep->scan && (w->mask & CONN_MASK_FALLBACK))
+			ep_convert_watch(ep, w);
+	}
+}
+
+/* ------------------------------------------------------------------ readiness */
+
+/* Bits registration r would report for connection mask m, or 0. Not consuming, except
+ * that an edge registration forgets reported bits that went away (so their return is a
+ * new edge). */
+static uint32_t reg_bits(struct ep_fdreg *r, struct smc_ep_reg *w, uint32_t m)
+{
+	uint32_t bits = m & ((r->events & EV_REPORTABLE) | EPOLLERR | EPOLLHUP);
+	uint32_t fresh;
+
+	if (!(r->events & EPOLLET))
+		return bits;
+	fresh = bits & ~r->last;
+	r->last &= bits;
+	if (!bits)
+		return 0;
+	if (fresh)
+		return bits;
+	if ((r->events & EV_IN_SIDE) && w->rx_gen != r->rx_gen)
+		return bits;
+	if ((r->events & EV_OUT_SIDE) && w->tx_gen != r->tx_gen)
+		return bits;
+	return 0;
+}
+
+static void reg_reported(struct smc_epoll *ep, struct ep_fdreg *r, uint32_t bits)
+{
+	struct smc_ep_reg *w = r->w;
+
+	if (r->events & EPOLLET) {
+		r->last = bits;
+		r->rx_gen = w->rx_gen;
+		r->tx_gen = w->tx_gen;
+	}
+	if (r->events & EPOLLONESHOT) {
+		r->disabled = true;
+		watch_sync(ep, w);
+	}
+	/* round robin, like the kernel re-queues level-triggered items at the tail */
+	reg_unlink(ep, r);
+	reg_link_tail(ep, r);
+}
+
+/* Fills out[] with up to max SMC events ready from state and consumes them. */
+static int ep_collect(struct smc_epoll *ep, struct epoll_event *out, int max)
+{
+	struct ep_fdreg *r, *next, *last = ep->tail;
+	bool fallback = false;
+	int n = 0;
+
+	if (max <= 0 || !ep->head)
+		return 0;
+	ep->scan++;
+	for (r = ep->head; r && n < max; r = next) {
+		uint32_t m, bits;
+
+		next = r == last ? NULL : r->next;
+		if (r->disabled || !r->w)
+			continue;
+		m = watch_eval(ep, r->w);
+		if (m & CONN_MASK_FALLBACK) {
+			fallback = true;
+			continue;
+		}
+		bits = reg_bits(r, r->w, m);
+		if (!bits)
+			continue;
+		out[n].events = bits;
+		out[n].data.u64 = r->data;
+		n++;
+		reg_reported(ep, r, bits);
+	}
+	if (fallback)
+		ep_convert_fallbacks(ep);
+	return n;
+}
+
+/* True when ep_collect would report something (fallbacks are converted here). */
+static bool ep_any_ready(struct smc_epoll *ep)
+{
+	bool fallback = false, ready = false;
+
+	ep->scan++;
+	for (struct ep_fdreg *r = ep->head; r && !ready; r = r->next) {
+		uint32_t m;
+
+		if (r->disabled || !r->w)
+			continue;
+		m = watch_eval(ep, r->w);
+		if (m & CONN_MASK_FALLBACK)
+			fallback = true;
+		else if (reg_bits(r, r->w, m))
+			ready = true;
+	}
+	if (fallback)
+		ep_convert_fallbacks(ep);
+	return ready;
+}
+
+/* Reads what the shadow has: fired bells are remembered for the next prepare, TCP
+ * socket events go to the connection at once. */
+static void ep_drain_shadow(struct smc_epoll *ep)
+{
+	struct epoll_event buf[EP_DRAIN_BATCH];
+	int rounds = ep->nentries / EP_DRAIN_BATCH + 1;
+
+	/* level-triggered entries come back on every call: bound the rounds */
+	while (rounds-- > 0) {
+		int k = REAL(epoll_wait)(ep->shadow, buf, EP_DRAIN_BATCH, 0);
+
+		for (int i = 0; i < k; i++) {
+			unsigned tag;
+			struct smc_ep_reg *w = slot_lookup(ep, buf[i].data.u64, &tag);
+
+			if (!w)
+				continue;
+			if (tag == TAG_RX || tag == TAG_TX)
+				w->fired |= tag;
+			else if (tag == TAG_TCP && w->conn)
+				conn_tcp_event(w->conn);
+		}
+		if (k < EP_DRAIN_BATCH)
+			break;
+	}
+}
+
+static bool watch_any_reg_ready(struct smc_ep_reg *w, uint32_t m)
+{
+	for (struct ep_fdreg *r = w->fdregs; r; r = r->wnext)
+		if (!r->disabled && reg_bits(r, w, m))
+			return true;
+	return false;
+}
+
+/* Step 3 of a wait: after this, any change the registrations care about rings a bell
+ * in the shadow. True when something is ready already (do not sleep). */
+static bool ep_prepare(struct smc_epoll *ep)
+{
+	bool ready = false;
+
+	ep_drain_shadow(ep);
+	ep->scan++;
+	for (struct smc_ep_reg *w = ep->watches; w; w = w->next) {
+		uint32_t m;
+
+		if (!watch_enabled(w))
+			continue;
+		if (w->inner) {
+			m = epoll_emul_prepare_sleep(w->inner_fd);
+		} else {
+			if (!w->synced || wait_fds_generation(w->conn) != w->fds_gen)
+				watch_sync(ep, w);
+			w->rx_gen = wait_rx_generation(w->conn);
+			w->tx_gen = wait_tx_generation(w->conn);
+			m = wait_expand_mask(conn_prepare_sleep(w->conn, w->interest, w->fired));
+			w->fired = 0;
+		}
+		w->scan = ep->scan;
+		w->mask = m;
+		if ((m & CONN_MASK_FALLBACK) || watch_any_reg_ready(w, m))
+			ready = true;
+	}
+	return ready;
+}
+
+/* Drains the shadow and re-arms connections whose bells fired, so the kernel's view
+ * of the application's epoll fd no longer includes doorbells already accounted for. */
+static void ep_settle(struct smc_epoll *ep)
+{
+	ep_drain_shadow(ep);
+	for (struct smc_ep_reg *w = ep->watches; w; w = w->next) {
+		if (w->conn && w->fired) {
+			conn_prepare_sleep(w->conn, w->interest, w->fired);
+			w->fired = 0;
+		}
+	}
+}
+
+static uint32_t nested_mask(struct smc_ep_reg *w)
+{
+	struct pollfd p = { .fd = w->inner_fd, .events = POLLIN };
+
+	if (epoll_emul_poll_mask(w->inner_fd) & POLLIN)
+		return POLLIN;
+	/* the inner set's kernel half: non-SMC fds registered in it */
+	if (REAL(poll)(&p, 1, 0) > 0 && (p.revents & POLLIN))
+		return POLLIN;
+	return 0;
+}
+
+uint32_t epoll_emul_poll_mask(int epfd)
+{
+	struct smc_epoll *ep = ep_get(epfd);
+	bool ready = false;
+
+	if (!ep)
+		return 0;
+	ep_lock(ep);
+	if (!ep->dead) {
+		ep_settle(ep);
+		ready = ep_any_ready(ep);
+	}
+	ep_unlock(ep);
+	ep_put(ep);
+	return ready ? POLLIN : 0;
+}
+
+uint32_t epoll_emul_prepare_sleep(int epfd)
+{
+	struct smc_epoll *ep = ep_get(epfd);
+	bool ready = false;
+
+	if (!ep)
+		return 0;
+	ep_lock(ep);
+	if (!ep->dead)
+		ready = ep_prepare(ep);
+	ep_unlock(ep);
+	ep_put(ep);
+	return ready ? POLLIN : 0;
+}
+
+/* ------------------------------------------------------------------ epoll_wait */
+
+/* Zero-timeout kernel events into ev (cookie removed; a fired cookie drains the shadow). */
+static int kernel_now(struct smc_epoll *ep, struct epoll_event *ev, int max)
+{
+	bool seen = false;
+	int k;
+
+	if (max <= 0)
+		return 0;
+	k = REAL(epoll_wait)(ep->epfd, ev, max, 0);
+	if (k < 0)
+		return -1;
+	k = strip_cookie(ev, k, &seen);
+	if (seen) {
+		ep_lock(ep);
+		if (!ep->dead)
+			ep_drain_shadow(ep);
+		ep_unlock(ep);
+	}
+	return k;
+}
+
+#define EP_DEAD (-2)
+
+/* SMC events ready from state, then (when some were ready, or `kernel`) the kernel's
+ * ready events. With max > 1 one slot is kept for the kernel so level-triggered SMC
+ * readiness cannot starve kernel fds; with max == 1 the two take turns. */
+static int ep_try(struct smc_epoll *ep, struct epoll_event *ev, int max, bool kernel)
+{
+	int slots = max, n, k, more = 0;
+
+	ep_lock(ep);
+	if (ep->dead) {
+		ep_unlock(ep);
+		return EP_DEAD;
+	}
+	if (kernel && max > 1)
+		slots = max - 1;
+	else if (kernel && (ep->kernel_turn = !ep->kernel_turn))
+		slots = 0;
+	n = ep_collect(ep, ev, slots);
+	ep_unlock(ep);
+	if (n == 0 && !kernel)
+		return 0;
+	k = kernel_now(ep, ev + n, max - n);
+	if (k < 0)
+		return n > 0 ? n : -1;
+	if (n + k < max && slots < max) {
+		ep_lock(ep);
+		if (!ep->dead)
+			more = ep_collect(ep, ev + n + k, max - n - k);
+		ep_unlock(ep);
+	}
+	return n + k + more;
+}
+
+static int ep_spin(struct smc_epoll *ep, struct epoll_event *ev, int max, uint64_t deadline)
+{
+	uint64_t end = wait_now_ns() + wait_spin_ns();
+	unsigned round = 0;
+
+	if (end > deadline)
+		end = deadline;
+	while (wait_now_ns() < end) {
+		int n = ep_try(ep, ev, max, ++round % EP_SPIN_KERNEL_EVERY == 0);
+
+		if (n != 0)
+			return n;
+		wait_cpu_relax();
+	}
+	return 0;
+}
+
+static int ep_wait(struct smc_epoll *ep, struct epoll_event *ev, int max,
+		   const struct timespec *timeout, const sigset_t *mask)
+{
+	uint64_t deadline = wait_deadline(timeout);
+	bool spun = wait_spin_ns() == 0;
+	struct timespec left;
+
+	for (;;) {
+		static const struct timespec zero = { 0, 0 };
+		bool expired = wait_now_ns() >= deadline, seen = false, ready = false, dead;
+		int n = ep_try(ep, ev, max, false);
+
+		if (n != 0)
+			return n;
+		if (!expired && !spun) {
+			spun = true;
+			n = ep_spin(ep, ev, max, deadline);
+			if (n != 0)
+				return n;
+		}
+		ep_lock(ep);
+		dead = ep->dead;
+		if (!expired && !dead)
+			ready = ep_prepare(ep);
+		ep_unlock(ep);
+		if (dead)
+			return EP_DEAD;
+		if (ready)
+			continue;
+
+		n = real_pwait(ep->epfd, ev, max, expired ? &zero : wait_remaining(deadline, &left),
+			       mask);
+		if (n < 0)
+			return -1;
+		n = strip_cookie(ev, n, &seen);
+		ep_lock(ep);
+		if (!ep->dead) {
+			if (seen)
+				ep_drain_shadow(ep);
+			n += ep_collect(ep, ev + n, max - n);
+		}
+		ep_unlock(ep);
+		if (n != 0 || expired)
+			return n;
+	}
+}
+
+int epoll_emul_wait(int epfd, struct epoll_event *ev, int max, const struct timespec *timeout,
+		    const sigset_t *mask)
+{
+	struct smc_epoll *ep;
+	int r, saved;
+
+	if (max <= 0 || max > EP_MAX_EVENTS) {
+		errno = EINVAL;
+		return -1;
+	}
+	ep = ep_get(epfd);
+	if (!ep)
+		return real_pwait(epfd, ev, max, timeout, mask);
+	r = ep_wait(ep, ev, max, timeout, mask);
+	if (r == EP_DEAD) /* closed under us: whatever the kernel says now */
+		r = real_pwait(epfd, ev, max, timeout, mask);
+	saved = errno;
+	ep_put(ep);
+	errno = saved;
+	return r;
+}
+
+/* ------------------------------------------------------------------ epoll_ctl */
+
+static int fail(int err)
+{
+	errno = err;
+	return -1;
+}
+
+/* The checks Linux makes before looking the target up (fs/eventpoll.c). */
+static int ctl_check(int epfd, int op, int fd, const struct epoll_event *ev, bool target_epoll)
+{
+	if ((op == EPOLL_CTL_ADD || op == EPOLL_CTL_MOD) && !ev)
+		return fail(EFAULT);
+	if (epfd == fd)
+		return fail(EINVAL);
+	if (op != EPOLL_CTL_ADD && op != EPOLL_CTL_MOD && op != EPOLL_CTL_DEL)
+		return fail(EINVAL);
+	if (op != EPOLL_CTL_DEL && (ev->events & EPOLLEXCLUSIVE)) {
+		if (op == EPOLL_CTL_MOD || target_epoll || (ev->events & ~EV_EXCLUSIVE_OK))
+			return fail(EINVAL);
+	}
+	return 0;
+}
+
+/* op on an fd we already have a registration for. */
+static int ctl_registered(struct smc_epoll *ep, struct ep_fdreg *r, int op, int fd,
+			  struct epoll_event *ev)
+{
+	if (ctl_check(ep->epfd, op, fd, ev, r->w && r->w->inner) < 0)
+		return -1;
+	if (r->w && r->w->conn && (wait_conn_mask(r->w->conn) & CONN_MASK_FALLBACK)) {
+		ep_convert_watch(ep, r->w);
+		r = reg_find(ep, fd);
+		if (!r) /* now a kernel registration */
+			return REAL(epoll_ctl)(ep->epfd, op, fd, ev);
+	}
+	switch (op) {
+	case EPOLL_CTL_ADD:
+		return fail(EEXIST);
+	case EPOLL_CTL_DEL:
+		reg_remove(ep, r);
+		return 0;
+	default: /* EPOLL_CTL_MOD */
+		if (r->events & EPOLLEXCLUSIVE)
+			return fail(EINVAL);
+		if (!r->w) { /* detached one-shot of a fallen-back connection */
+			reg_remove(ep, r);
+			return REAL(epoll_ctl)(ep->epfd, EPOLL_CTL_ADD, fd, ev);
+		}
+		reg_arm(r, ev);
+		return watch_sync(ep, r->w);
+	}
+}
+
+int epoll_emul_ctl(int epfd, int op, int fd, struct epoll_event *ev)
+{
+	struct smc_epoll *ep = ep_get(epfd), *inner = NULL;
+	struct smc_conn *c;
+	int rc = 0, saved;
+
+	if (ep) {
+		bool handled = false;
+
+		ep_lock(ep);
+		if (!ep->dead) {
+			struct ep_fdreg *r = reg_find(ep, fd);
+
+			if (r) {
+				rc = ctl_registered(ep, r, op, fd, ev);
+				handled = true;
+			}
+		}
+		saved = errno;
+		ep_unlock(ep);
+		if (handled) {
+			ep_put(ep);
+			errno = saved;
+			return rc;
+		}
+	}
+
+	c = wait_conn_of(fd);
+	if (c && (wait_conn_mask(c) & CONN_MASK_FALLBACK))
+		c = NULL;
+	if (!c && fd != epfd)
+		inner = ep_get(fd);
+	if ((!c && !inner) || op != EPOLL_CTL_ADD) {
+		ep_put(inner);
+		ep_put(ep);
+		return REAL(epoll_ctl)(epfd, op, fd, ev);
+	}
+
+	rc = ctl_check(epfd, op, fd, ev, inner != NULL);
+	if (rc == 0 && !ep) {
+		ep = ep_create(epfd);
+		if (!ep)
+			rc = -1;
+	}
+	if (rc < 0) {
+		saved = errno;
+		ep_put(inner);
+		ep_put(ep);
+		errno = saved;
+		return -1;
+	}
+	ep_lock(ep);
+	if (ep->dead) {
+		ep_put(inner);
+		rc = fail(EBADF);
+	} else if (reg_find(ep, fd)) {
+		ep_put(inner);
+		rc = fail(EEXIST);
+	} else {
+		rc = reg_add(ep, fd, c, inner, ev); /* takes the inner reference */
+	}
+	saved = errno;
+	ep_unlock(ep);
+	ep_put(ep);
+	errno = saved;
+	return rc;
+}
+
+/* ------------------------------------------------------------------ close and fork */
+
+/* References to every live set, for work that must not hold eps_lock. */
+static struct smc_epoll **eps_snapshot(struct smc_epoll **stack, int cap, int *n)
+{
+	struct smc_epoll **arr = stack;
+	int i = 0;
+
+	pthread_mutex_lock(&eps_lock);
+	if (eps_count > cap)
+		arr = malloc((size_t)eps_count * sizeof(*arr));
+	if (arr) {
+		for (struct smc_epoll *ep = eps_head; ep; ep = ep->gnext) {
+			ep->refs++;
+			arr[i++] = ep;
+		}
+	}
+	pthread_mutex_unlock(&eps_lock);
+	*n = i;
+	return arr;
+}
+
+/* The shadow entry for fd's socket must go before fd is closed: a closed fd number
+ * can no longer be named in EPOLL_CTL_DEL, and a dup would keep the entry alive. */
+static void ep_forget_in(struct smc_epoll *ep, int fd, struct smc_conn *c)
+{
+	struct ep_fdreg *r;
+
+	ep_lock(ep);
+	if (ep->dead) {
+		ep_unlock(ep);
+		return;
+	}
+	r = reg_find(ep, fd);
+	if (r)
+		reg_remove(ep, r);
+	if (c) {
+		struct smc_ep_reg *w = watch_find_conn(ep, c);
+
+		for (int i = 0; w && i < w->nwait; i++) {
+			if (w->wait_tag[i] == TAG_TCP && w->wait_fd[i] == fd) {
+				watch_clear_shadow(ep, w);
+				w->synced = false; /* re-synced at the next prepare */
+				break;
+			}
+		}
+	}
+	ep_unlock(ep);
+}
+
+void epoll_emul_forget_fd(int fd)
+{
+	struct smc_epoll *stack[16], **arr;
+	struct smc_conn *c;
+	int n;
+
+	if (__atomic_load_n(&eps_count, __ATOMIC_ACQUIRE) == 0 || fd < 0)
+		return;
+	c = wait_conn_of(fd);
+	arr = eps_snapshot(stack, 16, &n);
+	if (!arr)
+		return;
+	for (int i = 0; i < n; i++) {
+		ep_forget_in(arr[i], fd, c);
+		ep_put(arr[i]);
+	}
+	if (arr != stack)
+		free(arr);
+}
+
+void epoll_emul_close_epfd(int epfd)
+{
+	struct smc_epoll *ep = NULL;
+	struct fd_entry *e;
+
+	pthread_mutex_lock(&eps_lock);
+	e = fdtab_peek(epfd);
+	if (e && e->kind == FD_EPOLL && e->obj) {
+		ep = e->obj;
+		fdtab_clear(epfd);
+		if (ep->gprev)
+			ep->gprev->gnext = ep->gnext;
+		else
+			eps_head = ep->gnext;
+		if (ep->gnext)
+			ep->gnext->gprev = ep->gprev;
+		__atomic_sub_fetch(&eps_count, 1, __ATOMIC_RELEASE);
+	}
+	pthread_mutex_unlock(&eps_lock);
+
+	if (ep) {
+		ep_lock(ep);
+		ep->dead = true;
+		while (ep->head)
+			reg_remove(ep, ep->head);
+		while (ep->watches) /* detached leftovers cannot exist without regs */
+			watch_release(ep, ep->watches);
+		ep_unlock(ep);
+	}
+	/* it may itself be nested in other emulated sets */
+	epoll_emul_forget_fd(epfd);
+	ep_put(ep); /* the global list's reference; waiters may still hold theirs */
+}
+
+void epoll_emul_atfork_child(void)
+{
+	/* Only the forking thread survives: a lock another thread held is stuck. */
+	pthread_mutex_init(&eps_lock, NULL);
+	for (struct smc_epoll *ep = eps_head; ep; ep = ep->gnext)
+		pthread_mutex_init(&ep->lock, NULL);
+}

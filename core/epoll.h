@@ -1,0 +1,57 @@
+/* SPDX-License-Identifier: GPL-2.0-only OR BSD-2-Clause */
+/*
+ * epoll emulation for SMC fds (DESIGN.md section 5, option (a)).
+ *
+ * An application epoll fd that holds SMC fds gets a struct smc_epoll (fdtab kind
+ * FD_EPOLL) with a private "shadow" epoll fd. The shadow is added once to the
+ * application's epoll set under a process-random cookie; it watches the connections'
+ * wait fds (doorbells, level-triggered; the TCP socket, edge-triggered, which reports a
+ * dead peer). Readiness itself is computed from connection state, with TCP's level,
+ * edge, one-shot, RDHUP and HUP semantics; non-SMC fds stay in the kernel's set.
+ *
+ * Per (epoll set, connection) there is one "watch" holding the shadow entries and a
+ * connection reference; each application fd registered in the set is a registration
+ * pointing to its watch (two dup'ed fds of one connection share a watch, since a fd can
+ * sit only once in the shadow). The core keeps its own index (an fd-indexed array per
+ * set plus a global list of sets); struct smc_conn's regs field is not used.
+ *
+ * Lock order: global list lock -> outer set -> inner set (nested) -> connection.
+ * No lock is held while sleeping in the kernel.
+ */
+#ifndef SMC_EPOLL_H
+#define SMC_EPOLL_H
+
+#include <signal.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <sys/epoll.h>
+#include <time.h>
+
+struct smc_epoll;
+
+/* epoll_ctl with TCP semantics and errno. Call when fd is FD_SMC or epfd is FD_EPOLL
+ * (or fd is FD_EPOLL: an emulated set nested in another one). Other fds pass to the
+ * real epoll_ctl. */
+int epoll_emul_ctl(int epfd, int op, int fd, struct epoll_event *ev);
+/* epoll_pwait2 semantics (timeout NULL = forever, mask applied while sleeping). */
+int epoll_emul_wait(int epfd, struct epoll_event *ev, int max, const struct timespec *timeout,
+		    const sigset_t *mask);
+/* The application is closing fd (any kind): drop its registrations in every set.
+ * Call BEFORE the real close. */
+void epoll_emul_forget_fd(int fd);
+/* The application is closing an epoll fd of kind FD_EPOLL (call before the real close). */
+void epoll_emul_close_epfd(int epfd);
+/* In a forked child: re-initialise the locks (another thread may have held them). */
+void epoll_emul_atfork_child(void);
+
+/* ---- for wait.c: an emulated set inside poll/select ---- */
+
+/* POLLIN when an SMC registration of the set is ready now (does not consume edges or
+ * one-shot registrations). Also drains the shadow so that the kernel's readiness of
+ * the epoll fd no longer includes doorbells already accounted for. */
+uint32_t epoll_emul_poll_mask(int epfd);
+/* Arms every connection of the set before the caller sleeps on epfd in the kernel;
+ * returns POLLIN when something became ready meanwhile. */
+uint32_t epoll_emul_prepare_sleep(int epfd);
+
+#endif

@@ -1,0 +1,41 @@
+/* SPDX-License-Identifier: GPL-2.0-only OR BSD-2-Clause */
+/*
+ * Which fds the library cares about. Sized by RLIMIT_NOFILE (no 16-bit limit): a
+ * two-level table whose chunks are allocated on first use, so lookups are lock-free
+ * and a process with a million-fd limit pays only for the fds it touches.
+ */
+#ifndef SMC_FDTAB_H
+#define SMC_FDTAB_H
+
+#include <stdint.h>
+
+enum fd_kind {
+	FD_NONE = 0, /* not ours: every call goes straight to libc */
+	FD_TCP,      /* AF_INET/AF_INET6 stream socket that may still be upgraded, or fallback */
+	FD_LISTEN,   /* listening TCP socket with a rendezvous */
+	FD_SMC,      /* upgraded (or upgrading) connection; obj is a struct smc_conn * */
+	FD_EPOLL,    /* epoll instance that has SMC fds in it; obj is a struct smc_epoll * */
+};
+
+struct fd_entry {
+	uint8_t kind;
+	void *obj;
+};
+
+/* Largest fd the table can hold (RLIMIT_NOFILE hard limit, at least 1024). */
+int fdtab_capacity(void);
+/* Entry for fd, or NULL when fd is out of range. Never allocates. */
+struct fd_entry *fdtab_peek(int fd);
+/* Entry for fd, allocating its chunk if needed; NULL when out of range or no memory. */
+struct fd_entry *fdtab_get(int fd);
+void fdtab_set(int fd, enum fd_kind kind, void *obj);
+void fdtab_clear(int fd);
+/* Fast check for the wrappers: kind of fd, FD_NONE when unknown. */
+static inline enum fd_kind fdtab_kind(int fd)
+{
+	extern struct fd_entry *fdtab_peek(int fd);
+	struct fd_entry *e = fdtab_peek(fd);
+	return e ? (enum fd_kind)__atomic_load_n(&e->kind, __ATOMIC_ACQUIRE) : FD_NONE;
+}
+
+#endif

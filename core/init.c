@@ -1,0 +1,46 @@
+/* SPDX-License-Identifier: GPL-2.0-only OR BSD-2-Clause */
+#include <pthread.h>
+#include <stdlib.h>
+
+#include "core/config.h"
+#include "core/conn.h"
+#include "core/epoll.h"
+#include "core/init.h"
+#include "core/log.h"
+#include "core/progress.h"
+#include "core/real.h"
+#include "core/stats.h"
+
+static pthread_once_t init_once = PTHREAD_ONCE_INIT;
+
+/* A forked child holds every connection too (see conn_fork_prepare). */
+static void fork_prepare(void)
+{
+	conn_fork_prepare(+1);
+}
+
+static void fork_child(void)
+{
+	progress_atfork_child();
+	epoll_emul_atfork_child();
+}
+
+static void init_run(void)
+{
+	real_init();
+	config_load(NULL);
+	log_init();
+	atexit(stats_at_exit);
+	pthread_atfork(fork_prepare, NULL, fork_child);
+}
+
+void smc_init(void)
+{
+	pthread_once(&init_once, init_run);
+}
+
+bool smc_enabled(void)
+{
+	smc_init();
+	return smc_cfg.transport != SMC_TRANSPORT_TCP;
+}

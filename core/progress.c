@@ -1,0 +1,185 @@
+/* SPDX-License-Identifier: GPL-2.0-only OR BSD-2-Clause */
+#include <errno.h>
+#include <event2/event.h>
+#include <event2/thread.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "core/config.h"
+#include "core/conn.h"
+#include "core/handshake.h"
+#include "core/log.h"
+#include "core/progress.h"
+#include "core/real.h"
+
+static pthread_mutex_t progress_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct event_base *progress_base;
+static pthread_t progress_thread;
+static pid_t progress_pid;
+
+struct pending {
+	struct smc_conn *c;
+	struct event *ev_rdv, *ev_tcp, *ev_deadline;
+};
+
+static void pending_finish(struct pending *p)
+{
+	struct smc_conn *c = p->c;
+
+	event_free(p->ev_rdv);
+	event_free(p->ev_tcp);
+	event_free(p->ev_deadline);
+	pthread_mutex_lock(&c->lock);
+	if (c->rdv_listen_fd >= 0) {
+		REAL(close)(c->rdv_listen_fd);
+		c->rdv_listen_fd = -1;
+	}
+	pthread_mutex_unlock(&c->lock);
+	conn_put(c);
+	free(p);
+}
+
+/* Decides PENDING -> FALLBACK unless something else decided first. */
+static void pending_give_up(struct pending *p, enum smc_reason why)
+{
+	struct smc_conn *c = p->c;
+
+	pthread_mutex_lock(&c->lock);
+	if (__atomic_load_n(&c->state, __ATOMIC_ACQUIRE) == CONN_PENDING)
+		conn_fallback(c, why);
+	pthread_mutex_unlock(&c->lock);
+	pending_finish(p);
+}
+
+static void on_rdv(evutil_socket_t fd, short what, void *arg)
+{
+	struct pending *p = arg;
+	int ufd = REAL(accept4)(fd, NULL, NULL, SOCK_CLOEXEC);
+
+	(void)what;
+	if (ufd < 0) {
+		if (errno == EAGAIN || errno == EINTR || errno == ECONNABORTED)
+			return;
+		pending_give_up(p, SMC_REASON_RESOURCES);
+		return;
+	}
+	handshake_client(p->c, ufd);
+	REAL(close)(ufd);
+	pending_give_up(p, SMC_REASON_HANDSHAKE); /* no-op when the handshake decided */
+}
+
+static void on_tcp(evutil_socket_t fd, short what, void *arg)
+{
+	struct pending *p = arg;
+	char b;
+	ssize_t r = REAL(recv)(fd, &b, 1, MSG_PEEK | MSG_DONTWAIT);
+	int err = 0;
+	socklen_t len = sizeof(err);
+
+	(void)what;
+	if (r < 0 && (errno == EAGAIN || errno == EINTR)) {
+		REAL(getsockopt)(fd, SOL_SOCKET, SO_ERROR, &err, &len);
+		if (!err)
+			return;
+	}
+	/* The server spoke TCP first, closed, or the connect failed: not SMC. */
+	pending_give_up(p, SMC_REASON_PEER_NOT_SMC);
+}
+
+static void on_deadline(evutil_socket_t fd, short what, void *arg)
+{
+	(void)fd;
+	(void)what;
+	pending_give_up(arg, SMC_REASON_HANDSHAKE);
+}
+
+static void *progress_main(void *arg)
+{
+	struct event_base *base = arg;
+
+	event_base_loop(base, EVLOOP_NO_EXIT_ON_EMPTY);
+	return NULL;
+}
+
+static struct event_base *progress_start(void)
+{
+	static bool threads_ready;
+	struct event_base *base;
+	sigset_t all, old;
+
+	pthread_mutex_lock(&progress_lock);
+	if (progress_base && progress_pid == getpid()) {
+		base = progress_base;
+		goto out;
+	}
+	if (!threads_ready) {
+		evthread_use_pthreads();
+		threads_ready = true;
+	}
+	base = event_base_new();
+	if (!base)
+		goto out;
+	/* The thread must never take the application's signals. */
+	sigfillset(&all);
+	pthread_sigmask(SIG_SETMASK, &all, &old);
+	if (pthread_create(&progress_thread, NULL, progress_main, base) != 0) {
+		pthread_sigmask(SIG_SETMASK, &old, NULL);
+		event_base_free(base);
+		base = NULL;
+		goto out;
+	}
+	pthread_sigmask(SIG_SETMASK, &old, NULL);
+	pthread_detach(progress_thread);
+	progress_base = base;
+	progress_pid = getpid();
+	log_debug("progress thread started");
+out:
+	pthread_mutex_unlock(&progress_lock);
+	return base;
+}
+
+int progress_watch_pending(struct smc_conn *c)
+{
+	struct event_base *base = progress_start();
+	struct pending *p;
+	struct timeval tv = {
+		.tv_sec = smc_cfg.handshake_timeout_ms / 1000,
+		.tv_usec = (smc_cfg.handshake_timeout_ms % 1000) * 1000,
+	};
+
+	if (!base)
+		return -ENOMEM;
+	p = calloc(1, sizeof(*p));
+	if (!p)
+		return -ENOMEM;
+	p->c = c;
+	p->ev_rdv = event_new(base, c->rdv_listen_fd, EV_READ | EV_PERSIST, on_rdv, p);
+	p->ev_tcp = event_new(base, c->fd, EV_READ | EV_PERSIST, on_tcp, p);
+	p->ev_deadline = event_new(base, -1, 0, on_deadline, p);
+	if (!p->ev_rdv || !p->ev_tcp || !p->ev_deadline) {
+		if (p->ev_rdv)
+			event_free(p->ev_rdv);
+		if (p->ev_tcp)
+			event_free(p->ev_tcp);
+		if (p->ev_deadline)
+			event_free(p->ev_deadline);
+		free(p);
+		return -ENOMEM;
+	}
+	conn_get(c);
+	event_add(p->ev_rdv, NULL);
+	event_add(p->ev_tcp, NULL);
+	event_add(p->ev_deadline, &tv);
+	return 0;
+}
+
+void progress_atfork_child(void)
+{
+	/* The thread is gone; its base may be mid-operation in the parent's image. Leave it
+	 * and start a fresh one on next need. */
+	progress_base = NULL;
+	progress_pid = 0;
+	pthread_mutex_init(&progress_lock, NULL);
+}

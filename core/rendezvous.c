@@ -1,0 +1,366 @@
+/* SPDX-License-Identifier: GPL-2.0-only OR BSD-2-Clause */
+#include <errno.h>
+#include <ifaddrs.h>
+#include <netinet/in.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/un.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "core/real.h"
+#include "core/rendezvous.h"
+
+/* An endpoint in a canonical form: IPv4 as IPv4-mapped IPv6. */
+struct endpoint {
+	uint8_t addr[16];
+	uint16_t port; /* host order */
+};
+
+static bool endpoint_from(const struct sockaddr *sa, struct endpoint *ep)
+{
+	memset(ep, 0, sizeof(*ep));
+	if (sa->sa_family == AF_INET) {
+		const struct sockaddr_in *in = (const struct sockaddr_in *)sa;
+
+		ep->addr[10] = ep->addr[11] = 0xff;
+		memcpy(&ep->addr[12], &in->sin_addr, 4);
+		ep->port = ntohs(in->sin_port);
+		return true;
+	}
+	if (sa->sa_family == AF_INET6) {
+		const struct sockaddr_in6 *in6 = (const struct sockaddr_in6 *)sa;
+
+		memcpy(ep->addr, &in6->sin6_addr, 16);
+		ep->port = ntohs(in6->sin6_port);
+		return true;
+	}
+	return false;
+}
+
+static bool endpoint_is_v4(const struct endpoint *ep)
+{
+	static const uint8_t mapped[12] = { 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff };
+
+	return memcmp(ep->addr, mapped, 12) == 0;
+}
+
+bool rdv_same_endpoint(const struct sockaddr *a, const struct sockaddr *b)
+{
+	struct endpoint ea, eb;
+
+	return endpoint_from(a, &ea) && endpoint_from(b, &eb) &&
+	       memcmp(ea.addr, eb.addr, 16) == 0 && ea.port == eb.port;
+}
+
+static size_t hex_append(char *dst, const uint8_t *src, size_t n)
+{
+	static const char digits[] = "0123456789abcdef";
+
+	for (size_t i = 0; i < n; i++) {
+		dst[2 * i] = digits[src[i] >> 4];
+		dst[2 * i + 1] = digits[src[i] & 15];
+	}
+	return 2 * n;
+}
+
+static size_t endpoint_append(char *dst, const struct endpoint *ep)
+{
+	uint8_t port[2] = { (uint8_t)(ep->port >> 8), (uint8_t)ep->port };
+	size_t n = hex_append(dst, ep->addr, 16);
+
+	return n + hex_append(dst + n, port, 2);
+}
+
+/* Abstract address "\0smcp1:<kind>:<endpoints in hex>". */
+static socklen_t rdv_name(struct sockaddr_un *un, char kind, const struct endpoint *a,
+			  const struct endpoint *b)
+{
+	char *p = un->sun_path;
+
+	memset(un, 0, sizeof(*un));
+	un->sun_family = AF_UNIX;
+	p++; /* abstract namespace: leading NUL */
+	p += sprintf(p, "smcp1:%c:", kind);
+	p += endpoint_append(p, a);
+	if (b) {
+		*p++ = '-';
+		p += endpoint_append(p, b);
+	}
+	return (socklen_t)(offsetof(struct sockaddr_un, sun_path) + (size_t)(p - un->sun_path));
+}
+
+/* ------------------------------------------------------------ local addresses */
+
+static pthread_mutex_t local_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct endpoint *local_addrs;
+static size_t local_count;
+static time_t local_loaded;
+
+static void local_addrs_load(void)
+{
+	struct ifaddrs *ifa, *i;
+	size_t n = 0;
+	struct endpoint *v;
+
+	if (getifaddrs(&ifa) < 0)
+		return;
+	for (i = ifa; i; i = i->ifa_next)
+		n++;
+	v = calloc(n ? n : 1, sizeof(*v));
+	if (v) {
+		n = 0;
+		for (i = ifa; i; i = i->ifa_next)
+			if (i->ifa_addr && endpoint_from(i->ifa_addr, &v[n]))
+				n++;
+		free(local_addrs);
+		local_addrs = v;
+		local_count = n;
+	}
+	freeifaddrs(ifa);
+	local_loaded = time(NULL);
+}
+
+static bool local_addrs_contain(const struct endpoint *ep)
+{
+	for (size_t i = 0; i < local_count; i++)
+		if (memcmp(local_addrs[i].addr, ep->addr, 16) == 0)
+			return true;
+	return false;
+}
+
+bool rdv_addr_is_local(const struct sockaddr *sa)
+{
+	struct endpoint ep;
+	bool found;
+
+	if (!endpoint_from(sa, &ep))
+		return false;
+	if (endpoint_is_v4(&ep) && ep.addr[12] == 127)
+		return true;
+	if (!endpoint_is_v4(&ep) && memcmp(ep.addr, &in6addr_loopback, 16) == 0)
+		return true;
+	pthread_mutex_lock(&local_lock);
+	found = local_addrs_contain(&ep);
+	/* Addresses change rarely; reload at most once a second on a miss. */
+	if (!found && time(NULL) != local_loaded) {
+		local_addrs_load();
+		found = local_addrs_contain(&ep);
+	}
+	pthread_mutex_unlock(&local_lock);
+	return found;
+}
+
+/* ------------------------------------------------------------ names */
+
+int rdv_listener_register(int lfd)
+{
+	struct sockaddr_storage ss;
+	socklen_t len = sizeof(ss);
+	struct endpoint ep;
+	struct sockaddr_un un;
+	socklen_t ulen;
+	int fd;
+
+	if (REAL(getsockname)(lfd, (struct sockaddr *)&ss, &len) < 0)
+		return -errno;
+	if (!endpoint_from((struct sockaddr *)&ss, &ep))
+		return -EAFNOSUPPORT;
+	ulen = rdv_name(&un, 'l', &ep, NULL);
+	fd = REAL(socket)(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+	if (fd < 0)
+		return -errno;
+	if (REAL(bind)(fd, (struct sockaddr *)&un, ulen) < 0) {
+		int e = errno;
+
+		REAL(close)(fd);
+		/* EADDRINUSE: a forked sibling already holds the name for this port. */
+		return -e;
+	}
+	return fd;
+}
+
+static bool name_bound(int probe, const struct endpoint *ep)
+{
+	struct sockaddr_un un;
+	socklen_t ulen = rdv_name(&un, 'l', ep, NULL);
+
+	return REAL(connect)(probe, (struct sockaddr *)&un, ulen) == 0;
+}
+
+bool rdv_listener_present(const struct sockaddr *dst)
+{
+	struct endpoint ep, any;
+	bool found;
+	int probe;
+
+	if (!endpoint_from(dst, &ep))
+		return false;
+	probe = REAL(socket)(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+	if (probe < 0)
+		return false;
+	found = name_bound(probe, &ep);
+	if (!found && rdv_addr_is_local(dst)) {
+		/* A wildcard listener: 0.0.0.0 for IPv4 peers, :: for both. */
+		memset(&any, 0, sizeof(any));
+		any.port = ep.port;
+		if (endpoint_is_v4(&ep)) {
+			any.addr[10] = any.addr[11] = 0xff;
+			found = name_bound(probe, &any);
+			memset(any.addr, 0, 16);
+		}
+		if (!found)
+			found = name_bound(probe, &any);
+	}
+	REAL(close)(probe);
+	return found;
+}
+
+int rdv_conn_listen(const struct sockaddr *local, const struct sockaddr *peer)
+{
+	struct endpoint a, b;
+	struct sockaddr_un un;
+	socklen_t ulen;
+	int fd;
+
+	if (!endpoint_from(local, &a) || !endpoint_from(peer, &b))
+		return -EAFNOSUPPORT;
+	ulen = rdv_name(&un, 'c', &a, &b);
+	fd = REAL(socket)(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+	if (fd < 0)
+		return -errno;
+	if (REAL(bind)(fd, (struct sockaddr *)&un, ulen) < 0 || REAL(listen)(fd, 4) < 0) {
+		int e = errno;
+
+		REAL(close)(fd);
+		return -e;
+	}
+	return fd;
+}
+
+int rdv_conn_connect(const struct sockaddr *peer, const struct sockaddr *local)
+{
+	struct endpoint a, b;
+	struct sockaddr_un un;
+	socklen_t ulen;
+	int fd;
+
+	if (!endpoint_from(peer, &a) || !endpoint_from(local, &b))
+		return -EAFNOSUPPORT;
+	ulen = rdv_name(&un, 'c', &a, &b);
+	fd = REAL(socket)(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+	if (fd < 0)
+		return -errno;
+	if (REAL(connect)(fd, (struct sockaddr *)&un, ulen) < 0) {
+		int e = errno;
+
+		REAL(close)(fd);
+		return -e;
+	}
+	return fd;
+}
+
+/* ------------------------------------------------------------ messages */
+
+#define RDV_MAX_FDS 4
+
+int rdv_send(int ufd, const void *buf, size_t len, const int *fds, int nfds)
+{
+	union {
+		struct cmsghdr h;
+		char space[CMSG_SPACE(sizeof(int) * RDV_MAX_FDS)];
+	} ctl;
+	struct iovec iov = { .iov_base = (void *)buf, .iov_len = len };
+	struct msghdr msg = { .msg_iov = &iov, .msg_iovlen = 1 };
+	ssize_t r;
+
+	if (nfds > RDV_MAX_FDS)
+		return -EINVAL;
+	if (nfds > 0) {
+		struct cmsghdr *cm;
+
+		memset(&ctl, 0, sizeof(ctl));
+		msg.msg_control = ctl.space;
+		msg.msg_controllen = CMSG_SPACE(sizeof(int) * (size_t)nfds);
+		cm = CMSG_FIRSTHDR(&msg);
+		cm->cmsg_level = SOL_SOCKET;
+		cm->cmsg_type = SCM_RIGHTS;
+		cm->cmsg_len = CMSG_LEN(sizeof(int) * (size_t)nfds);
+		memcpy(CMSG_DATA(cm), fds, sizeof(int) * (size_t)nfds);
+	}
+	do
+		r = REAL(sendmsg)(ufd, &msg, MSG_NOSIGNAL);
+	while (r < 0 && errno == EINTR);
+	if (r < 0)
+		return -errno;
+	return (size_t)r == len ? 0 : -EPROTO;
+}
+
+ssize_t rdv_recv(int ufd, void *buf, size_t cap, int *fds, int *nfds, int maxfds)
+{
+	union {
+		struct cmsghdr h;
+		char space[CMSG_SPACE(sizeof(int) * RDV_MAX_FDS)];
+	} ctl;
+	struct iovec iov = { .iov_base = buf, .iov_len = cap };
+	struct msghdr msg = { .msg_iov = &iov, .msg_iovlen = 1,
+			      .msg_control = ctl.space, .msg_controllen = sizeof(ctl.space) };
+	struct cmsghdr *cm;
+	ssize_t r;
+	bool bad = false;
+
+	*nfds = 0;
+	do
+		r = REAL(recvmsg)(ufd, &msg, MSG_CMSG_CLOEXEC);
+	while (r < 0 && errno == EINTR);
+	if (r < 0)
+		return -errno;
+	for (cm = CMSG_FIRSTHDR(&msg); cm; cm = CMSG_NXTHDR(&msg, cm)) {
+		int n, *p;
+
+		if (cm->cmsg_level != SOL_SOCKET || cm->cmsg_type != SCM_RIGHTS)
+			continue;
+		n = (int)((cm->cmsg_len - CMSG_LEN(0)) / sizeof(int));
+		p = (int *)CMSG_DATA(cm);
+		for (int i = 0; i < n; i++) {
+			int fd;
+
+			memcpy(&fd, &p[i], sizeof(fd));
+			if (*nfds < maxfds)
+				fds[(*nfds)++] = fd;
+			else {
+				REAL(close)(fd);
+				bad = true;
+			}
+		}
+	}
+	if (bad || (msg.msg_flags & (MSG_TRUNC | MSG_CTRUNC))) {
+		for (int i = 0; i < *nfds; i++)
+			REAL(close)(fds[i]);
+		*nfds = 0;
+		return -EPROTO;
+	}
+	if (r == 0)
+		return -ECONNRESET;
+	return r;
+}
+
+bool rdv_is_mirror_socket(int theirs, int ours)
+{
+	struct sockaddr_storage tl, tp, ol, op;
+	socklen_t l1 = sizeof(tl), l2 = sizeof(tp), l3 = sizeof(ol), l4 = sizeof(op);
+	int type = 0;
+	socklen_t tlen = sizeof(type);
+
+	if (REAL(getsockopt)(theirs, SOL_SOCKET, SO_TYPE, &type, &tlen) < 0 || type != SOCK_STREAM)
+		return false;
+	if (REAL(getsockname)(theirs, (struct sockaddr *)&tl, &l1) < 0 ||
+	    REAL(getpeername)(theirs, (struct sockaddr *)&tp, &l2) < 0 ||
+	    REAL(getsockname)(ours, (struct sockaddr *)&ol, &l3) < 0 ||
+	    REAL(getpeername)(ours, (struct sockaddr *)&op, &l4) < 0)
+		return false;
+	return rdv_same_endpoint((struct sockaddr *)&tl, (struct sockaddr *)&op) &&
+	       rdv_same_endpoint((struct sockaddr *)&tp, (struct sockaddr *)&ol);
+}

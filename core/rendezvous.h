@@ -1,0 +1,50 @@
+/* SPDX-License-Identifier: GPL-2.0-only OR BSD-2-Clause */
+/*
+ * Same-host rendezvous: zero setup, zero privilege.
+ *
+ * A preloaded listener binds an abstract unix datagram name derived from its address
+ * and port ("is anybody preloaded behind this port?"). A preloaded client that finds
+ * it binds its socket, registers an abstract seqpacket listener named after the exact
+ * TCP 4-tuple, then connects. The accepting server process, whichever process of a
+ * forked family it is, connects to that name and the handshake (CLC messages, memfd
+ * and eventfds passed with SCM_RIGHTS) runs over it. Abstract names live in the network
+ * namespace, so the rendezvous never crosses one.
+ */
+#ifndef SMC_RENDEZVOUS_H
+#define SMC_RENDEZVOUS_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/socket.h>
+#include <sys/types.h>
+
+/* Loopback or an address of one of this host's interfaces. */
+bool rdv_addr_is_local(const struct sockaddr *sa);
+
+/* Listener side: registers the name of listening socket lfd; returns the fd that holds
+ * the name (close it to unregister) or -errno. */
+int rdv_listener_register(int lfd);
+/* Client side: is a preloaded listener behind dst (exact address, or a wildcard one)? */
+bool rdv_listener_present(const struct sockaddr *dst);
+
+/* Client side: per-connection seqpacket listener for the 4-tuple (local, peer). */
+int rdv_conn_listen(const struct sockaddr *local, const struct sockaddr *peer);
+/* Server side: connects to the client's per-connection name for the accepted socket's
+ * 4-tuple (peer = client, local = server). -errno when there is none. */
+int rdv_conn_connect(const struct sockaddr *peer, const struct sockaddr *local);
+
+/* One message with up to `nfds` descriptors attached. */
+int rdv_send(int ufd, const void *buf, size_t len, const int *fds, int nfds);
+/* Receives one message; fills fds[0..*nfds) (CLOEXEC). Returns its length or -errno;
+ * descriptors beyond maxfds are closed and the message rejected. */
+ssize_t rdv_recv(int ufd, void *buf, size_t cap, int *fds, int *nfds, int maxfds);
+
+/* Proof that the peer of the rendezvous holds the other end of our TCP connection: the
+ * descriptor it passed must be a TCP socket whose local/peer addresses mirror ours. */
+bool rdv_is_mirror_socket(int theirs, int ours);
+
+/* Same address and port (IPv4-mapped IPv6 equals IPv4). */
+bool rdv_same_endpoint(const struct sockaddr *a, const struct sockaddr *b);
+
+#endif

@@ -1,0 +1,229 @@
+/* SPDX-License-Identifier: GPL-2.0-only OR BSD-2-Clause */
+/*
+ * RMB ring arithmetic (see ring.h for the cursor format).
+ *
+ * Everything here may be fed values that came from an untrusted peer, so every
+ * function stays memory-safe for any input: an out-of-range count is reduced
+ * modulo the ring size before it is used as an offset, and a copy longer than
+ * the ring just wraps around again instead of running off the end. Callers are
+ * still expected to validate cursors first (cursor_valid / cursor_diff, or the
+ * cdc_validate_* helpers) and abort the connection on a forged one.
+ */
+#include "core/ring.h"
+
+#include <string.h>
+
+#define CURSOR_HIGH_MASK 0xFFFF000000000000ULL
+
+bool cursor_valid(smc_cursor c, uint32_t size)
+{
+	return size != 0 && (c & CURSOR_HIGH_MASK) == 0 && cursor_count(c) < size;
+}
+
+smc_cursor cursor_add(smc_cursor c, uint32_t n, uint32_t size)
+{
+	if (size == 0)
+		return c;
+	/* 64-bit sum: count + n cannot overflow even for count, n near 2^32. */
+	uint64_t pos = (uint64_t)cursor_count(c) + n;
+	uint16_t wrap = cursor_wrap(c);
+
+	if (pos >= size) {
+		/* The common case is at most one wrap (n <= size, count < size). */
+		if (pos < 2ULL * size) {
+			pos -= size;
+			wrap++;
+		} else {
+			wrap = (uint16_t)(wrap + pos / size);
+			pos %= size;
+		}
+	}
+	return cursor_make(wrap, (uint32_t)pos);
+}
+
+int64_t cursor_diff(smc_cursor newer, smc_cursor older, uint32_t size)
+{
+	if (!cursor_valid(newer, size) || !cursor_valid(older, size))
+		return -1;
+
+	/* Wrap counters are compared modulo 2^16: 0x0000 is one after 0xFFFF. */
+	uint16_t dwrap = (uint16_t)(cursor_wrap(newer) - cursor_wrap(older));
+	uint32_t n = cursor_count(newer), o = cursor_count(older);
+
+	if (dwrap == 0)
+		return n >= o ? (int64_t)(n - o) : -1;
+	if (dwrap == 1)
+		/* One wrap apart: at most a whole ring, i.e. n <= o. */
+		return n <= o ? (int64_t)size - o + n : -1;
+	/* Two or more wraps apart is always more than a ring; anything "behind"
+	 * shows up here as a huge dwrap too. */
+	return -1;
+}
+
+int64_t ring_used(smc_cursor prod, smc_cursor cons, uint32_t size)
+{
+	return cursor_diff(prod, cons, size);
+}
+
+int64_t ring_free(smc_cursor prod, smc_cursor cons, uint32_t size)
+{
+	int64_t used = cursor_diff(prod, cons, size);
+
+	return used < 0 ? -1 : (int64_t)size - used;
+}
+
+/* Offset in the ring for cursor `at`, forced into [0, size). */
+static inline uint32_t ring_offset(smc_cursor at, uint32_t size)
+{
+	uint32_t off = cursor_count(at);
+
+	if (__builtin_expect(off >= size, 0))
+		off %= size;
+	return off;
+}
+
+/* Copy into the ring at offset `off`; returns the offset after the copy. */
+static uint32_t copy_in_at(uint8_t *ring, uint32_t size, uint32_t off, const uint8_t *src,
+			   size_t len)
+{
+	while (len > 0) {
+		size_t chunk = size - off;
+
+		if (chunk > len)
+			chunk = len;
+		memcpy(ring + off, src, chunk);
+		src += chunk;
+		len -= chunk;
+		off += (uint32_t)chunk;
+		if (off == size)
+			off = 0;
+	}
+	return off;
+}
+
+static uint32_t copy_out_at(const uint8_t *ring, uint32_t size, uint32_t off, uint8_t *dst,
+			    size_t len)
+{
+	while (len > 0) {
+		size_t chunk = size - off;
+
+		if (chunk > len)
+			chunk = len;
+		memcpy(dst, ring + off, chunk);
+		dst += chunk;
+		len -= chunk;
+		off += (uint32_t)chunk;
+		if (off == size)
+			off = 0;
+	}
+	return off;
+}
+
+/* cursor_add for a size_t length (len may exceed the ring in defensive paths). */
+static smc_cursor cursor_add_len(smc_cursor at, size_t len, uint32_t size)
+{
+	while (len > size) {
+		at = cursor_add(at, size, size);
+		len -= size;
+	}
+	return cursor_add(at, (uint32_t)len, size);
+}
+
+smc_cursor ring_copy_in(uint8_t *ring, uint32_t size, smc_cursor at, const void *src,
+			size_t len)
+{
+	if (size == 0 || len == 0)
+		return at;
+	copy_in_at(ring, size, ring_offset(at, size), src, len);
+	return cursor_add_len(at, len, size);
+}
+
+smc_cursor ring_copy_out(const uint8_t *ring, uint32_t size, smc_cursor at, void *dst,
+			 size_t len)
+{
+	if (size == 0 || len == 0)
+		return at;
+	copy_out_at(ring, size, ring_offset(at, size), dst, len);
+	return cursor_add_len(at, len, size);
+}
+
+/*
+ * Walks the iovec array: skips `skip` bytes, then hands out segments until `len`
+ * bytes are covered or the array ends. Zero-length entries are stepped over.
+ */
+struct iov_walk {
+	const struct iovec *iov;
+	int left;          /* entries not yet consumed, including the current one */
+	size_t in_cur;     /* bytes already used from the current entry */
+};
+
+static void iov_walk_init(struct iov_walk *w, const struct iovec *iov, int iovcnt, size_t skip)
+{
+	w->iov = iov;
+	w->left = iovcnt > 0 ? iovcnt : 0;
+	w->in_cur = 0;
+	while (w->left > 0 && skip >= w->iov->iov_len) {
+		skip -= w->iov->iov_len;
+		w->iov++;
+		w->left--;
+	}
+	if (w->left > 0)
+		w->in_cur = skip;
+}
+
+/* Next segment of at most `max` bytes; returns its length (0 at the end). */
+static size_t iov_walk_next(struct iov_walk *w, size_t max, uint8_t **base)
+{
+	while (w->left > 0 && w->in_cur == w->iov->iov_len) {
+		w->iov++;
+		w->left--;
+		w->in_cur = 0;
+	}
+	if (w->left == 0 || max == 0)
+		return 0;
+	size_t n = w->iov->iov_len - w->in_cur;
+
+	if (n > max)
+		n = max;
+	*base = (uint8_t *)w->iov->iov_base + w->in_cur;
+	w->in_cur += n;
+	return n;
+}
+
+size_t ring_copy_in_iov(uint8_t *ring, uint32_t size, smc_cursor at,
+			const struct iovec *iov, int iovcnt, size_t skip, size_t len)
+{
+	struct iov_walk w;
+	size_t done = 0, n;
+	uint8_t *seg;
+
+	if (size == 0)
+		return 0;
+	uint32_t off = ring_offset(at, size);
+
+	iov_walk_init(&w, iov, iovcnt, skip);
+	while ((n = iov_walk_next(&w, len - done, &seg)) > 0) {
+		off = copy_in_at(ring, size, off, seg, n);
+		done += n;
+	}
+	return done;
+}
+
+size_t ring_copy_out_iov(const uint8_t *ring, uint32_t size, smc_cursor at,
+			 const struct iovec *iov, int iovcnt, size_t skip, size_t len)
+{
+	struct iov_walk w;
+	size_t done = 0, n;
+	uint8_t *seg;
+
+	if (size == 0)
+		return 0;
+	uint32_t off = ring_offset(at, size);
+
+	iov_walk_init(&w, iov, iovcnt, skip);
+	while ((n = iov_walk_next(&w, len - done, &seg)) > 0) {
+		off = copy_out_at(ring, size, off, seg, n);
+		done += n;
+	}
+	return done;
+}

@@ -1,0 +1,70 @@
+/* SPDX-License-Identifier: GPL-2.0-only OR BSD-2-Clause */
+/*
+ * Same-host transport memory: one sealed memfd per connection holding a control page
+ * and the two RMB rings (client->server, server->client). The server creates it,
+ * passes it to the client over the rendezvous socket (SCM_RIGHTS), both map it shared.
+ *
+ * The peer can write anywhere in the mapping, so nothing read from it is trusted:
+ * sizes come from the handshake, each side keeps its own cursors locally, and a cursor
+ * read from the peer's half is validated (cdc_validate_*) before it moves a byte.
+ */
+#ifndef SMC_SHM_H
+#define SMC_SHM_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define SHM_MAGIC   0x534d4350u /* "SMCP" */
+#define SHM_VERSION 1
+
+/* Writer -> reader flags (dir_ctl.wflags) */
+#define SHM_W_DONE_WRITING 0x1u /* shutdown(SHUT_WR): EOF after the ring drains */
+#define SHM_W_CLOSED       0x2u /* writer side closed */
+#define SHM_W_ABORT        0x4u /* connection aborted (SO_LINGER 0, protocol error) */
+/* Reader -> writer flags (dir_ctl.rflags) */
+#define SHM_R_CLOSED       0x1u /* reader will never read again: writes fail with EPIPE */
+#define SHM_R_ABORT        0x2u
+
+/* One direction of the connection. The writer's and the reader's fields sit on their
+ * own cache lines so publishing a cursor never bounces the other side's line. */
+struct shm_dir_ctl {
+	/* written by the writer */
+	_Alignas(64) uint64_t prod;
+	uint32_t wflags;
+	uint32_t w_blocked;   /* writer sleeps for room: reader rings writer's tx bell */
+	/* written by the reader */
+	_Alignas(64) uint64_t cons;
+	uint32_t rflags;
+	uint32_t r_armed;     /* reader sleeps for data: writer rings reader's rx bell */
+};
+
+struct shm_hdr {
+	uint32_t magic, version;
+	uint32_t ring_size[2];    /* informational; both sides use the handshake's sizes */
+	uint32_t side_refs[2];    /* processes holding each side (fork) */
+	_Alignas(64) struct shm_dir_ctl dir[2]; /* dir[0]: client->server, dir[1]: server->client */
+};
+
+#define SHM_HDR_SPACE 4096u
+
+struct shm_map {
+	void *base;
+	size_t len;
+	struct shm_hdr *hdr;
+	uint8_t *ring[2];         /* ring[d] is the buffer of direction d */
+	uint32_t size[2];
+};
+
+/* Bytes of the memfd for the given ring sizes. */
+size_t shm_region_len(uint32_t size0, uint32_t size1);
+/* Creates, sizes, seals and maps a new region; returns the memfd (CLOEXEC) or -errno. */
+int shm_create(uint32_t size0, uint32_t size1, struct shm_map *out);
+/* Maps a region received from the peer after checking its seals and size. */
+int shm_attach(int memfd, uint32_t size0, uint32_t size1, struct shm_map *out);
+void shm_detach(struct shm_map *m);
+
+/* Process-wide RMB memory accounting against SMC_MEM_CAP. */
+int shm_reserve(size_t bytes);   /* 0, or -ENOMEM past the cap */
+void shm_unreserve(size_t bytes);
+
+#endif

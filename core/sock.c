@@ -1,0 +1,529 @@
+/* SPDX-License-Identifier: GPL-2.0-only OR BSD-2-Clause */
+/*
+ * The core's entry points for the preload layer: decides per socket whether to try SMC,
+ * drives the rendezvous, and dispatches I/O to the connection engine or to libc.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <linux/sockios.h>
+#include <netinet/in.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/ioctl.h>
+
+#include "core/config.h"
+#include "core/conn.h"
+#include "core/epoll.h"
+#include "core/fdtab.h"
+#include "core/handshake.h"
+#include "core/init.h"
+#include "core/log.h"
+#include "core/progress.h"
+#include "core/real.h"
+#include "core/rendezvous.h"
+#include "core/sock.h"
+#include "core/stats.h"
+#include "core/wait.h"
+
+struct smc_listener {
+	int name_fd; /* holds the rendezvous name; -1 when a sibling process holds it */
+	int refs;
+};
+
+static struct smc_conn *fd_conn(int fd)
+{
+	struct fd_entry *e = fdtab_peek(fd);
+
+	return e && e->kind == FD_SMC ? e->obj : NULL;
+}
+
+static void conn_load_sockopts(struct smc_conn *c)
+{
+	struct timeval tv;
+	struct linger lg;
+	socklen_t len = sizeof(tv);
+
+	if (REAL(getsockopt)(c->fd, SOL_SOCKET, SO_RCVTIMEO, &tv, &len) == 0)
+		c->rcvtimeo_ns = (int64_t)tv.tv_sec * 1000000000 + tv.tv_usec * 1000;
+	len = sizeof(tv);
+	if (REAL(getsockopt)(c->fd, SOL_SOCKET, SO_SNDTIMEO, &tv, &len) == 0)
+		c->sndtimeo_ns = (int64_t)tv.tv_sec * 1000000000 + tv.tv_usec * 1000;
+	len = sizeof(lg);
+	if (REAL(getsockopt)(c->fd, SOL_SOCKET, SO_LINGER, &lg, &len) == 0) {
+		c->linger_on = lg.l_onoff != 0;
+		c->linger_s = lg.l_linger;
+	}
+}
+
+void smc_sock_created(int fd, int domain, int type, int protocol)
+{
+	if (fd < 0 || (domain != AF_INET && domain != AF_INET6))
+		return;
+	if ((type & ~(SOCK_NONBLOCK | SOCK_CLOEXEC)) != SOCK_STREAM)
+		return;
+	if (protocol != 0 && protocol != IPPROTO_TCP)
+		return;
+	smc_init();
+	fdtab_set(fd, FD_TCP, NULL);
+}
+
+/* ------------------------------------------------------------ connect */
+
+static bool addr_is_unspecified(const struct sockaddr *sa)
+{
+	if (sa->sa_family == AF_INET)
+		return ((const struct sockaddr_in *)sa)->sin_addr.s_addr == htonl(INADDR_ANY);
+	return IN6_IS_ADDR_UNSPECIFIED(&((const struct sockaddr_in6 *)sa)->sin6_addr);
+}
+
+static uint16_t addr_port(const struct sockaddr *sa)
+{
+	if (sa->sa_family == AF_INET)
+		return ntohs(((const struct sockaddr_in *)sa)->sin_port);
+	return ntohs(((const struct sockaddr_in6 *)sa)->sin6_port);
+}
+
+/* The client's half of the 4-tuple must be known before the TCP connection exists, so
+ * that the server can find our rendezvous name the moment it accepts: bind an ephemeral
+ * port on the address the kernel would pick for a local destination (the destination
+ * itself). SO_REUSEADDR lets the port be reused while in TIME_WAIT, as connect()'s own
+ * port choice would. */
+static int bind_local_end(int fd, const struct sockaddr *dst, socklen_t dlen,
+			  struct sockaddr_storage *local)
+{
+	socklen_t len = sizeof(*local);
+	int one = 1;
+
+	if (REAL(getsockname)(fd, (struct sockaddr *)local, &len) < 0)
+		return -errno;
+	if (addr_port((struct sockaddr *)local) != 0) {
+		if (addr_is_unspecified((struct sockaddr *)local)) {
+			uint16_t port = addr_port((struct sockaddr *)local);
+
+			memcpy(local, dst, dlen);
+			if (local->ss_family == AF_INET)
+				((struct sockaddr_in *)local)->sin_port = htons(port);
+			else
+				((struct sockaddr_in6 *)local)->sin6_port = htons(port);
+		}
+		return 0;
+	}
+	memcpy(local, dst, dlen);
+	if (local->ss_family == AF_INET)
+		((struct sockaddr_in *)local)->sin_port = 0;
+	else
+		((struct sockaddr_in6 *)local)->sin6_port = 0;
+	REAL(setsockopt)(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+	if (REAL(bind)(fd, (struct sockaddr *)local, dlen) < 0)
+		return -errno;
+	len = sizeof(*local);
+	if (REAL(getsockname)(fd, (struct sockaddr *)local, &len) < 0)
+		return -errno;
+	return 0;
+}
+
+/* Sets up a PENDING client connection for fd. NULL: stay plain TCP for `*why`. */
+static struct smc_conn *connect_prepare(int fd, const struct sockaddr *dst, socklen_t dlen,
+					enum smc_reason *why)
+{
+	struct sockaddr_storage local;
+	struct smc_conn *c;
+	int fl;
+
+	*why = SMC_REASON_RESOURCES;
+	if (bind_local_end(fd, dst, dlen, &local) < 0)
+		return NULL;
+	c = conn_new(fd, CONN_CLIENT);
+	if (!c)
+		return NULL;
+	fl = REAL(fcntl)(fd, F_GETFL);
+	c->nonblock = fl >= 0 && (fl & O_NONBLOCK);
+	conn_load_sockopts(c);
+	c->rdv_listen_fd = rdv_conn_listen((struct sockaddr *)&local, dst);
+	if (c->rdv_listen_fd < 0) {
+		conn_put(c);
+		return NULL;
+	}
+	fdtab_set(fd, FD_SMC, c);
+	if (progress_watch_pending(c) < 0) {
+		fdtab_set(fd, FD_TCP, NULL);
+		conn_put(c);
+		return NULL;
+	}
+	return c;
+}
+
+int smc_sock_connect(int fd, const struct sockaddr *addr, socklen_t len)
+{
+	enum smc_reason why = SMC_REASON_DISABLED;
+	struct smc_conn *c = NULL;
+	int r, e;
+
+	if (fdtab_kind(fd) != FD_TCP || !addr || len < sizeof(sa_family_t) ||
+	    (addr->sa_family != AF_INET && addr->sa_family != AF_INET6) ||
+	    len < (addr->sa_family == AF_INET ? sizeof(struct sockaddr_in) : sizeof(struct sockaddr_in6)))
+		return REAL(connect)(fd, addr, len);
+	if (smc_enabled() && !addr_is_unspecified(addr)) {
+		if (rdv_listener_present(addr))
+			c = connect_prepare(fd, addr, len, &why);
+		else
+			why = rdv_addr_is_local(addr) ? SMC_REASON_PEER_NOT_SMC : SMC_REASON_NOT_LOCAL;
+	}
+	r = REAL(connect)(fd, addr, len);
+	e = errno;
+	if (c && r < 0 && e != EINPROGRESS) {
+		/* No connection: nothing to count; the progress thread lets go on its own. */
+		pthread_mutex_lock(&c->lock);
+		__atomic_store_n(&c->state, CONN_CLOSED, __ATOMIC_RELEASE);
+		pthread_mutex_unlock(&c->lock);
+		fdtab_set(fd, FD_TCP, NULL);
+		conn_put(c);
+	} else if (!c && (r == 0 || e == EINPROGRESS)) {
+		stats_conn(SMC_MODE_TCP, why);
+	}
+	errno = e;
+	return r;
+}
+
+/* ------------------------------------------------------------ listen / accept */
+
+int smc_sock_listen(int fd, int backlog)
+{
+	struct smc_listener *l;
+	int r = REAL(listen)(fd, backlog);
+
+	if (r < 0 || fdtab_kind(fd) != FD_TCP || !smc_enabled())
+		return r;
+	l = calloc(1, sizeof(*l));
+	if (!l)
+		return r;
+	l->refs = 1;
+	l->name_fd = rdv_listener_register(fd);
+	if (l->name_fd < 0 && l->name_fd != -EADDRINUSE)
+		log_warn("fd %d: no rendezvous for this listener (%s): connections stay TCP",
+			 fd, strerror(-l->name_fd));
+	fdtab_set(fd, FD_LISTEN, l);
+	return r;
+}
+
+static void copy_addr_out(const struct sockaddr_storage *ss, socklen_t sslen,
+			  struct sockaddr *addr, socklen_t *len)
+{
+	if (!addr || !len)
+		return;
+	memcpy(addr, ss, *len < sslen ? *len : sslen);
+	*len = sslen;
+}
+
+/* Aborts the TCP connection with a reset: used when a handshake failed after the point
+ * where the peer may already consider the connection upgraded. */
+static void abort_tcp(int fd)
+{
+	struct linger lg = { .l_onoff = 1, .l_linger = 0 };
+
+	REAL(setsockopt)(fd, SOL_SOCKET, SO_LINGER, &lg, sizeof(lg));
+	REAL(close)(fd);
+}
+
+int smc_sock_accept(int fd, struct sockaddr *addr, socklen_t *len, int flags)
+{
+	struct sockaddr_storage peer, local;
+	socklen_t plen = sizeof(peer), llen = sizeof(local);
+	enum smc_reason why = SMC_REASON_DISABLED;
+	struct smc_conn *c;
+	int nfd, ufd, r;
+
+	nfd = REAL(accept4)(fd, (struct sockaddr *)&peer, &plen, flags);
+	if (nfd < 0)
+		return nfd;
+	copy_addr_out(&peer, plen, addr, len);
+	if (fdtab_kind(fd) != FD_LISTEN || !smc_enabled()) {
+		smc_sock_created(nfd, peer.ss_family, SOCK_STREAM, 0);
+		stats_conn(SMC_MODE_TCP, why);
+		return nfd;
+	}
+	why = SMC_REASON_NOT_LOCAL;
+	if (rdv_addr_is_local((struct sockaddr *)&peer) &&
+	    REAL(getsockname)(nfd, (struct sockaddr *)&local, &llen) == 0) {
+		ufd = rdv_conn_connect((struct sockaddr *)&peer, (struct sockaddr *)&local);
+		why = SMC_REASON_PEER_NOT_SMC;
+		if (ufd >= 0 && (c = conn_new(nfd, CONN_SERVER))) {
+			c->nonblock = (flags & SOCK_NONBLOCK) != 0;
+			conn_load_sockopts(c);
+			r = handshake_server(c, ufd, &why);
+			REAL(close)(ufd);
+			if (r == 0) {
+				fdtab_set(nfd, FD_SMC, c);
+				conn_activate(c);
+				return nfd;
+			}
+			conn_put(c);
+			if (r == -ECONNABORTED) {
+				abort_tcp(nfd);
+				errno = ECONNABORTED;
+				return -1;
+			}
+		} else if (ufd >= 0) {
+			REAL(close)(ufd);
+			why = SMC_REASON_RESOURCES;
+		}
+	}
+	fdtab_set(nfd, FD_TCP, NULL);
+	stats_conn(SMC_MODE_TCP, why);
+	return nfd;
+}
+
+/* ------------------------------------------------------------ data */
+
+/* A PENDING connection first finishes its handshake; returns the conn when it is
+ * ACTIVE, NULL when the socket is plain TCP (fallback), or sets *err. */
+static struct smc_conn *conn_ready_for_io(struct smc_conn *c, int flags, int *err)
+{
+	int st = __atomic_load_n(&c->state, __ATOMIC_ACQUIRE);
+
+	*err = 0;
+	if (st == CONN_PENDING) {
+		int r = conn_wait_pending(c, c->nonblock || (flags & MSG_DONTWAIT));
+
+		if (r < 0) {
+			*err = -r;
+			return NULL;
+		}
+		st = __atomic_load_n(&c->state, __ATOMIC_ACQUIRE);
+	}
+	return st == CONN_ACTIVE ? c : NULL;
+}
+
+static ssize_t plain_recv(int fd, const struct iovec *iov, int iovcnt, int flags)
+{
+	struct msghdr m = { .msg_iov = (struct iovec *)iov, .msg_iovlen = (size_t)iovcnt };
+	ssize_t r = REAL(recvmsg)(fd, &m, flags);
+
+	if (r > 0 && !(flags & MSG_PEEK))
+		stats_bytes(SMC_MODE_TCP, 0, (size_t)r);
+	return r;
+}
+
+static ssize_t plain_send(int fd, const struct iovec *iov, int iovcnt, int flags)
+{
+	struct msghdr m = { .msg_iov = (struct iovec *)iov, .msg_iovlen = (size_t)iovcnt };
+	ssize_t r = REAL(sendmsg)(fd, &m, flags);
+
+	if (r > 0)
+		stats_bytes(SMC_MODE_TCP, (size_t)r, 0);
+	return r;
+}
+
+ssize_t smc_sock_recv(int fd, const struct iovec *iov, int iovcnt, int flags)
+{
+	struct smc_conn *c = fd_conn(fd);
+	int err;
+
+	if (!c)
+		return plain_recv(fd, iov, iovcnt, flags);
+	if (!conn_ready_for_io(c, flags, &err)) {
+		if (err)
+			return errno = err, -1;
+		return plain_recv(fd, iov, iovcnt, flags);
+	}
+	return conn_recv(c, iov, iovcnt, flags);
+}
+
+ssize_t smc_sock_send(int fd, const struct iovec *iov, int iovcnt, int flags)
+{
+	struct smc_conn *c = fd_conn(fd);
+	int err;
+
+	if (!c)
+		return plain_send(fd, iov, iovcnt, flags);
+	if (!conn_ready_for_io(c, flags, &err)) {
+		if (err)
+			return errno = err, -1;
+		return plain_send(fd, iov, iovcnt, flags);
+	}
+	return conn_send(c, iov, iovcnt, flags);
+}
+
+int smc_sock_shutdown(int fd, int how)
+{
+	struct smc_conn *c = fd_conn(fd);
+	int err;
+
+	if (!c)
+		return REAL(shutdown)(fd, how);
+	if (!conn_ready_for_io(c, 0, &err)) {
+		if (err == EAGAIN)
+			return errno = ENOTCONN, -1;
+		if (err)
+			return errno = err, -1;
+		return REAL(shutdown)(fd, how);
+	}
+	/* Not propagated to TCP: the TCP channel stays open so that its EOF keeps meaning
+	 * "the peer closed or died". */
+	return conn_shutdown(c, how);
+}
+
+/* ------------------------------------------------------------ fd bookkeeping */
+
+static void conn_drop_fd(struct smc_conn *c, int fd)
+{
+	int left;
+
+	pthread_mutex_lock(&c->lock);
+	left = --c->fd_refs;
+	for (int i = 0; i < c->ndups; i++) {
+		if (c->dup_fds[i] == fd) {
+			c->dup_fds[i] = c->dup_fds[--c->ndups];
+			break;
+		}
+	}
+	if (c->fd == fd && left > 0 && c->ndups > 0)
+		c->fd = c->dup_fds[--c->ndups];
+	pthread_mutex_unlock(&c->lock);
+	if (left == 0)
+		conn_release_fd(c);
+	conn_put(c);
+}
+
+void smc_sock_before_close(int fd)
+{
+	struct fd_entry *e = fdtab_peek(fd);
+	void *obj;
+
+	if (!e)
+		return;
+	obj = e->obj;
+	switch (e->kind) {
+	case FD_SMC:
+		fdtab_clear(fd);
+		epoll_emul_forget_fd(fd);
+		conn_drop_fd(obj, fd);
+		break;
+	case FD_LISTEN: {
+		struct smc_listener *l = obj;
+
+		fdtab_clear(fd);
+		if (__atomic_sub_fetch(&l->refs, 1, __ATOMIC_ACQ_REL) == 0) {
+			if (l->name_fd >= 0)
+				REAL(close)(l->name_fd);
+			free(l);
+		}
+		break;
+	}
+	case FD_EPOLL:
+		epoll_emul_close_epfd(fd);
+		fdtab_clear(fd);
+		break;
+	default:
+		fdtab_clear(fd);
+		break;
+	}
+}
+
+void smc_sock_dup(int oldfd, int newfd)
+{
+	struct fd_entry *e = fdtab_peek(oldfd);
+
+	if (!e || oldfd == newfd)
+		return;
+	switch (e->kind) {
+	case FD_SMC: {
+		struct smc_conn *c = e->obj;
+
+		pthread_mutex_lock(&c->lock);
+		c->fd_refs++;
+		if (c->ndups < (int)(sizeof(c->dup_fds) / sizeof(c->dup_fds[0])))
+			c->dup_fds[c->ndups++] = newfd;
+		pthread_mutex_unlock(&c->lock);
+		conn_get(c);
+		fdtab_set(newfd, FD_SMC, c);
+		break;
+	}
+	case FD_LISTEN:
+		__atomic_add_fetch(&((struct smc_listener *)e->obj)->refs, 1, __ATOMIC_ACQ_REL);
+		fdtab_set(newfd, FD_LISTEN, e->obj);
+		break;
+	case FD_TCP:
+		fdtab_set(newfd, FD_TCP, NULL);
+		break;
+	default:
+		break;
+	}
+}
+
+void smc_sock_set_nonblock(int fd, bool on)
+{
+	struct smc_conn *c = fd_conn(fd);
+
+	if (c)
+		c->nonblock = on;
+}
+
+int smc_sock_ioctl(int fd, unsigned long req, void *arg)
+{
+	struct smc_conn *c = fd_conn(fd);
+	int err;
+
+	if (c && (req == FIONREAD || req == SIOCOUTQ) && arg &&
+	    conn_ready_for_io(c, MSG_DONTWAIT, &err)) {
+		*(int *)arg = req == FIONREAD ? conn_rx_available(c) : conn_tx_queued(c);
+		return 0;
+	}
+	return REAL(ioctl)(fd, req, arg);
+}
+
+int smc_sock_getsockopt(int fd, int level, int name, void *val, socklen_t *len)
+{
+	struct smc_conn *c = fd_conn(fd);
+
+	if (c && level == SOL_SOCKET && name == SO_ERROR && c->aborted &&
+	    __atomic_load_n(&c->state, __ATOMIC_ACQUIRE) == CONN_ACTIVE && val && len &&
+	    *len >= sizeof(int)) {
+		*(int *)val = c->pending_error ? 0 : ECONNRESET;
+		c->pending_error = 1; /* reported once, as the kernel clears sk_err */
+		*len = sizeof(int);
+		return 0;
+	}
+	return REAL(getsockopt)(fd, level, name, val, len);
+}
+
+int smc_sock_setsockopt(int fd, int level, int name, const void *val, socklen_t len)
+{
+	int r = REAL(setsockopt)(fd, level, name, val, len);
+	struct smc_conn *c;
+
+	if (r == 0 && level == SOL_SOCKET &&
+	    (name == SO_RCVTIMEO || name == SO_SNDTIMEO || name == SO_LINGER) &&
+	    (c = fd_conn(fd)))
+		conn_load_sockopts(c);
+	return r;
+}
+
+/* ------------------------------------------------------------ readiness */
+
+bool smc_poll_involved(const struct pollfd *fds, nfds_t n)
+{
+	return wait_poll_involved(fds, n);
+}
+
+int smc_poll(struct pollfd *fds, nfds_t n, const struct timespec *timeout, const sigset_t *mask)
+{
+	return wait_poll(fds, n, timeout, mask);
+}
+
+int smc_select(int nfds, fd_set *r, fd_set *w, fd_set *e, const struct timespec *timeout,
+	       const sigset_t *mask)
+{
+	return wait_select(nfds, r, w, e, timeout, mask);
+}
+
+int smc_epoll_ctl(int epfd, int op, int fd, struct epoll_event *ev)
+{
+	return epoll_emul_ctl(epfd, op, fd, ev);
+}
+
+int smc_epoll_wait(int epfd, struct epoll_event *ev, int max, const struct timespec *timeout,
+		   const sigset_t *mask)
+{
+	return epoll_emul_wait(epfd, ev, max, timeout, mask);
+}

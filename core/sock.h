@@ -1,0 +1,56 @@
+/* SPDX-License-Identifier: GPL-2.0-only OR BSD-2-Clause */
+/*
+ * The core's entry points for the preload layer. A wrapper looks the fd up with
+ * fdtab_kind(); for FD_NONE it calls libc itself, otherwise exactly one of these.
+ * Each has the libc function's contract: return value and errno as the socket API
+ * documents them.
+ */
+#ifndef SMC_SOCK_H
+#define SMC_SOCK_H
+
+#include <poll.h>
+#include <signal.h>
+#include <stdbool.h>
+#include <sys/epoll.h>
+#include <sys/select.h>
+#include <sys/socket.h>
+#include <sys/types.h>
+#include <sys/uio.h>
+#include <time.h>
+
+/* After a successful real socket()/socketpair()/accept(): decides whether the core tracks fd. */
+void smc_sock_created(int fd, int domain, int type, int protocol);
+
+/* For fds of kind != FD_NONE. */
+int smc_sock_connect(int fd, const struct sockaddr *addr, socklen_t len);
+int smc_sock_listen(int fd, int backlog);
+int smc_sock_accept(int fd, struct sockaddr *addr, socklen_t *len, int flags);
+/* Vectored receive/send behind read/readv/recv/recvfrom/recvmsg and write/writev/send/
+ * sendto/sendmsg. flags are MSG_* flags. */
+ssize_t smc_sock_recv(int fd, const struct iovec *iov, int iovcnt, int flags);
+ssize_t smc_sock_send(int fd, const struct iovec *iov, int iovcnt, int flags);
+int smc_sock_shutdown(int fd, int how);
+/* Called BEFORE the real close(fd): releases the core's state for fd. */
+void smc_sock_before_close(int fd);
+/* After a successful real dup/dup2/dup3/F_DUPFD: newfd refers to the same socket. */
+void smc_sock_dup(int oldfd, int newfd);
+/* O_NONBLOCK changed through fcntl(F_SETFL) or ioctl(FIONBIO). */
+void smc_sock_set_nonblock(int fd, bool on);
+int smc_sock_ioctl(int fd, unsigned long req, void *arg);
+int smc_sock_getsockopt(int fd, int level, int name, void *val, socklen_t *len);
+int smc_sock_setsockopt(int fd, int level, int name, const void *val, socklen_t len);
+
+/* Readiness. Called when the set contains an fd of kind FD_SMC or FD_EPOLL. */
+bool smc_poll_involved(const struct pollfd *fds, nfds_t n);
+int smc_poll(struct pollfd *fds, nfds_t n, const struct timespec *timeout,
+	     const sigset_t *mask);
+int smc_epoll_ctl(int epfd, int op, int fd, struct epoll_event *ev);
+int smc_epoll_wait(int epfd, struct epoll_event *ev, int max, const struct timespec *timeout,
+		   const sigset_t *mask);
+int smc_select(int nfds, fd_set *r, fd_set *w, fd_set *e, const struct timespec *timeout,
+	       const sigset_t *mask);
+/* epoll_create*: the epoll fd itself is tracked lazily, on its first SMC registration. */
+
+/* fork handling is installed with pthread_atfork by the core's init. */
+
+#endif

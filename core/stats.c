@@ -1,0 +1,257 @@
+/* SPDX-License-Identifier: GPL-2.0-only OR BSD-2-Clause */
+/*
+ * Process-wide counters and the SMC_STATS_FILE JSON summary.
+ *
+ * Counters are plain uint64_t updated with relaxed atomics: they are statistics, no
+ * other memory is published through them, and a relaxed add is the cheapest way for
+ * many threads to count without a lock. The JSON shape is documented (and its key
+ * names defined) in include/smc_preload.h.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "core/config.h"
+#include "core/log.h"
+#include "core/real.h"
+#include "core/stats.h"
+#include "smc_preload.h"
+
+static uint64_t conns[SMC_MODE_MAX];
+static uint64_t reasons[SMC_REASON_MAX];
+static uint64_t bytes_sent[SMC_MODE_MAX];
+static uint64_t bytes_received[SMC_MODE_MAX];
+static uint64_t aborts;
+static uint64_t wakeups_sent;
+
+static const char *const mode_names[SMC_MODE_MAX] = {
+	[SMC_MODE_TCP] = SMC_STATS_MODE_TCP,
+	[SMC_MODE_SHM] = SMC_STATS_MODE_SHM,
+	[SMC_MODE_IB] = SMC_STATS_MODE_IB,
+};
+
+static const char *const reason_names[SMC_REASON_MAX] = {
+	[SMC_REASON_NONE] = SMC_STATS_REASON_NONE,
+	[SMC_REASON_DISABLED] = SMC_STATS_REASON_DISABLED,
+	[SMC_REASON_PEER_NOT_SMC] = SMC_STATS_REASON_PEER_NOT_SMC,
+	[SMC_REASON_NOT_LOCAL] = SMC_STATS_REASON_NOT_LOCAL,
+	[SMC_REASON_HANDSHAKE] = SMC_STATS_REASON_HANDSHAKE,
+	[SMC_REASON_DECLINED] = SMC_STATS_REASON_DECLINED,
+	[SMC_REASON_MEM_CAP] = SMC_STATS_REASON_MEM_CAP,
+	[SMC_REASON_RESOURCES] = SMC_STATS_REASON_RESOURCES,
+	[SMC_REASON_SOCKOPT] = SMC_STATS_REASON_SOCKOPT,
+};
+
+/* Order of modes in the JSON objects, as documented. */
+static const enum smc_mode json_mode_order[SMC_MODE_MAX] = { SMC_MODE_SHM, SMC_MODE_IB,
+							      SMC_MODE_TCP };
+
+const char *stats_mode_name(enum smc_mode m)
+{
+	return (unsigned)m < SMC_MODE_MAX ? mode_names[m] : "unknown";
+}
+
+const char *stats_reason_name(enum smc_reason r)
+{
+	return (unsigned)r < SMC_REASON_MAX ? reason_names[r] : "unknown";
+}
+
+static void count(uint64_t *counter, uint64_t n)
+{
+	__atomic_fetch_add(counter, n, __ATOMIC_RELAXED);
+}
+
+static uint64_t load(const uint64_t *counter)
+{
+	return __atomic_load_n(counter, __ATOMIC_RELAXED);
+}
+
+void stats_conn(enum smc_mode m, enum smc_reason r)
+{
+	if ((unsigned)m >= SMC_MODE_MAX)
+		return;
+	count(&conns[m], 1);
+	/* Reasons explain fallbacks; an upgraded connection has none to count. */
+	if (m == SMC_MODE_TCP && (unsigned)r < SMC_REASON_MAX)
+		count(&reasons[r], 1);
+}
+
+void stats_bytes(enum smc_mode m, size_t sent, size_t received)
+{
+	if ((unsigned)m >= SMC_MODE_MAX)
+		return;
+	if (sent != 0)
+		count(&bytes_sent[m], sent);
+	if (received != 0)
+		count(&bytes_received[m], received);
+}
+
+void stats_event(const char *name)
+{
+	log_debug("event: %s", name);
+}
+
+void stats_count_abort(void)
+{
+	count(&aborts, 1);
+}
+
+void stats_count_wakeup(void)
+{
+	count(&wakeups_sent, 1);
+}
+
+void stats_snapshot(struct smc_stats_snapshot *out)
+{
+	for (int m = 0; m < SMC_MODE_MAX; m++) {
+		out->conns[m] = load(&conns[m]);
+		out->sent[m] = load(&bytes_sent[m]);
+		out->received[m] = load(&bytes_received[m]);
+	}
+	for (int r = 0; r < SMC_REASON_MAX; r++)
+		out->reasons[r] = load(&reasons[r]);
+	out->aborts = load(&aborts);
+	out->wakeups_sent = load(&wakeups_sent);
+}
+
+/* Appends to a fixed buffer; remembers overflow instead of failing at each call. */
+struct json_buf {
+	char data[2048];
+	size_t len;
+	bool overflow;
+};
+
+__attribute__((format(printf, 2, 3)))
+static void jb_printf(struct json_buf *jb, const char *fmt, ...)
+{
+	size_t room = sizeof(jb->data) - jb->len;
+	va_list ap;
+	int n;
+
+	if (jb->overflow)
+		return;
+	va_start(ap, fmt);
+	n = vsnprintf(jb->data + jb->len, room, fmt, ap);
+	va_end(ap);
+	if (n < 0 || (size_t)n >= room)
+		jb->overflow = true;
+	else
+		jb->len += (size_t)n;
+}
+
+static void stats_format_json(struct json_buf *jb, const struct smc_stats_snapshot *s)
+{
+	const char *sep = "";
+
+	jb_printf(jb, "{\"%s\":%d,\"%s\":%ld", SMC_STATS_KEY_VERSION, SMC_STATS_VERSION,
+		  SMC_STATS_KEY_PID, (long)getpid());
+
+	jb_printf(jb, ",\"%s\":{", SMC_STATS_KEY_CONNECTIONS);
+	for (int i = 0; i < SMC_MODE_MAX; i++) {
+		enum smc_mode m = json_mode_order[i];
+
+		jb_printf(jb, "%s\"%s\":%llu", i ? "," : "", mode_names[m],
+			  (unsigned long long)s->conns[m]);
+	}
+
+	jb_printf(jb, "},\"%s\":{", SMC_STATS_KEY_FALLBACK);
+	/* "none" means upgraded: never a fallback, even if a caller counted it so. */
+	for (int r = SMC_REASON_NONE + 1; r < SMC_REASON_MAX; r++) {
+		if (s->reasons[r] == 0)
+			continue;
+		jb_printf(jb, "%s\"%s\":%llu", sep, reason_names[r],
+			  (unsigned long long)s->reasons[r]);
+		sep = ",";
+	}
+
+	jb_printf(jb, "},\"%s\":{", SMC_STATS_KEY_BYTES);
+	for (int i = 0; i < SMC_MODE_MAX; i++) {
+		enum smc_mode m = json_mode_order[i];
+
+		jb_printf(jb, "%s\"%s\":{\"%s\":%llu,\"%s\":%llu}", i ? "," : "", mode_names[m],
+			  SMC_STATS_KEY_SENT, (unsigned long long)s->sent[m],
+			  SMC_STATS_KEY_RECEIVED, (unsigned long long)s->received[m]);
+	}
+
+	jb_printf(jb, "},\"%s\":{\"%s\":%llu,\"%s\":%llu}}\n", SMC_STATS_KEY_EVENTS,
+		  SMC_STATS_KEY_ABORTS, (unsigned long long)s->aborts,
+		  SMC_STATS_KEY_WAKEUPS_SENT, (unsigned long long)s->wakeups_sent);
+}
+
+static int write_all(int fd, const char *buf, size_t len)
+{
+	while (len > 0) {
+		ssize_t n = REAL(write)(fd, buf, len);
+
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n < 0)
+			return -1;
+		buf += n;
+		len -= (size_t)n;
+	}
+	return 0;
+}
+
+int stats_write(const char *path)
+{
+	struct smc_stats_snapshot snap;
+	struct json_buf jb = { .len = 0, .overflow = false };
+	char tmp[PATH_MAX];
+	int fd, n, saved;
+
+	stats_snapshot(&snap);
+	stats_format_json(&jb, &snap);
+	if (jb.overflow) {
+		errno = EOVERFLOW;
+		return -1;
+	}
+	/* Same directory as the target, so rename() is atomic: readers never see half. */
+	n = snprintf(tmp, sizeof(tmp), "%s.tmp.%ld", path, (long)getpid());
+	if (n < 0 || (size_t)n >= sizeof(tmp)) {
+		errno = ENAMETOOLONG;
+		return -1;
+	}
+	fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+	if (fd < 0)
+		return -1;
+	if (write_all(fd, jb.data, jb.len) < 0) {
+		saved = errno;
+		REAL(close)(fd);
+		unlink(tmp);
+		errno = saved;
+		return -1;
+	}
+	if (REAL(close)(fd) < 0 || rename(tmp, path) < 0) {
+		saved = errno;
+		unlink(tmp);
+		errno = saved;
+		return -1;
+	}
+	return 0;
+}
+
+void stats_at_exit(void)
+{
+	int saved_errno = errno;
+	char *path;
+
+	if (smc_cfg.stats_file == NULL)
+		return;
+	path = log_expand_path(smc_cfg.stats_file);
+	if (path == NULL) {
+		smc_log(SMC_LOG_ERR, "cannot expand SMC_STATS_FILE (out of memory)");
+		return;
+	}
+	if (stats_write(path) < 0)
+		smc_log(SMC_LOG_ERR, "cannot write SMC_STATS_FILE %s: %s", path, strerror(errno));
+	else
+		log_debug("stats written to %s", path);
+	free(path);
+	errno = saved_errno;
+}

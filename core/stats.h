@@ -1,0 +1,56 @@
+/* SPDX-License-Identifier: GPL-2.0-only OR BSD-2-Clause */
+/*
+ * Process-wide counters and the SMC_STATS_FILE JSON summary written at exit.
+ * The JSON shape is documented in include/smc_preload.h and man/libsmc_preload.7;
+ * integration tests rely on it.
+ */
+#ifndef SMC_STATS_H
+#define SMC_STATS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+enum smc_mode { SMC_MODE_TCP = 0, SMC_MODE_SHM, SMC_MODE_IB, SMC_MODE_MAX };
+
+/* Why a TCP connection was not upgraded. Names (stats_reason_name) are stable ABI. */
+enum smc_reason {
+	SMC_REASON_NONE = 0,        /* upgraded */
+	SMC_REASON_DISABLED,        /* SMC_TRANSPORT=tcp */
+	SMC_REASON_PEER_NOT_SMC,    /* peer does not run the library (no rendezvous) */
+	SMC_REASON_NOT_LOCAL,       /* peer on another host and no RDMA transport */
+	SMC_REASON_HANDSHAKE,       /* handshake failed or timed out */
+	SMC_REASON_DECLINED,        /* peer sent a Decline */
+	SMC_REASON_MEM_CAP,         /* SMC_MEM_CAP reached */
+	SMC_REASON_RESOURCES,       /* memfd/mmap/eventfd failed */
+	SMC_REASON_SOCKOPT,         /* socket options SMC cannot honour (e.g. MSG_OOB use) */
+	SMC_REASON_MAX
+};
+
+const char *stats_mode_name(enum smc_mode m);
+const char *stats_reason_name(enum smc_reason r);
+
+/* A connection was established in mode m (reason only for SMC_MODE_TCP). */
+void stats_conn(enum smc_mode m, enum smc_reason r);
+/* Payload bytes moved by the application through a connection of mode m. */
+void stats_bytes(enum smc_mode m, size_t sent, size_t received);
+/* Protocol events worth counting (aborts on bad peer data, wakeups sent). */
+void stats_event(const char *name);
+
+struct smc_stats_snapshot {
+	uint64_t conns[SMC_MODE_MAX];
+	uint64_t reasons[SMC_REASON_MAX];
+	uint64_t sent[SMC_MODE_MAX];
+	uint64_t received[SMC_MODE_MAX];
+	uint64_t aborts;        /* connections aborted because of bad peer data */
+	uint64_t wakeups_sent;  /* doorbells rung towards peers */
+};
+void stats_snapshot(struct smc_stats_snapshot *out);
+void stats_count_abort(void);
+void stats_count_wakeup(void);
+
+/* Writes the JSON summary to `path` (already %p-expanded); 0 or -1 with errno. */
+int stats_write(const char *path);
+/* Called at process exit: writes smc_cfg.stats_file if set. */
+void stats_at_exit(void);
+
+#endif

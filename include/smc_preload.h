@@ -1,0 +1,71 @@
+/* SPDX-License-Identifier: GPL-2.0-only OR BSD-2-Clause */
+/*
+ * smc-preload public interface for tools and tests.
+ *
+ * Nothing here needs linking: it documents the SMC_STATS_FILE JSON summary, whose shape
+ * is a stable interface (tests prove a connection really used SMC by reading it).
+ *
+ * When SMC_STATS_FILE is set (%p in it is replaced by the pid, %% by %), each process
+ * running the library writes at exit() one line of JSON:
+ *
+ *   {"version":1,"pid":1234,
+ *    "connections":{"shm":N,"ib":N,"tcp":N},
+ *    "fallback":{"<reason>":N, ...},
+ *    "bytes":{"shm":{"sent":N,"received":N},
+ *             "ib":{"sent":N,"received":N},
+ *             "tcp":{"sent":N,"received":N}},
+ *    "events":{"aborts":N,"wakeups_sent":N}}
+ *
+ *   version      SMC_STATS_VERSION; bumped only when a key changes meaning or goes away
+ *                (new keys may appear without a bump: readers must ignore unknown keys).
+ *   connections  connections established, per mode: "shm" (same-host shared memory),
+ *                "ib" (RDMA), "tcp" (not upgraded: plain TCP).
+ *   fallback     why "tcp" connections were not upgraded; only reasons with a non-zero
+ *                count appear, so {} means no fallback. Reason names are listed below.
+ *   bytes        payload bytes the application sent/received, per mode.
+ *   events       "aborts": connections aborted because the peer sent invalid data;
+ *                "wakeups_sent": doorbells rung to wake a sleeping peer.
+ *
+ * All numbers are unsigned 64-bit decimal integers. The file is written to a temporary
+ * name in the same directory and renamed, so a reader sees a complete file or none.
+ * A process that ends without exit() (killed, _exit, exec) writes nothing; a forked
+ * child that calls exit() writes its own file (use %p to keep them apart).
+ */
+#ifndef SMC_PRELOAD_H
+#define SMC_PRELOAD_H
+
+#define SMC_STATS_VERSION 1
+
+/* Top-level keys. */
+#define SMC_STATS_KEY_VERSION     "version"
+#define SMC_STATS_KEY_PID         "pid"
+#define SMC_STATS_KEY_CONNECTIONS "connections"
+#define SMC_STATS_KEY_FALLBACK    "fallback"
+#define SMC_STATS_KEY_BYTES       "bytes"
+#define SMC_STATS_KEY_EVENTS      "events"
+
+/* Keys inside "bytes".<mode>. */
+#define SMC_STATS_KEY_SENT        "sent"
+#define SMC_STATS_KEY_RECEIVED    "received"
+
+/* Keys inside "events". */
+#define SMC_STATS_KEY_ABORTS       "aborts"
+#define SMC_STATS_KEY_WAKEUPS_SENT "wakeups_sent"
+
+/* Mode names: keys inside "connections" and "bytes". */
+#define SMC_STATS_MODE_SHM "shm"
+#define SMC_STATS_MODE_IB  "ib"
+#define SMC_STATS_MODE_TCP "tcp"
+
+/* Fallback reason names: keys inside "fallback". */
+#define SMC_STATS_REASON_NONE          "none"             /* upgraded (never a fallback) */
+#define SMC_STATS_REASON_DISABLED      "disabled"         /* SMC_TRANSPORT=tcp */
+#define SMC_STATS_REASON_PEER_NOT_SMC  "peer-not-smc"     /* peer does not run SMC */
+#define SMC_STATS_REASON_NOT_LOCAL     "not-local"        /* remote peer, no RDMA path */
+#define SMC_STATS_REASON_HANDSHAKE     "handshake-failed" /* handshake error or timeout */
+#define SMC_STATS_REASON_DECLINED      "declined"         /* peer sent a Decline */
+#define SMC_STATS_REASON_MEM_CAP       "mem-cap"          /* SMC_MEM_CAP reached */
+#define SMC_STATS_REASON_RESOURCES     "resources"        /* memfd/mmap/eventfd failed */
+#define SMC_STATS_REASON_SOCKOPT       "sockopt"          /* options SMC cannot honour */
+
+#endif

@@ -1,0 +1,48 @@
+/* SPDX-License-Identifier: GPL-2.0-only OR BSD-2-Clause */
+/*
+ * Process-level wrappers (fork, vfork, daemon) and the library constructor.
+ */
+#include "preload/wrap.h"
+
+#include <stdlib.h>
+#include <unistd.h>
+
+/* Resolve libc and load the configuration at load time, so a bad SMC_* variable is
+ * reported when the program starts rather than at its first connection. Wrappers do
+ * not depend on this having run: REAL() resolves lazily. */
+__attribute__((constructor)) static void smc_preload_load(void)
+{
+	real_init();
+	smc_init();
+}
+
+/* The core's pthread_atfork handlers (installed by smc_init) do the per-fork work. */
+SMC_EXPORT pid_t fork(void)
+{
+	return REAL(fork)();
+}
+SMC_EXPORT pid_t __fork(void) SMC_ALIAS(fork);
+
+/*
+ * vfork() is served by fork(), for two reasons:
+ *  - a wrapper cannot call the real vfork(): the child would run on, and return
+ *    through, the wrapper's stack frame, which the parent later returns through
+ *    again; the child's return clobbers the parent's saved state;
+ *  - a vfork child shares the parent's memory until exec/_exit, so anything it does
+ *    through this library between vfork and exec (close() of a tracked fd, dup2 onto
+ *    one) would change the parent's connection state.
+ * fork() gives the child its own copy of everything and runs the core's atfork
+ * handlers. POSIX only allows a vfork child to call _exit or exec, and both work the
+ * same after fork(); the cost is copying the page tables.
+ */
+SMC_EXPORT pid_t vfork(void)
+{
+	return REAL(fork)();
+}
+SMC_EXPORT pid_t __vfork(void) SMC_ALIAS(vfork);
+
+/* daemon() forks inside libc, where the core's atfork handlers run as for fork(). */
+SMC_EXPORT int daemon(int nochdir, int noclose)
+{
+	return REAL(daemon)(nochdir, noclose);
+}

@@ -1,0 +1,293 @@
+/* SPDX-License-Identifier: GPL-2.0-only OR BSD-2-Clause */
+/*
+ * Wrappers for socket setup and fd management: socket, socketpair, bind, listen,
+ * accept, accept4, connect, shutdown, [gs]etsockopt, get{sock,peer}name, close,
+ * close_range, dup, dup2, dup3, fcntl, fcntl64, ioctl.
+ */
+#include "preload/wrap.h"
+
+#include <fcntl.h>
+#include <limits.h>
+#include <linux/sockios.h>
+#include <stdarg.h>
+#include <sys/ioctl.h>
+#include <unistd.h>
+
+#ifndef CLOSE_RANGE_UNSHARE
+#define CLOSE_RANGE_UNSHARE (1U << 1)
+#endif
+#ifndef CLOSE_RANGE_CLOEXEC
+#define CLOSE_RANGE_CLOEXEC (1U << 2)
+#endif
+
+SMC_EXPORT int socket(int domain, int type, int protocol)
+{
+	int fd = REAL(socket)(domain, type, protocol);
+
+	if (fd >= 0)
+		KEEP_ERRNO(smc_sock_created(fd, domain, type, protocol));
+	return fd;
+}
+
+/* socketpair() only makes AF_UNIX (or other local) pairs: never ours. */
+SMC_EXPORT int socketpair(int domain, int type, int protocol, int sv[2])
+{
+	return REAL(socketpair)(domain, type, protocol, sv);
+}
+
+SMC_EXPORT int bind(int fd, __CONST_SOCKADDR_ARG addr, socklen_t len)
+{
+	return REAL(bind)(fd, SA_PTR(addr), len);
+}
+
+SMC_EXPORT int listen(int fd, int backlog)
+{
+	if (!kind_is_sock(fdtab_kind(fd)))
+		return REAL(listen)(fd, backlog);
+	return smc_sock_listen(fd, backlog);
+}
+
+/* A TCP socket that is (or is about to behave as) a listener: the core decides. */
+static bool accepts_via_core(enum fd_kind k)
+{
+	return k == FD_LISTEN || k == FD_TCP;
+}
+
+SMC_EXPORT int accept(int fd, __SOCKADDR_ARG addr, socklen_t *restrict len)
+{
+	if (!accepts_via_core(fdtab_kind(fd)))
+		return REAL(accept)(fd, SA_PTR(addr), len);
+	return smc_sock_accept(fd, SA_PTR(addr), len, 0);
+}
+
+SMC_EXPORT int accept4(int fd, __SOCKADDR_ARG addr, socklen_t *restrict len, int flags)
+{
+	if (!accepts_via_core(fdtab_kind(fd)))
+		return REAL(accept4)(fd, SA_PTR(addr), len, flags);
+	return smc_sock_accept(fd, SA_PTR(addr), len, flags);
+}
+
+SMC_EXPORT int connect(int fd, __CONST_SOCKADDR_ARG addr, socklen_t len)
+{
+	if (!kind_is_sock(fdtab_kind(fd)))
+		return REAL(connect)(fd, SA_PTR(addr), len);
+	return smc_sock_connect(fd, SA_PTR(addr), len);
+}
+SMC_EXPORT int __connect(int fd, __CONST_SOCKADDR_ARG addr, socklen_t len) SMC_ALIAS(connect);
+
+SMC_EXPORT int shutdown(int fd, int how)
+{
+	if (!kind_is_sock(fdtab_kind(fd)))
+		return REAL(shutdown)(fd, how);
+	return smc_sock_shutdown(fd, how);
+}
+
+SMC_EXPORT int getsockopt(int fd, int level, int name, void *restrict val,
+			  socklen_t *restrict len)
+{
+	if (!kind_is_sock(fdtab_kind(fd)))
+		return REAL(getsockopt)(fd, level, name, val, len);
+	return smc_sock_getsockopt(fd, level, name, val, len);
+}
+
+SMC_EXPORT int setsockopt(int fd, int level, int name, const void *val, socklen_t len)
+{
+	if (!kind_is_sock(fdtab_kind(fd)))
+		return REAL(setsockopt)(fd, level, name, val, len);
+	return smc_sock_setsockopt(fd, level, name, val, len);
+}
+
+/* The TCP socket is the connection's identity: its names are always the real ones. */
+SMC_EXPORT int getsockname(int fd, __SOCKADDR_ARG addr, socklen_t *restrict len)
+{
+	return REAL(getsockname)(fd, SA_PTR(addr), len);
+}
+
+SMC_EXPORT int getpeername(int fd, __SOCKADDR_ARG addr, socklen_t *restrict len)
+{
+	return REAL(getpeername)(fd, SA_PTR(addr), len);
+}
+
+/* ------------------------------------------------------------------ closing */
+
+SMC_EXPORT int close(int fd)
+{
+	if (fdtab_kind(fd) != FD_NONE)
+		KEEP_ERRNO(smc_sock_before_close(fd));
+	return REAL(close)(fd);
+}
+SMC_EXPORT int __close(int fd) SMC_ALIAS(close);
+
+/* Only a call the kernel will accept may release anything: bad flags or first > last
+ * fail with EINVAL and close nothing, CLOSE_RANGE_CLOEXEC only marks the fds. */
+static bool close_range_closes(unsigned int first, unsigned int last, int flags)
+{
+	unsigned int known = CLOSE_RANGE_UNSHARE | CLOSE_RANGE_CLOEXEC;
+
+	if ((unsigned int)flags & ~known)
+		return false;
+	if (flags & CLOSE_RANGE_CLOEXEC)
+		return false;
+	return first <= last && first <= INT_MAX;
+}
+
+SMC_EXPORT int close_range(unsigned int first, unsigned int last, int flags)
+{
+	if (REAL(close_range) && close_range_closes(first, last, flags)) {
+		int saved_errno = errno;
+		for (int fd = fdtab_next_tracked((int)first); fd >= 0 && (unsigned int)fd <= last;
+		     fd = fd == INT_MAX ? -1 : fdtab_next_tracked(fd + 1))
+			smc_sock_before_close(fd);
+		errno = saved_errno;
+	}
+	return CALL_REAL(close_range, first, last, flags);
+}
+
+/* ------------------------------------------------------------------ duplication */
+
+static void note_dup(int oldfd, int newfd)
+{
+	if (newfd >= 0 && newfd != oldfd && fdtab_kind(oldfd) != FD_NONE)
+		KEEP_ERRNO(smc_sock_dup(oldfd, newfd));
+}
+
+/*
+ * dup2/dup3 silently close newfd. Its state must be released before the real call
+ * (the core may still use the fd while releasing), but only if the call is going to
+ * succeed: an invalid oldfd (the usual failure) is checked first, and then libc
+ * answers with its own errno. Rarer failures after the release (EBUSY, EINTR) leave
+ * newfd open but untracked, i.e. plain TCP.
+ */
+static bool release_replaced_fd(int oldfd, int newfd)
+{
+	if (newfd == oldfd || fdtab_kind(newfd) == FD_NONE)
+		return true;
+	if (REAL(fcntl)(oldfd, F_GETFD) < 0)
+		return false;
+	KEEP_ERRNO(smc_sock_before_close(newfd));
+	return true;
+}
+
+SMC_EXPORT int dup(int oldfd)
+{
+	int fd = REAL(dup)(oldfd);
+
+	note_dup(oldfd, fd);
+	return fd;
+}
+
+SMC_EXPORT int dup2(int oldfd, int newfd)
+{
+	if (!release_replaced_fd(oldfd, newfd))
+		return REAL(dup2)(oldfd, newfd);
+	int fd = REAL(dup2)(oldfd, newfd);
+	note_dup(oldfd, fd);
+	return fd;
+}
+SMC_EXPORT int __dup2(int oldfd, int newfd) SMC_ALIAS(dup2);
+
+SMC_EXPORT int dup3(int oldfd, int newfd, int flags)
+{
+	/* dup3(fd, fd, ...) is EINVAL: nothing to release then either. */
+	if (!release_replaced_fd(oldfd, newfd))
+		return REAL(dup3)(oldfd, newfd, flags);
+	int fd = REAL(dup3)(oldfd, newfd, flags);
+	note_dup(oldfd, fd);
+	return fd;
+}
+
+/* ------------------------------------------------------------------ fcntl, ioctl */
+
+typedef int (*fcntl_fn)(int, int, ...);
+
+enum fcntl_arg { FCNTL_ARG_NONE, FCNTL_ARG_INT, FCNTL_ARG_PTR };
+
+/* The third argument's type by command; unknown commands get a pointer-sized value,
+ * as glibc itself forwards it. */
+static enum fcntl_arg fcntl_arg_type(int cmd)
+{
+	switch (cmd) {
+	case F_GETFD: case F_GETFL: case F_GETOWN: case F_GETSIG: case F_GETLEASE:
+	case F_GETPIPE_SZ: case F_GET_SEALS:
+		return FCNTL_ARG_NONE;
+	case F_DUPFD: case F_DUPFD_CLOEXEC: case F_SETFD: case F_SETFL: case F_SETOWN:
+	case F_SETSIG: case F_SETLEASE: case F_NOTIFY: case F_SETPIPE_SZ: case F_ADD_SEALS:
+		return FCNTL_ARG_INT;
+	default:
+		return FCNTL_ARG_PTR;
+	}
+}
+
+static int fcntl_int_cmd(fcntl_fn real, int fd, int cmd, int arg)
+{
+	int ret = real(fd, cmd, arg);
+
+	if (ret < 0)
+		return ret;
+	if (cmd == F_DUPFD || cmd == F_DUPFD_CLOEXEC) {
+		note_dup(fd, ret);
+	} else if (cmd == F_SETFL && kind_is_sock(fdtab_kind(fd))) {
+		KEEP_ERRNO(smc_sock_set_nonblock(fd, (arg & O_NONBLOCK) != 0));
+	}
+	return ret;
+}
+
+static int fcntl_dispatch(fcntl_fn real, int fd, int cmd, va_list ap)
+{
+	if (!real) {
+		errno = ENOSYS;
+		return -1;
+	}
+	switch (fcntl_arg_type(cmd)) {
+	case FCNTL_ARG_NONE:
+		return real(fd, cmd);
+	case FCNTL_ARG_INT:
+		return fcntl_int_cmd(real, fd, cmd, va_arg(ap, int));
+	default:
+		return real(fd, cmd, va_arg(ap, void *));
+	}
+}
+
+SMC_EXPORT int fcntl(int fd, int cmd, ...)
+{
+	va_list ap;
+	va_start(ap, cmd);
+	int ret = fcntl_dispatch(REAL(fcntl), fd, cmd, ap);
+	va_end(ap);
+	return ret;
+}
+SMC_EXPORT int __fcntl(int fd, int cmd, ...) SMC_ALIAS(fcntl);
+
+SMC_EXPORT int fcntl64(int fd, int cmd, ...)
+{
+	va_list ap;
+	va_start(ap, cmd);
+	int ret = fcntl_dispatch(REAL(fcntl64), fd, cmd, ap);
+	va_end(ap);
+	return ret;
+}
+
+SMC_EXPORT int ioctl(int fd, unsigned long req, ...)
+{
+	va_list ap;
+	va_start(ap, req);
+	/* Every socket ioctl takes one pointer-sized argument (or none). */
+	void *arg = va_arg(ap, void *);
+	va_end(ap);
+
+	if (!kind_is_sock(fdtab_kind(fd)))
+		return REAL(ioctl)(fd, req, arg);
+	switch (req) {
+	case FIONBIO: {
+		int ret = REAL(ioctl)(fd, req, arg);
+		if (ret == 0)
+			KEEP_ERRNO(smc_sock_set_nonblock(fd, *(const int *)arg != 0));
+		return ret;
+	}
+	case FIONREAD: /* == SIOCINQ */
+	case SIOCOUTQ:
+		return smc_sock_ioctl(fd, req, arg);
+	default:
+		return REAL(ioctl)(fd, req, arg);
+	}
+}

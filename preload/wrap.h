@@ -1,0 +1,75 @@
+/* SPDX-License-Identifier: GPL-2.0-only OR BSD-2-Clause */
+/*
+ * Shared by the thin wrappers in preload/. Include this FIRST in each of their files.
+ *
+ * A wrapper looks its fd up in the table; an fd we do not track goes straight to the
+ * real libc function with the caller's arguments, so its result and errno are libc's
+ * own. Tracked fds go to exactly one core entry point (core/sock.h). Wrappers never
+ * call an interposed function by name: only REAL() or CALL_REAL().
+ */
+#ifndef SMC_PRELOAD_WRAP_H
+#define SMC_PRELOAD_WRAP_H
+
+/* The wrappers define read(), recv()... themselves: glibc's fortify inline versions of
+ * those names must not be in the way. */
+#undef _FORTIFY_SOURCE
+
+#include <errno.h>
+#include <stdbool.h>
+#include <sys/socket.h>
+
+#include "core/fdtab.h"
+#include "core/init.h"
+#include "core/real.h"
+#include "core/sock.h"
+
+/* The library is built with -fvisibility=hidden; only interposed symbols are exported. */
+#define SMC_EXPORT __attribute__((visibility("default")))
+/* A second exported name for the same wrapper (glibc's public __close, __read...);
+ * copy() gives it the target's attributes (nothrow, leaf) as GCC wants for an alias. */
+#if defined(__has_attribute) && __has_attribute(copy)
+#define SMC_ALIAS(target) __attribute__((alias(#target), copy(target), visibility("default")))
+#else
+#define SMC_ALIAS(target) __attribute__((alias(#target), visibility("default")))
+#endif
+
+/* Calls the real function, or fails with ENOSYS when the running libc lacks it. */
+#define CALL_REAL(name, ...) \
+	({ __typeof__(smc_real_fns.name) real_fn_ = REAL(name); \
+	   real_fn_ ? real_fn_(__VA_ARGS__) : (errno = ENOSYS, -1); })
+
+/* Kinds that are sockets the core handles (FD_EPOLL is not a socket: data calls on it
+ * go to libc, which answers as the kernel does). */
+static inline bool kind_is_sock(enum fd_kind k)
+{
+	return k == FD_TCP || k == FD_LISTEN || k == FD_SMC;
+}
+
+/* Notifications to the core after a successful libc call must not disturb errno:
+ * libc leaves it untouched on success and some programs look at it anyway. */
+#define KEEP_ERRNO(stmt) do { int saved_errno_ = errno; stmt; errno = saved_errno_; } while (0)
+
+/* sys/socket.h under _GNU_SOURCE declares the address parameters as transparent
+ * unions; the wrappers' definitions must match those declarations. */
+#if !defined(__USE_GNU) || defined(__cplusplus)
+#error "preload/ must be compiled with _GNU_SOURCE (transparent sockaddr unions)"
+#endif
+#define SA_PTR(arg) ((arg).__sockaddr__)
+
+/* Defined in core/fdtab.c; prototype to be moved into core/fdtab.h. */
+int fdtab_next_tracked(int from);
+
+/* A hidden second name for a wrapper, so another file of the library can call the
+ * wrapper directly (not through the PLT, where another object's symbol could win). */
+#define SMC_INTERNAL_ALIAS(target) __attribute__((alias(#target), visibility("hidden")))
+
+/* Internal names of wrappers, used by the fortify entry points (preload/fortify.c). */
+ssize_t smc_impl_read(int fd, void *buf, size_t n);
+ssize_t smc_impl_recv(int fd, void *buf, size_t n, int flags);
+ssize_t smc_impl_recvfrom(int fd, void *buf, size_t n, int flags, __SOCKADDR_ARG addr,
+			  socklen_t *addrlen);
+int smc_impl_poll(struct pollfd *fds, nfds_t n, int timeout_ms);
+int smc_impl_ppoll(struct pollfd *fds, nfds_t n, const struct timespec *timeout,
+		   const sigset_t *mask);
+
+#endif

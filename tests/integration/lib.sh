@@ -1,0 +1,397 @@
+# SPDX-License-Identifier: GPL-2.0-only OR BSD-2-Clause
+#
+# Shared helpers for the integration tests (sourced, bash only).
+#
+# Every test runs real programs under smc_preload.sh, each server and client with its own
+# SMC_STATS_FILE directory, checks the program's own result, then proves through the
+# stats which transport carried the payload:
+#
+#   SMC_TEST_EXPECT=shm (default)  payload must have moved over shared memory, in both
+#                                  processes, and no connection may have fallen back;
+#   SMC_TEST_EXPECT=tcp            pass-through check: the library was loaded, counted
+#                                  the connections as tcp, and no shm was used.
+#
+# Other knobs: SMC_TEST_TIMEOUT (seconds for the whole test, default 300),
+# SMC_CMD_TIMEOUT (seconds for one client command, default 120), SMC_TEST_KEEP=1 (keep the
+# temp dir), SMC_TEST_PRELOAD_FIRST (preloaded before the library, e.g. the ASan runtime),
+# SMC_WRAPPER, SMC_PRELOAD_LIB, top_srcdir, top_builddir (set by `make check`).
+#
+# Exit codes follow automake: 0 pass, 1 fail, 77 skip, 99 hard error.
+
+# shellcheck disable=SC2034 # variables are used by the sourcing tests
+
+set -u
+set -o pipefail
+
+SMC_TEST_NAME=$(basename -- "$0" .sh)
+_smc_here=$(cd -- "$(dirname -- "${BASH_SOURCE[0]}")" && pwd)
+: "${top_srcdir:=$(cd -- "$_smc_here/../.." && pwd)}"
+: "${top_builddir:=$top_srcdir}"
+: "${SMC_WRAPPER:=$top_srcdir/smc_preload.sh}"
+: "${SMC_PRELOAD_LIB:=$top_builddir/.libs/libsmc_preload.so}"
+: "${SMC_TEST_EXPECT:=shm}"
+: "${SMC_TEST_TIMEOUT:=300}"
+: "${SMC_CMD_TIMEOUT:=120}"
+: "${SMC_TEST_PRELOAD_FIRST:=}"
+export SMC_PRELOAD_LIB
+# Test programs built by `make check` (tests/lib/).
+SMC_STREAM=$top_builddir/tests/lib/smc_stream
+SMC_CHURN=$top_builddir/tests/lib/smc_churn
+
+declare -A SMC_SERVER_PID=()
+declare -A SMC_SERVER_RC=()
+SMC_TMP=
+_smc_watchdog=
+
+# ------------------------------------------------------------------ messages and exits
+
+smc_log() {
+	printf '[%s %s] %s\n' "$(date +%H:%M:%S.%3N)" "$SMC_TEST_NAME" "$*"
+}
+
+smc_fail() {
+	printf 'FAIL: %s: %s\n' "$SMC_TEST_NAME" "$*"
+	exit 1
+}
+
+smc_skip() {
+	printf 'SKIP: %s: %s\n' "$SMC_TEST_NAME" "$*"
+	exit 77
+}
+
+smc_hard_error() {
+	printf 'ERROR: %s: %s\n' "$SMC_TEST_NAME" "$*"
+	exit 99
+}
+
+smc_pass() {
+	printf 'PASS: %s (expect=%s)\n' "$SMC_TEST_NAME" "$SMC_TEST_EXPECT"
+	exit 0
+}
+
+# smc_require_cmd CMD...: skip the test (77) when a program is not installed.
+smc_require_cmd() {
+	local c
+	for c in "$@"; do
+		command -v "$c" >/dev/null 2>&1 || smc_skip "'$c' is not installed"
+	done
+}
+
+# ------------------------------------------------------------------ setup and cleanup
+
+_smc_dump_logs() {
+	local f
+	for f in "$SMC_TMP"/*.log; do
+		[ -f "$f" ] || continue
+		printf -- '---- %s (last 30 lines)\n' "${f##*/}"
+		tail -n 30 -- "$f"
+	done
+}
+
+_smc_cleanup() {
+	local rc=$? name pid
+	trap - EXIT INT TERM
+	[ -n "$_smc_watchdog" ] && kill "$_smc_watchdog" 2>/dev/null
+	for name in "${!SMC_SERVER_PID[@]}"; do
+		pid=${SMC_SERVER_PID[$name]}
+		if _smc_group_alive "$pid"; then
+			smc_log "cleanup: killing leftover server '$name' (process group $pid)"
+			kill -KILL -- "-$pid" 2>/dev/null
+		fi
+	done
+	if [ -n "$SMC_TMP" ] && [ -d "$SMC_TMP" ]; then
+		[ "$rc" != 0 ] && [ "$rc" != 77 ] && _smc_dump_logs
+		if [ "${SMC_TEST_KEEP:-0}" = 1 ]; then
+			smc_log "keeping $SMC_TMP"
+		else
+			rm -rf -- "$SMC_TMP"
+		fi
+	fi
+	exit "$rc"
+}
+
+_smc_on_signal() {
+	printf 'FAIL: %s: interrupted or timed out (SMC_TEST_TIMEOUT=%ss)\n' "$SMC_TEST_NAME" \
+		"$SMC_TEST_TIMEOUT"
+	exit 1
+}
+
+# smc_init: checks the basics, creates $SMC_TMP, installs the cleanup trap and a
+# watchdog that ends the test after SMC_TEST_TIMEOUT seconds whatever happens.
+smc_init() {
+	case $SMC_TEST_EXPECT in
+	shm | tcp) ;;
+	*) smc_hard_error "SMC_TEST_EXPECT must be shm or tcp, not '$SMC_TEST_EXPECT'" ;;
+	esac
+	smc_require_cmd jq ss timeout setsid sha256sum
+	[ -f "$SMC_PRELOAD_LIB" ] || smc_hard_error "library not built: $SMC_PRELOAD_LIB"
+	[ -f "$SMC_WRAPPER" ] || smc_hard_error "wrapper not found: $SMC_WRAPPER"
+	SMC_TMP=$(mktemp -d "${TMPDIR:-/tmp}/smc-$SMC_TEST_NAME.XXXXXX") ||
+		smc_hard_error "mktemp failed"
+	trap _smc_cleanup EXIT
+	trap _smc_on_signal INT TERM
+	(
+		sleep "$SMC_TEST_TIMEOUT"
+		kill -TERM $$ 2>/dev/null
+	) </dev/null >/dev/null 2>&1 &
+	_smc_watchdog=$!
+	smc_log "expect=$SMC_TEST_EXPECT lib=$SMC_PRELOAD_LIB tmp=$SMC_TMP"
+}
+
+# ------------------------------------------------------------------ ports
+
+declare -A _smc_ports_given=()
+
+# smc_free_port VAR: sets VAR to a TCP port on which nothing listens or lingers (any
+# state) and that this test has not been given before. Ports are drawn at random in
+# 20000-49999 (below the ephemeral range) so concurrent tests rarely collide.
+smc_free_port() {
+	local port i
+	for ((i = 0; i < 200; i++)); do
+		port=$((20000 + (RANDOM * 32768 + RANDOM) % 30000))
+		[ -n "${_smc_ports_given[$port]:-}" ] && continue
+		if [ -z "$(ss -Htan "( sport = :$port or dport = :$port )" 2>/dev/null)" ]; then
+			_smc_ports_given[$port]=1
+			printf -v "$1" '%s' "$port"
+			return 0
+		fi
+	done
+	smc_hard_error "no free TCP port found"
+}
+
+# ------------------------------------------------------------------ running programs
+
+# smc_stats_dir NAME: creates and prints a fresh stats directory.
+smc_stats_dir() {
+	local d=$SMC_TMP/stats-$1
+	mkdir -p -- "$d" || smc_hard_error "mkdir $d"
+	echo "$d"
+}
+
+# _smc_cmd STATSDIR CMD...: the command line that runs CMD under the wrapper with its
+# stats going to STATSDIR (one file per process); STATSDIR "-" runs CMD plain.
+_smc_cmd() {
+	local dir=$1
+	shift
+	if [ "$dir" = - ]; then
+		_smc_argv=("$@")
+	elif [ -n "$SMC_TEST_PRELOAD_FIRST" ]; then
+		_smc_argv=(env "SMC_STATS_FILE=$dir/%p.json" "LD_PRELOAD=$SMC_TEST_PRELOAD_FIRST"
+			"$SMC_WRAPPER" "$@")
+	else
+		_smc_argv=(env "SMC_STATS_FILE=$dir/%p.json" "$SMC_WRAPPER" "$@")
+	fi
+}
+
+# smc_run STATSDIR CMD...: runs a client in the foreground, bounded by SMC_CMD_TIMEOUT;
+# returns its exit status (124 on timeout).
+smc_run() {
+	local rc
+	_smc_cmd "$@"
+	timeout -k 5 "$SMC_CMD_TIMEOUT" "${_smc_argv[@]}"
+	rc=$?
+	[ "$rc" = 124 ] && smc_log "timed out after ${SMC_CMD_TIMEOUT}s: $*"
+	return "$rc"
+}
+
+# smc_start_server NAME STATSDIR CMD...: starts CMD in the background in its own process
+# group (so every process it forks can be found and stopped); output goes to
+# $SMC_TMP/NAME.log. The group id is ${SMC_SERVER_PID[NAME]}.
+smc_start_server() {
+	local name=$1
+	shift
+	_smc_cmd "$@"
+	# In a non-interactive shell a background job is not a group leader, so setsid
+	# calls setsid() and execs without forking: $! is the server's own pid.
+	setsid "${_smc_argv[@]}" </dev/null >"$SMC_TMP/$name.log" 2>&1 &
+	SMC_SERVER_PID[$name]=$!
+	smc_log "started $name (pid $!): $*"
+}
+
+# Whether any non-zombie process of process group $1 is alive.
+_smc_group_alive() {
+	ps -e -o pgid=,stat= | awk -v g="$1" '$1 == g && $2 !~ /^Z/ { found = 1 } END { exit !found }'
+}
+
+# smc_wait_port NAME PORT [SECONDS]: waits until something listens on PORT; fails early
+# if the server died.
+smc_wait_port() {
+	local name=$1 port=$2 secs=${3:-20} i
+	local pid=${SMC_SERVER_PID[$name]}
+	for ((i = 0; i < secs * 10; i++)); do
+		if [ -n "$(ss -Hltn "sport = :$port" 2>/dev/null)" ]; then
+			return 0
+		fi
+		_smc_group_alive "$pid" || smc_fail "server '$name' exited before listening on port $port"
+		sleep 0.1
+	done
+	smc_fail "server '$name' not listening on port $port after ${secs}s"
+}
+
+# smc_wait_log NAME REGEX [SECONDS]: waits until the server's log matches REGEX.
+smc_wait_log() {
+	local name=$1 re=$2 secs=${3:-20} i
+	for ((i = 0; i < secs * 10; i++)); do
+		grep -Eq -- "$re" "$SMC_TMP/$name.log" 2>/dev/null && return 0
+		sleep 0.1
+	done
+	smc_fail "server '$name': no line matching /$re/ in its log after ${secs}s"
+}
+
+# smc_stop_server NAME [SIGNAL] [SECONDS]: asks the server to exit (default SIGTERM) and
+# waits until every process of its group is gone, so all stats files are written. A
+# server that does not exit in time is killed and the test fails. The exit status of the
+# main process is left in ${SMC_SERVER_RC[NAME]}.
+smc_stop_server() {
+	local name=$1 sig=${2:-TERM} secs=${3:-20} i rc
+	local pid=${SMC_SERVER_PID[$name]}
+	kill -"$sig" "$pid" 2>/dev/null
+	for ((i = 0; i < secs * 10; i++)); do
+		_smc_group_alive "$pid" || break
+		sleep 0.1
+	done
+	if _smc_group_alive "$pid"; then
+		kill -KILL -- "-$pid" 2>/dev/null
+		smc_fail "server '$name' did not exit within ${secs}s of SIG$sig"
+	fi
+	wait "$pid"
+	rc=$?
+	SMC_SERVER_RC[$name]=$rc
+	smc_log "stopped $name (exit status $rc)"
+}
+
+# smc_wait_server_exit NAME [SECONDS]: for servers that exit by themselves.
+smc_wait_server_exit() {
+	local name=$1 secs=${2:-60} i rc
+	local pid=${SMC_SERVER_PID[$name]}
+	for ((i = 0; i < secs * 10; i++)); do
+		_smc_group_alive "$pid" || break
+		sleep 0.1
+	done
+	_smc_group_alive "$pid" && smc_fail "server '$name' still running after ${secs}s"
+	wait "$pid"
+	rc=$?
+	SMC_SERVER_RC[$name]=$rc
+	smc_log "$name exited (status $rc)"
+}
+
+# smc_server_log NAME: path of the server's output.
+smc_server_log() {
+	echo "$SMC_TMP/$1.log"
+}
+
+# ------------------------------------------------------------------ stats
+
+# smc_require_stats DIR: fails unless DIR holds at least one valid stats file.
+smc_require_stats() {
+	local dir=$1 files
+	files=$(find "$dir" -maxdepth 1 -name '*.json' | sort)
+	[ -n "$files" ] ||
+		smc_fail "no stats file in $dir: was the library loaded, did every process exit()?"
+	# shellcheck disable=SC2086 # file names are ours, no blanks
+	jq -e -s 'all(.[]; .version == 1 and (.connections | type) == "object")' $files \
+		>/dev/null || smc_fail "stats in $dir are not valid version-1 JSON: $(cat $files)"
+}
+
+# smc_stats DIR EXPR: sum of the jq expression EXPR over every stats file in DIR (call
+# smc_require_stats first: inside $(...) a failure cannot stop the test).
+smc_stats() {
+	# shellcheck disable=SC2046
+	jq -s "map($2) | add // 0" $(find "$1" -maxdepth 1 -name '*.json' | sort)
+}
+
+# smc_stats_summary DIR: one line for the log.
+smc_stats_summary() {
+	local dir=$1 files
+	files=$(find "$dir" -maxdepth 1 -name '*.json' | sort)
+	if [ -z "$files" ]; then
+		echo "no stats files in $dir"
+		return
+	fi
+	# shellcheck disable=SC2086
+	jq -sc '{files: length,
+		connections: (map(.connections) | {shm: (map(.shm) | add), ib: (map(.ib) | add),
+			tcp: (map(.tcp) | add)}),
+		fallback: (map(.fallback | to_entries) | add | group_by(.key)
+			| map({key: .[0].key, value: (map(.value) | add)}) | from_entries),
+		bytes: (map(.bytes) | {shm: ((map(.shm.sent) | add) + (map(.shm.received) | add)),
+			tcp: ((map(.tcp.sent) | add) + (map(.tcp.received) | add))}),
+		aborts: (map(.events.aborts) | add)}' $files
+}
+
+# ------------------------------------------------------------------ assertions
+
+smc_assert() { # smc_assert MESSAGE TEST-ARGS...
+	local msg=$1
+	shift
+	test "$@" || smc_fail "$msg"
+}
+
+smc_assert_ge() { # smc_assert_ge WHAT ACTUAL MINIMUM
+	[ "$2" -ge "$3" ] 2>/dev/null || smc_fail "$1: got $2, expected at least $3"
+}
+
+smc_assert_eq() { # smc_assert_eq WHAT ACTUAL EXPECTED
+	[ "$2" = "$3" ] || smc_fail "$1: got '$2', expected '$3'"
+}
+
+# smc_assert_same_file WHAT FILE1 FILE2: byte-identical (sha256).
+smc_assert_same_file() {
+	local a b
+	a=$(sha256sum <"$2" | cut -d' ' -f1)
+	b=$(sha256sum <"$3" | cut -d' ' -f1)
+	[ "$a" = "$b" ] || smc_fail "$1: sha256 $a differs from the original's $b"
+}
+
+# smc_expect_payload DIR MIN_BYTES [LABEL]: the transport check of every test, following
+# SMC_TEST_EXPECT. shm: at least one shm connection, shm bytes (sent + received) >=
+# MIN_BYTES (>= 1 when MIN_BYTES is 0), and no connection fell back to TCP. tcp: at least
+# one tcp connection, tcp bytes >= MIN_BYTES (>= 1), no shm connection.
+smc_expect_payload() {
+	local dir=$1 min=$2 label=${3:-$(basename -- "$1")} summary conns bytes other
+	[ "$min" -ge 1 ] || min=1
+	smc_require_stats "$dir"
+	summary=$(smc_stats_summary "$dir")
+	smc_log "stats $label: $summary"
+	if [ "$SMC_TEST_EXPECT" = shm ]; then
+		conns=$(smc_stats "$dir" '.connections.shm')
+		bytes=$(smc_stats "$dir" '.bytes.shm.sent + .bytes.shm.received')
+		other=$(smc_stats "$dir" '.connections.tcp')
+		smc_assert_ge "$label: shm connections" "$conns" 1
+		smc_assert_ge "$label: payload bytes over shm (sent+received)" "$bytes" "$min"
+		[ "$other" = 0 ] ||
+			smc_fail "$label: $other connection(s) fell back to TCP (see fallback in the stats line above)"
+	else
+		conns=$(smc_stats "$dir" '.connections.tcp')
+		bytes=$(smc_stats "$dir" '.bytes.tcp.sent + .bytes.tcp.received')
+		other=$(smc_stats "$dir" '.connections.shm')
+		smc_assert_ge "$label: tcp connections" "$conns" 1
+		smc_assert_ge "$label: payload bytes over tcp (sent+received)" "$bytes" "$min"
+		smc_assert_eq "$label: shm connections in pass-through mode" "$other" 0
+	fi
+}
+
+# smc_expect_connections DIR N [LABEL]: at least N connections in the expected mode.
+smc_expect_connections() {
+	local dir=$1 n=$2 label=${3:-$(basename -- "$1")}
+	smc_require_stats "$dir"
+	smc_assert_ge "$label: $SMC_TEST_EXPECT connections" \
+		"$(smc_stats "$dir" ".connections.$SMC_TEST_EXPECT")" "$n"
+}
+
+# smc_expect_fallback DIR REASON MIN_BYTES [LABEL]: the preloaded side of a connection to
+# a plain peer: tcp connections with REASON, tcp bytes >= MIN_BYTES, nothing over shm.
+# Holds in both expect modes.
+smc_expect_fallback() {
+	local dir=$1 reason=$2 min=$3 label=${4:-$(basename -- "$1")}
+	smc_require_stats "$dir"
+	smc_log "stats $label: $(smc_stats_summary "$dir")"
+	smc_assert_ge "$label: tcp connections" "$(smc_stats "$dir" '.connections.tcp')" 1
+	smc_assert_ge "$label: fallback reason $reason" \
+		"$(smc_stats "$dir" ".fallback[\"$reason\"] // 0")" 1
+	smc_assert_ge "$label: tcp payload bytes" \
+		"$(smc_stats "$dir" '.bytes.tcp.sent + .bytes.tcp.received')" "$min"
+	smc_assert_eq "$label: shm connections" "$(smc_stats "$dir" '.connections.shm')" 0
+	smc_assert_eq "$label: shm bytes" \
+		"$(smc_stats "$dir" '.bytes.shm.sent + .bytes.shm.received')" 0
+}

@@ -35,10 +35,6 @@
 /* Longest accepted string value (paths), terminating NUL included. */
 #define SMC_CFG_STRING_MAX 4096
 
-/* Hook for `smc_preload.sh --print-config` (see the end of this file).
- * TODO(lead): move this prototype into core/config.h. */
-void config_maybe_print_and_exit(void);
-
 struct smc_config smc_cfg = {
 	.rcvbuf = 256 * KIB,
 	.sndbuf = 256 * KIB,
@@ -180,6 +176,11 @@ const struct smc_cfg_var smc_cfg_vars[CFG_NVARS] = {
 const size_t smc_cfg_nvars = CFG_NVARS;
 
 static enum smc_cfg_source cfg_source[CFG_NVARS];
+
+/* Set by config_load(); lets the --print-config hook reuse a load done by smc_init()
+ * (which the library's constructor may have run first) instead of reporting bad values
+ * a second time. */
+static bool config_loaded;
 
 enum smc_cfg_source config_source(size_t i)
 {
@@ -482,6 +483,7 @@ int config_load(FILE *err)
 	}
 	if (smc_cfg.debug && smc_cfg.log_level < SMC_LOG_DEBUG)
 		smc_cfg.log_level = SMC_LOG_DEBUG;
+	config_loaded = true;
 	return bad;
 }
 
@@ -542,9 +544,10 @@ void config_print(FILE *out)
 /*
  * `smc_preload.sh --print-config` runs `/bin/true` with the library preloaded and
  * SMC_PRINT_CONFIG=1: the process reports bad values on stderr, prints the table on
- * stdout and exits before main(). Runs from a constructor because smc_init() is lazy
- * (a process that opens no socket never calls it). Only the exact value "1" triggers it,
- * so a stray SMC_PRINT_CONFIG=yes in someone's environment does not kill every program.
+ * stdout and exits before main(). Runs from its own constructor so it works whether or
+ * not something else calls smc_init() at load time; the table is loaded only once.
+ * Only the exact value "1" triggers it, so a stray SMC_PRINT_CONFIG=yes in someone's
+ * environment does not kill every program.
  */
 void config_maybe_print_and_exit(void)
 {
@@ -552,7 +555,8 @@ void config_maybe_print_and_exit(void)
 
 	if (v == NULL || strcmp(v, "1") != 0)
 		return;
-	config_load(stderr);
+	if (!config_loaded)
+		config_load(stderr);
 	config_print(stdout);
 	_exit(0);
 }

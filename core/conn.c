@@ -21,6 +21,7 @@
 #include "core/cdc.h"
 #include "core/config.h"
 #include "core/conn.h"
+#include "core/fdpark.h"
 #include "core/log.h"
 #include "core/real.h"
 #include "core/stats.h"
@@ -59,6 +60,16 @@ static void conn_list_del(struct smc_conn *c)
 			break;
 		}
 	}
+	pthread_mutex_unlock(&conn_list_lock);
+}
+
+void conn_foreach(void (*fn)(struct smc_conn *c, void *arg), void *arg)
+{
+	struct conn_node *n;
+
+	pthread_mutex_lock(&conn_list_lock);
+	for (n = conn_list; n; n = n->next)
+		fn(n->c, arg);
 	pthread_mutex_unlock(&conn_list_lock);
 }
 
@@ -149,8 +160,8 @@ struct smc_conn *conn_new(int fd, enum conn_side side)
 	pthread_mutex_init(&c->lock, NULL);
 	pthread_mutex_init(&c->rx_lock, NULL);
 	pthread_mutex_init(&c->tx_lock, NULL);
-	c->rx_bell = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
-	c->tx_bell = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+	c->rx_bell = fd_park(eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC));
+	c->tx_bell = fd_park(eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC));
 	if (c->rx_bell < 0 || c->tx_bell < 0) {
 		if (c->rx_bell >= 0)
 			REAL(close)(c->rx_bell);

@@ -93,6 +93,9 @@ void conn_fallback(struct smc_conn *c, enum smc_reason why);
 int conn_wait_pending(struct smc_conn *c, bool nonblock);
 /* fork(): every ACTIVE connection gains (+1) or, if fork failed, loses (-1) a holder. */
 void conn_fork_prepare(int delta);
+/* Calls fn for every connection of the process (under the registry lock: fn must not
+ * block nor call back into the registry). */
+void conn_foreach(void (*fn)(struct smc_conn *c, void *arg), void *arg);
 /* The application closed its last fd of c in this process. */
 void conn_release_fd(struct smc_conn *c);
 

@@ -30,6 +30,7 @@
  * ep_collect() so a ready list fed from c->regs can replace it without touching the rest.
  */
 #include <errno.h>
+#include <fcntl.h>
 #include <limits.h>
 #include <pthread.h>
 #include <stdlib.h>
@@ -286,6 +287,9 @@ static struct smc_epoll *ep_create(int epfd)
 	int saved;
 
 	pthread_once(&ep_cookie_once, cookie_init);
+	/* EBADF before creating the shadow, which could otherwise take epfd's free number */
+	if (REAL(fcntl)(epfd, F_GETFD) < 0)
+		return NULL;
 	ep = calloc(1, sizeof(*ep));
 	if (!ep) {
 		errno = ENOMEM;
@@ -397,6 +401,22 @@ static void watch_clear_shadow(struct smc_epoll *ep, struct smc_ep_reg *w)
 		REAL(epoll_ctl)(ep->shadow, EPOLL_CTL_DEL, w->wait_fd[i], NULL);
 	ep->nentries -= w->nwait;
 	w->nwait = 0;
+}
+
+/* Removes one shadow entry (fd, tag) of w; w is re-synced at the next prepare. */
+static void watch_drop_entry(struct smc_epoll *ep, struct smc_ep_reg *w, int fd, unsigned tag)
+{
+	for (int i = 0; i < w->nwait; i++) {
+		if (w->wait_fd[i] != fd || w->wait_tag[i] != tag)
+			continue;
+		REAL(epoll_ctl)(ep->shadow, EPOLL_CTL_DEL, fd, NULL);
+		w->nwait--;
+		w->wait_fd[i] = w->wait_fd[w->nwait];
+		w->wait_tag[i] = w->wait_tag[w->nwait];
+		ep->nentries--;
+		w->synced = false;
+		return;
+	}
 }
 
 static bool watch_enabled(const struct smc_ep_reg *w)
@@ -982,25 +1002,27 @@ static int kernel_now(struct smc_epoll *ep, struct epoll_event *ev, int max)
  * readiness cannot starve kernel fds; with max == 1 the two take turns. */
 static int ep_try(struct smc_epoll *ep, struct epoll_event *ev, int max, bool kernel)
 {
-	int slots = max, n, k, more = 0;
+	int slots, n, k, more = 0;
 
 	ep_lock(ep);
 	if (ep->dead) {
 		ep_unlock(ep);
 		return EP_DEAD;
 	}
-	if (kernel && max > 1)
+	if (max > 1)
 		slots = max - 1;
-	else if (kernel && (ep->kernel_turn = !ep->kernel_turn))
-		slots = 0;
+	else
+		slots = (ep->kernel_turn = !ep->kernel_turn) ? 0 : 1;
 	n = ep_collect(ep, ev, slots);
 	ep_unlock(ep);
-	if (n == 0 && !kernel)
+	if (n == 0 && slots > 0 && !kernel)
 		return 0;
 	k = kernel_now(ep, ev + n, max - n);
 	if (k < 0)
 		return n > 0 ? n : -1;
-	if (n + k < max && slots < max) {
+	/* more SMC events only if the slot limit cut the first pass short (a second pass
+	 * would report level-triggered registrations twice in one call) */
+	if (n == slots && n + k < max) {
 		ep_lock(ep);
 		if (!ep->dead)
 			more = ep_collect(ep, ev + n + k, max - n - k);
@@ -1243,6 +1265,7 @@ static struct smc_epoll **eps_snapshot(struct smc_epoll **stack, int cap, int *n
  * can no longer be named in EPOLL_CTL_DEL, and a dup would keep the entry alive. */
 static void ep_forget_in(struct smc_epoll *ep, int fd, struct smc_conn *c)
 {
+	struct smc_ep_reg *w = NULL;
 	struct ep_fdreg *r;
 
 	ep_lock(ep);
@@ -1251,19 +1274,18 @@ static void ep_forget_in(struct smc_epoll *ep, int fd, struct smc_conn *c)
 		return;
 	}
 	r = reg_find(ep, fd);
-	if (r)
+	if (r) {
+		/* the wrapper may have cleared fd's table entry already: find the watch
+		 * through the registration, unless the removal releases it anyway */
+		w = r->w;
+		if (w && w->fdregs == r && !r->wnext)
+			w = NULL;
 		reg_remove(ep, r);
-	if (c) {
-		struct smc_ep_reg *w = watch_find_conn(ep, c);
-
-		for (int i = 0; w && i < w->nwait; i++) {
-			if (w->wait_tag[i] == TAG_TCP && w->wait_fd[i] == fd) {
-				watch_clear_shadow(ep, w);
-				w->synced = false; /* re-synced at the next prepare */
-				break;
-			}
-		}
+	} else if (c) {
+		w = watch_find_conn(ep, c);
 	}
+	if (w)
+		watch_drop_entry(ep, w, fd, TAG_TCP);
 	ep_unlock(ep);
 }
 

@@ -10,6 +10,7 @@
 #include "core/clc.h"
 #include "core/config.h"
 #include "core/conn.h"
+#include "core/fdpark.h"
 #include "core/handshake.h"
 #include "core/log.h"
 #include "core/real.h"
@@ -160,8 +161,8 @@ void handshake_client(struct smc_conn *c, int ufd)
 		goto decline;
 	}
 	c->map = map;
-	c->peer_rx_bell = in[2];
-	c->peer_tx_bell = in[3];
+	c->peer_rx_bell = fd_park(in[2]);
+	c->peer_tx_bell = fd_park(in[3]);
 	in[2] = in[3] = -1;
 	conn_activate(c);
 	pthread_mutex_unlock(&c->lock);
@@ -225,8 +226,8 @@ int handshake_server(struct smc_conn *c, int ufd, enum smc_reason *why)
 		hs_send_decline(ufd, CLC_DECL_INTERR);
 		return memfd;
 	}
-	c->peer_rx_bell = in[1];
-	c->peer_tx_bell = in[2];
+	c->peer_rx_bell = fd_park(in[1]);
+	c->peer_tx_bell = fd_park(in[2]);
 	acc.u.s_acc.proto = CLC_SAMEHOST_PROTO;
 	acc.u.s_acc.c2s_size = p->c2s_size;
 	acc.u.s_acc.s2c_size = p->s2c_size;

@@ -10,6 +10,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "core/fdpark.h"
 #include "core/real.h"
 #include "core/rendezvous.h"
 
@@ -179,7 +180,7 @@ int rdv_listener_register(int lfd)
 		/* EADDRINUSE: a forked sibling already holds the name for this port. */
 		return -e;
 	}
-	return fd;
+	return fd_park(fd);
 }
 
 static bool name_bound(int probe, const struct endpoint *ep)
@@ -237,7 +238,7 @@ int rdv_conn_listen(const struct sockaddr *local, const struct sockaddr *peer)
 		REAL(close)(fd);
 		return -e;
 	}
-	return fd;
+	return fd_park(fd);
 }
 
 int rdv_conn_connect(const struct sockaddr *peer, const struct sockaddr *local)

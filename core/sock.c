@@ -86,13 +86,13 @@ static uint16_t addr_port(const struct sockaddr *sa)
 /* The client's half of the 4-tuple must be known before the TCP connection exists, so
  * that the server can find our rendezvous name the moment it accepts: bind an ephemeral
  * port on the address the kernel would pick for a local destination (the destination
- * itself). SO_REUSEADDR lets the port be reused while in TIME_WAIT, as connect()'s own
- * port choice would. */
+ * itself). No SO_REUSEADDR: a port bound that way may still carry another connection to
+ * the same destination and connect() would fail; without it the kernel hands out a port
+ * no socket uses, and when none is left the connection simply stays TCP. */
 static int bind_local_end(int fd, const struct sockaddr *dst, socklen_t dlen,
 			  struct sockaddr_storage *local)
 {
 	socklen_t len = sizeof(*local);
-	int one = 1;
 
 	if (REAL(getsockname)(fd, (struct sockaddr *)local, &len) < 0)
 		return -errno;
@@ -113,7 +113,6 @@ static int bind_local_end(int fd, const struct sockaddr *dst, socklen_t dlen,
 		((struct sockaddr_in *)local)->sin_port = 0;
 	else
 		((struct sockaddr_in6 *)local)->sin6_port = 0;
-	REAL(setsockopt)(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
 	if (REAL(bind)(fd, (struct sockaddr *)local, dlen) < 0)
 		return -errno;
 	len = sizeof(*local);

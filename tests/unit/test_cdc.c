@@ -231,7 +231,7 @@ END_TEST
 START_TEST(test_validate_random_forgery)
 {
 	smc_cursor prod = cursor_make(0xFFF0, 0), cons = prod;
-	uint32_t seed = 4242;
+	uint32_t seed = 4242, bad = 0, accepted = 0;
 
 	for (int i = 0; i < 200000; i++) {
 		seed = seed * 1103515245u + 12345u;
@@ -252,16 +252,22 @@ START_TEST(test_validate_random_forgery)
 		if (cdc_validate_peer_prod(cand, prod, cons, RMB) == 0) {
 			int64_t used = ring_used(cand, cons, RMB);
 
-			ck_assert(used >= 0 && used <= RMB);
-			ck_assert(cursor_diff(cand, prod, RMB) >= 0);
+			if (used < 0 || used > RMB || cursor_diff(cand, prod, RMB) < 0)
+				bad++;
 			prod = cand;
+			accepted++;
 		}
 		/* the reader consumes some */
 		int64_t used = ring_used(prod, cons, RMB);
 
-		ck_assert(used >= 0);
+		if (used < 0) {
+			bad++;
+			break;
+		}
 		cons = cursor_add(cons, (uint32_t)(used ? (seed >> 12) % (used + 1) : 0), RMB);
 	}
+	ck_assert_uint_eq(bad, 0);
+	ck_assert_uint_gt(accepted, 1000); /* the walk did move */
 }
 END_TEST
 
@@ -332,9 +338,15 @@ struct sim_q {
 	unsigned h, t;
 };
 
+/* Hot loops avoid ck_assert: each passing Check assertion costs a syscall. */
+static unsigned sim_overflows;
+
 static void q_push(struct sim_q *q, uint64_t at, uint64_t val, bool blocked)
 {
-	ck_assert_uint_lt(q->t - q->h, SIM_Q);
+	if (q->t - q->h >= SIM_Q) {
+		sim_overflows++;
+		return;
+	}
 	q->e[q->t++ % SIM_Q] = (struct sim_ev){ at, val, blocked };
 }
 
@@ -368,8 +380,8 @@ static struct sim_result simulate(policy_fn pol, const struct sim_cfg *cfg, uint
 	bool peer_blocked = false;
 	uint64_t now = 0, last_progress = 0;
 
-	memset(&w2r, 0, sizeof(w2r));
-	memset(&r2w, 0, sizeof(r2w));
+	w2r.h = w2r.t = 0;
+	r2w.h = r2w.t = 0;
 	cdc_policy_init(&p, S);
 
 #define SEND_UPDATE(at)                                         \
@@ -526,6 +538,7 @@ START_TEST(test_policy_simulation)
 	const struct sim_cfg *cfg = &sim_cfgs[_i];
 	struct sweep s = run_sweep(cdc_should_send_cons_update, cfg);
 
+	ck_assert_uint_eq(sim_overflows, 0);
 	ck_assert_int_eq(s.deadlocks, 0);
 	ck_assert_uint_eq(s.bad_stalls, 0);
 	/* no cliff: no message size more than 30% worse than the best one, and no step

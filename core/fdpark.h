@@ -1,0 +1,15 @@
+/* SPDX-License-Identifier: GPL-2.0-only OR BSD-2-Clause */
+/*
+ * The library's own descriptors (doorbells, rendezvous sockets, shadow epoll sets) live
+ * in the application's fd space. Applications size tables by their fd numbers (wrk
+ * refuses fds above 10 + 3 * connections, select() stops at 1024), so internal fds are
+ * moved to the top quarter of RLIMIT_NOFILE, away from the numbers the application
+ * gets from the kernel's lowest-free-fd rule.
+ */
+#ifndef SMC_FDPARK_H
+#define SMC_FDPARK_H
+
+/* Returns fd moved to a high number (CLOEXEC), or fd itself when there is no room. */
+int fd_park(int fd);
+
+#endif

@@ -1,0 +1,1014 @@
+/* SPDX-License-Identifier: GPL-2.0-only OR BSD-2-Clause */
+/*
+ * readiness_check: TCP readiness semantics of poll, ppoll, select, pselect, epoll_wait,
+ * epoll_pwait and epoll_pwait2 on a TCP connection over 127.0.0.1.
+ *
+ * Without the library it documents what Linux does; under LD_PRELOAD with both ends
+ * upgraded it checks that the emulation keeps those semantics. The "driver" end runs
+ * the checks; the "peer" end sends, reads, shuts down and closes on request. By default
+ * both ends live in this process; with --fork the peer is a child process (the two ends
+ * are then two processes, as in real deployments).
+ *
+ * Prints one line per check ("ok - ..." or "FAIL - ...") and exits 1 if any failed.
+ * No check depends on timing: waits that must succeed use generous timeouts, and
+ * "nothing is ready" is checked with zero or short timeouts after the state is settled.
+ */
+#include <arpa/inet.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/eventfd.h>
+#include <sys/select.h>
+#include <sys/socket.h>
+#include <sys/time.h>
+#include <sys/timerfd.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#define LONG_MS 10000   /* a wait that must succeed */
+#define SHORT_MS 50     /* a wait that must time out */
+#define LATER_MS 100    /* delay before a peer's deferred action */
+
+static int failures, checks;
+
+static void check(bool ok, const char *name, const char *fmt, ...)
+{
+	checks++;
+	if (ok) {
+		printf("ok - %s\n", name);
+	} else {
+		va_list ap;
+
+		failures++;
+		printf("FAIL - %s: ", name);
+		va_start(ap, fmt);
+		vprintf(fmt, ap);
+		va_end(ap);
+		printf(" (errno %d %s)\n", errno, strerror(errno));
+	}
+	fflush(stdout);
+}
+
+static void die(const char *what)
+{
+	fprintf(stderr, "readiness_check: %s: %s\n", what, strerror(errno));
+	exit(2);
+}
+
+/* ------------------------------------------------------------------ the peer */
+
+enum peer_op { P_ACCEPT = 1, P_SEND, P_SEND_LATER, P_READN, P_READN_LATER, P_SHUTWR,
+	       P_CLOSE, P_EXIT };
+
+struct peer_cmd {
+	int op;
+	long arg;
+};
+
+struct peer {
+	bool forked;
+	int ctl;               /* forked: control socket to the child */
+	pid_t pid;
+	int lfd;               /* listening socket (in-process, or the child's) */
+	int fd;                /* accepted socket (in-process, or the child's) */
+	pthread_t later;       /* in-process deferred action */
+	bool later_running;
+	struct peer_cmd later_cmd;
+};
+
+static void sleep_ms(int ms)
+{
+	struct timespec ts = { ms / 1000, (long)(ms % 1000) * 1000000L };
+
+	while (nanosleep(&ts, &ts) < 0 && errno == EINTR)
+		;
+}
+
+static long send_pattern(int fd, long n)
+{
+	char buf[4096];
+	long done = 0;
+
+	memset(buf, 'p', sizeof(buf));
+	while (done < n) {
+		size_t chunk = (size_t)(n - done) < sizeof(buf) ? (size_t)(n - done) : sizeof(buf);
+		ssize_t w = send(fd, buf, chunk, MSG_NOSIGNAL);
+
+		if (w < 0) {
+			if (errno == EINTR)
+				continue;
+			return -errno;
+		}
+		done += w;
+	}
+	return done;
+}
+
+static long read_exactly(int fd, long n)
+{
+	char buf[65536];
+	long done = 0;
+
+	while (done < n) {
+		size_t chunk = (size_t)(n - done) < sizeof(buf) ? (size_t)(n - done) : sizeof(buf);
+		ssize_t r = read(fd, buf, chunk);
+
+		if (r < 0 && errno == EINTR)
+			continue;
+		if (r <= 0)
+			return r < 0 ? -errno : done;
+		done += r;
+	}
+	return done;
+}
+
+/* Executes one command on the peer's socket; returns a result or -errno. */
+static long peer_exec(struct peer *p, const struct peer_cmd *c)
+{
+	switch (c->op) {
+	case P_ACCEPT:
+		if (p->fd >= 0)
+			close(p->fd);
+		p->fd = accept(p->lfd, NULL, NULL);
+		return p->fd < 0 ? -errno : 0;
+	case P_SEND:
+	case P_SEND_LATER:
+		return send_pattern(p->fd, c->arg);
+	case P_READN:
+	case P_READN_LATER:
+		return read_exactly(p->fd, c->arg);
+	case P_SHUTWR:
+		return shutdown(p->fd, SHUT_WR) < 0 ? -errno : 0;
+	case P_CLOSE: {
+		int r = close(p->fd);
+
+		p->fd = -1;
+		return r < 0 ? -errno : 0;
+	}
+	default:
+		return -EINVAL;
+	}
+}
+
+static bool is_later(int op)
+{
+	return op == P_SEND_LATER || op == P_READN_LATER;
+}
+
+static void child_loop(struct peer *p)
+{
+	struct peer_cmd c;
+
+	while (read(p->ctl, &c, sizeof(c)) == (ssize_t)sizeof(c) && c.op != P_EXIT) {
+		long r = 0;
+
+		if (is_later(c.op)) {
+			/* acknowledge first: the driver then waits for the effect */
+			if (write(p->ctl, &r, sizeof(r)) != (ssize_t)sizeof(r))
+				break;
+			sleep_ms(LATER_MS);
+			peer_exec(p, &c);
+			continue;
+		}
+		r = peer_exec(p, &c);
+		if (write(p->ctl, &r, sizeof(r)) != (ssize_t)sizeof(r))
+			break;
+	}
+	exit(0); /* exit, not _exit: the library writes its stats file at exit */
+}
+
+static void *later_thread(void *arg)
+{
+	struct peer *p = arg;
+
+	sleep_ms(LATER_MS);
+	peer_exec(p, &p->later_cmd);
+	return NULL;
+}
+
+static void peer_join(struct peer *p)
+{
+	if (p->later_running) {
+		pthread_join(p->later, NULL);
+		p->later_running = false;
+	}
+}
+
+static long peer(struct peer *p, int op, long arg)
+{
+	struct peer_cmd c = { .op = op, .arg = arg };
+	long r;
+
+	if (p->forked) {
+		if (write(p->ctl, &c, sizeof(c)) != (ssize_t)sizeof(c) ||
+		    read(p->ctl, &r, sizeof(r)) != (ssize_t)sizeof(r))
+			die("peer control");
+		return r;
+	}
+	peer_join(p);
+	if (is_later(op)) {
+		p->later_cmd = c;
+		if (pthread_create(&p->later, NULL, later_thread, p) != 0)
+			die("pthread_create");
+		p->later_running = true;
+		return 0;
+	}
+	return peer_exec(p, &c);
+}
+
+static void peer_start(struct peer *p, bool forked, struct sockaddr_in *addr)
+{
+	socklen_t len = sizeof(*addr);
+	int one = 1;
+
+	memset(p, 0, sizeof(*p));
+	p->fd = -1;
+	p->lfd = socket(AF_INET, SOCK_STREAM, 0);
+	if (p->lfd < 0)
+		die("socket");
+	setsockopt(p->lfd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+	memset(addr, 0, sizeof(*addr));
+	addr->sin_family = AF_INET;
+	addr->sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+	if (bind(p->lfd, (struct sockaddr *)addr, sizeof(*addr)) < 0 || listen(p->lfd, 16) < 0 ||
+	    getsockname(p->lfd, (struct sockaddr *)addr, &len) < 0)
+		die("listen");
+	p->forked = forked;
+	if (!forked)
+		return;
+	int sv[2];
+
+	if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) < 0)
+		die("socketpair");
+	fflush(stdout);
+	p->pid = fork();
+	if (p->pid < 0)
+		die("fork");
+	if (p->pid == 0) {
+		close(sv[0]);
+		p->ctl = sv[1];
+		child_loop(p);
+	}
+	close(sv[1]);
+	close(p->lfd);
+	p->lfd = -1;
+	p->ctl = sv[0];
+}
+
+static void peer_stop(struct peer *p)
+{
+	if (p->forked) {
+		struct peer_cmd c = { .op = P_EXIT };
+		int st;
+
+		if (write(p->ctl, &c, sizeof(c)) < 0)
+			perror("peer exit");
+		waitpid(p->pid, &st, 0);
+		close(p->ctl);
+		return;
+	}
+	peer_join(p);
+	if (p->fd >= 0)
+		close(p->fd);
+	close(p->lfd);
+}
+
+/* ------------------------------------------------------------------ driver helpers */
+
+static struct peer P;
+static struct sockaddr_in peer_addr;
+
+/* Nonblocking connect, peer accept, wait for completion, then one byte each way so the
+ * connection is fully established (and, under the library, upgraded) before checks. */
+static int new_conn(void)
+{
+	struct pollfd pfd;
+	int fd = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK, 0), err = 0;
+	socklen_t len = sizeof(err);
+	char b;
+
+	if (fd < 0)
+		die("socket");
+	if (connect(fd, (struct sockaddr *)&peer_addr, sizeof(peer_addr)) < 0 &&
+	    errno != EINPROGRESS)
+		die("connect");
+	if (peer(&P, P_ACCEPT, 0) < 0)
+		die("accept");
+	pfd = (struct pollfd){ .fd = fd, .events = POLLOUT };
+	if (poll(&pfd, 1, LONG_MS) != 1 || getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len) < 0 ||
+	    err != 0)
+		die("connect completion");
+	if (send(fd, "s", 1, 0) != 1 || peer(&P, P_READN, 1) != 1 || peer(&P, P_SEND, 1) != 1)
+		die("sync");
+	pfd = (struct pollfd){ .fd = fd, .events = POLLIN };
+	if (poll(&pfd, 1, LONG_MS) != 1 || read(fd, &b, 1) != 1)
+		die("sync read");
+	return fd;
+}
+
+/* Reads everything available now (fd is nonblocking). */
+static long drain(int fd)
+{
+	char buf[65536];
+	long total = 0;
+	ssize_t r;
+
+	while ((r = read(fd, buf, sizeof(buf))) > 0)
+		total += r;
+	return total;
+}
+
+/* Writes until EAGAIN; returns the bytes written. */
+static long fill(int fd)
+{
+	static char buf[65536];
+	long total = 0;
+	ssize_t w;
+
+	for (;;) {
+		w = send(fd, buf, sizeof(buf), MSG_NOSIGNAL | MSG_DONTWAIT);
+		if (w > 0) {
+			total += w;
+			continue;
+		}
+		if (w < 0 && errno == EAGAIN) {
+			/* the kernel may accept more once in-flight segments are acked: insist a
+			 * little so "full" really means full */
+			struct pollfd pfd = { .fd = fd, .events = POLLOUT };
+
+			if (poll(&pfd, 1, SHORT_MS) == 1 && (pfd.revents & POLLOUT))
+				continue;
+			break;
+		}
+		break;
+	}
+	return total;
+}
+
+static short poll1(int fd, short events, int ms)
+{
+	struct pollfd pfd = { .fd = fd, .events = events };
+	int r = poll(&pfd, 1, ms);
+
+	return r < 0 ? -1 : r == 0 ? 0 : pfd.revents;
+}
+
+/* epoll_wait that looks for the event carrying `data`; returns its events or 0. */
+static uint32_t ep_events_for(int epfd, uint64_t data, int ms, int *count)
+{
+	struct epoll_event ev[16];
+	int n = epoll_wait(epfd, ev, 16, ms);
+
+	if (count)
+		*count = n;
+	for (int i = 0; i < n; i++)
+		if (ev[i].data.u64 == data)
+			return ev[i].events;
+	return 0;
+}
+
+static int ep_add(int epfd, int fd, uint32_t events, uint64_t data)
+{
+	struct epoll_event ev = { .events = events, .data.u64 = data };
+
+	return epoll_ctl(epfd, EPOLL_CTL_ADD, fd, &ev);
+}
+
+static int ep_mod(int epfd, int fd, uint32_t events, uint64_t data)
+{
+	struct epoll_event ev = { .events = events, .data.u64 = data };
+
+	return epoll_ctl(epfd, EPOLL_CTL_MOD, fd, &ev);
+}
+
+static int new_epoll(void)
+{
+	int epfd = epoll_create1(EPOLL_CLOEXEC);
+
+	if (epfd < 0)
+		die("epoll_create1");
+	return epfd;
+}
+
+/* ------------------------------------------------------------------ checks: poll family */
+
+static void test_poll_basic(void)
+{
+	int fd = new_conn();
+	struct pollfd pfd[3];
+	struct timespec ts0 = { 0, 0 }, tsl = { LONG_MS / 1000, 0 };
+	sigset_t empty;
+	short rev;
+
+	rev = poll1(fd, POLLIN | POLLOUT, 0);
+	check(rev == (POLLOUT), "poll: idle connection is writable, not readable", "revents %#x", rev);
+	rev = poll1(fd, POLLIN, SHORT_MS);
+	check(rev == 0, "poll: times out when nothing to read", "revents %#x", rev);
+
+	peer(&P, P_SEND, 10);
+	rev = poll1(fd, POLLIN | POLLOUT, LONG_MS);
+	check(rev == (POLLIN | POLLOUT), "poll: readable after peer sent", "revents %#x", rev);
+	rev = poll1(fd, POLLRDNORM | POLLWRNORM, 0);
+	check(rev == (POLLRDNORM | POLLWRNORM), "poll: RDNORM/WRNORM companions", "revents %#x", rev);
+
+	pfd[0] = (struct pollfd){ .fd = fd, .events = POLLIN };
+	sigemptyset(&empty);
+	check(ppoll(pfd, 1, &ts0, &empty) == 1 && pfd[0].revents == POLLIN,
+	      "ppoll: readable, zero timeout and signal mask", "revents %#x", pfd[0].revents);
+
+	/* partial read keeps it readable (level) */
+	char b[4];
+	check(read(fd, b, 4) == 4 && poll1(fd, POLLIN, 0) == POLLIN,
+	      "poll: still readable after a partial read", "");
+	check(drain(fd) == 6 && poll1(fd, POLLIN, 0) == 0, "poll: not readable once drained", "");
+
+	/* the sleeping path: nothing ready when we start */
+	peer(&P, P_SEND_LATER, 3);
+	rev = poll1(fd, POLLIN, LONG_MS);
+	check(rev == POLLIN, "poll: wakes up when data arrives while sleeping", "revents %#x", rev);
+	drain(fd);
+	peer(&P, P_SEND_LATER, 3);
+	pfd[0] = (struct pollfd){ .fd = fd, .events = POLLIN };
+	check(ppoll(pfd, 1, &tsl, NULL) == 1 && pfd[0].revents == POLLIN,
+	      "ppoll: wakes up when data arrives while sleeping", "revents %#x", pfd[0].revents);
+	drain(fd);
+
+	/* negative fds are ignored; a closed fd is POLLNVAL; others keep their kernel answer */
+	int pp[2];
+
+	if (pipe(pp) < 0)
+		die("pipe");
+	int closed = dup(pp[0]);
+
+	close(closed);
+	pfd[0] = (struct pollfd){ .fd = fd, .events = POLLIN };
+	pfd[1] = (struct pollfd){ .fd = -1, .events = POLLIN };
+	pfd[2] = (struct pollfd){ .fd = closed, .events = POLLIN };
+	int r = poll(pfd, 3, 0);
+
+	check(r == 1 && pfd[0].revents == 0 && pfd[1].revents == 0 && pfd[2].revents == POLLNVAL,
+	      "poll: negative fd ignored, closed fd POLLNVAL", "r %d revents %#x %#x %#x", r,
+	      pfd[0].revents, pfd[1].revents, pfd[2].revents);
+
+	pfd[1] = (struct pollfd){ .fd = pp[0], .events = POLLIN };
+	pfd[2] = (struct pollfd){ .fd = pp[1], .events = POLLOUT };
+	if (write(pp[1], "x", 1) != 1)
+		die("write pipe");
+	r = poll(pfd, 3, LONG_MS);
+	check(r == 2 && pfd[0].revents == 0 && pfd[1].revents == POLLIN && pfd[2].revents == POLLOUT,
+	      "poll: socket mixed with a pipe", "r %d revents %#x %#x %#x", r, pfd[0].revents,
+	      pfd[1].revents, pfd[2].revents);
+	char c;
+	if (read(pp[0], &c, 1) != 1)
+		die("read pipe");
+
+	/* a kernel fd wakes a sleeping poll that also waits on the socket */
+	int tfd = timerfd_create(CLOCK_MONOTONIC, TFD_CLOEXEC);
+	struct itimerspec its = { .it_value = { 0, LATER_MS * 1000000L } };
+
+	timerfd_settime(tfd, 0, &its, NULL);
+	pfd[0] = (struct pollfd){ .fd = fd, .events = POLLIN };
+	pfd[1] = (struct pollfd){ .fd = tfd, .events = POLLIN };
+	r = poll(pfd, 2, LONG_MS);
+	check(r == 1 && pfd[0].revents == 0 && pfd[1].revents == POLLIN,
+	      "poll: timerfd wakes a poll sleeping on the socket", "r %d revents %#x %#x", r,
+	      pfd[0].revents, pfd[1].revents);
+	close(tfd);
+	close(pp[0]);
+	close(pp[1]);
+	close(fd);
+}
+
+static void test_select(void)
+{
+	int fd = new_conn();
+	fd_set r, w, e;
+	struct timeval tv0 = { 0, 0 }, tvs = { 0, SHORT_MS * 1000 }, tvl = { LONG_MS / 1000, 0 };
+	struct timespec ts0 = { 0, 0 }, tsl = { LONG_MS / 1000, 0 };
+	sigset_t empty;
+	int n;
+
+	sigemptyset(&empty);
+	FD_ZERO(&r); FD_ZERO(&w); FD_SET(fd, &r); FD_SET(fd, &w);
+	n = select(fd + 1, &r, &w, NULL, &tv0);
+	check(n == 1 && !FD_ISSET(fd, &r) && FD_ISSET(fd, &w), "select: idle: writable only",
+	      "n %d", n);
+	FD_ZERO(&r); FD_SET(fd, &r);
+	n = select(fd + 1, &r, NULL, NULL, &tvs);
+	check(n == 0 && !FD_ISSET(fd, &r), "select: times out, set cleared", "n %d", n);
+
+	peer(&P, P_SEND, 5);
+	FD_ZERO(&r); FD_ZERO(&w); FD_SET(fd, &r); FD_SET(fd, &w);
+	n = select(fd + 1, &r, &w, NULL, &tvl);
+	check(n == 2 && FD_ISSET(fd, &r) && FD_ISSET(fd, &w), "select: readable and writable",
+	      "n %d", n);
+	FD_ZERO(&r); FD_ZERO(&e); FD_SET(fd, &r); FD_SET(fd, &e);
+	n = pselect(fd + 1, &r, NULL, &e, &ts0, &empty);
+	check(n == 1 && FD_ISSET(fd, &r) && !FD_ISSET(fd, &e),
+	      "pselect: readable, no exception for normal data", "n %d", n);
+	drain(fd);
+
+	peer(&P, P_SEND_LATER, 2);
+	FD_ZERO(&r); FD_SET(fd, &r);
+	n = select(fd + 1, &r, NULL, NULL, &tvl);
+	check(n == 1 && FD_ISSET(fd, &r), "select: wakes up when data arrives", "n %d", n);
+	drain(fd);
+	peer(&P, P_SEND_LATER, 2);
+	FD_ZERO(&r); FD_SET(fd, &r);
+	n = pselect(fd + 1, &r, NULL, NULL, &tsl, &empty);
+	check(n == 1 && FD_ISSET(fd, &r), "pselect: wakes up when data arrives", "n %d", n);
+	drain(fd);
+
+	int pp[2];
+
+	if (pipe(pp) < 0)
+		die("pipe");
+	int closed = dup(pp[0]);
+
+	close(closed);
+	int maxfd = fd > closed ? fd : closed;
+
+	FD_ZERO(&r); FD_SET(fd, &r); FD_SET(closed, &r);
+	tv0 = (struct timeval){ 0, 0 };
+	n = select(maxfd + 1, &r, NULL, NULL, &tv0);
+	check(n == -1 && errno == EBADF, "select: closed fd in the set is EBADF", "n %d", n);
+	close(pp[0]);
+	close(pp[1]);
+	close(fd);
+}
+
+/* ------------------------------------------------------------------ checks: epoll */
+
+static void test_epoll_lt_et(void)
+{
+	int fd = new_conn(), ep = new_epoll(), n;
+	uint32_t ev;
+
+	check(ep_add(ep, fd, EPOLLIN, 1) == 0, "epoll: ADD", "");
+	ev = ep_events_for(ep, 1, 0, &n);
+	check(n == 0, "epoll LT: idle connection not reported for EPOLLIN", "n %d", n);
+	ev = ep_events_for(ep, 1, SHORT_MS, &n);
+	check(n == 0, "epoll LT: times out", "n %d", n);
+	peer(&P, P_SEND, 10);
+	ev = ep_events_for(ep, 1, LONG_MS, &n);
+	check(n == 1 && ev == EPOLLIN, "epoll LT: EPOLLIN after peer sent", "n %d ev %#x", n, ev);
+	ev = ep_events_for(ep, 1, 0, &n);
+	check(n == 1 && ev == EPOLLIN, "epoll LT: reported again while unread", "n %d ev %#x", n, ev);
+	char b[4];
+	if (read(fd, b, 4) != 4)
+		die("read");
+	ev = ep_events_for(ep, 1, 0, &n);
+	check(n == 1 && ev == EPOLLIN, "epoll LT: reported after a partial read", "n %d", n);
+	drain(fd);
+	ev = ep_events_for(ep, 1, 0, &n);
+	check(n == 0, "epoll LT: not reported once drained", "n %d", n);
+
+	check(ep_mod(ep, fd, EPOLLIN | EPOLLOUT, 2) == 0, "epoll: MOD", "");
+	ev = ep_events_for(ep, 2, 0, &n);
+	check(n == 1 && ev == EPOLLOUT, "epoll LT: EPOLLOUT while there is room", "ev %#x", ev);
+
+	/* edge triggered */
+	check(ep_mod(ep, fd, EPOLLIN | EPOLLET, 3) == 0, "epoll: MOD to EPOLLET", "");
+	ev = ep_events_for(ep, 3, 0, &n);
+	check(n == 0, "epoll ET: nothing when idle", "n %d", n);
+	peer(&P, P_SEND, 10);
+	ev = ep_events_for(ep, 3, LONG_MS, &n);
+	check(n == 1 && ev == EPOLLIN, "epoll ET: EPOLLIN on new data", "n %d ev %#x", n, ev);
+	ev = ep_events_for(ep, 3, 0, &n);
+	check(n == 0, "epoll ET: no second report without new data", "n %d", n);
+	if (read(fd, b, 4) != 4)
+		die("read");
+	ev = ep_events_for(ep, 3, 0, &n);
+	check(n == 0, "epoll ET: no report after a partial read", "n %d", n);
+	peer(&P, P_SEND, 1);
+	ev = ep_events_for(ep, 3, LONG_MS, &n);
+	check(n == 1 && ev == EPOLLIN, "epoll ET: new data is a new edge (unread data left)",
+	      "n %d ev %#x", n, ev);
+	drain(fd);
+	peer(&P, P_SEND_LATER, 5);
+	ev = ep_events_for(ep, 3, LONG_MS, &n);
+	check(n == 1 && ev == EPOLLIN, "epoll ET: wakes up a sleeping epoll_wait", "n %d", n);
+	drain(fd);
+
+	check(ep_mod(ep, fd, EPOLLIN | EPOLLOUT | EPOLLET, 4) == 0, "epoll: MOD to IN|OUT|ET", "");
+	ev = ep_events_for(ep, 4, 0, &n);
+	check(n == 1 && ev == EPOLLOUT, "epoll ET: MOD reports current EPOLLOUT once", "ev %#x", ev);
+	ev = ep_events_for(ep, 4, 0, &n);
+	check(n == 0, "epoll ET: EPOLLOUT not repeated", "n %d", n);
+	peer(&P, P_SEND, 3);
+	ev = ep_events_for(ep, 4, LONG_MS, &n);
+	check(n == 1 && ev == (EPOLLIN | EPOLLOUT), "epoll ET: data edge reports IN|OUT",
+	      "ev %#x", ev);
+	drain(fd);
+
+	/* one-shot */
+	check(ep_mod(ep, fd, EPOLLIN | EPOLLONESHOT, 5) == 0, "epoll: MOD to ONESHOT", "");
+	peer(&P, P_SEND, 2);
+	ev = ep_events_for(ep, 5, LONG_MS, &n);
+	check(n == 1 && ev == EPOLLIN, "epoll ONESHOT: first report", "n %d ev %#x", n, ev);
+	peer(&P, P_SEND, 2);
+	ev = ep_events_for(ep, 5, SHORT_MS, &n);
+	check(n == 0, "epoll ONESHOT: disabled after one report", "n %d", n);
+	check(ep_mod(ep, fd, EPOLLIN | EPOLLONESHOT, 6) == 0, "epoll ONESHOT: re-arm with MOD", "");
+	ev = ep_events_for(ep, 6, LONG_MS, &n);
+	check(n == 1 && ev == EPOLLIN, "epoll ONESHOT: re-armed reports pending data", "n %d", n);
+	drain(fd);
+
+	check(epoll_ctl(ep, EPOLL_CTL_DEL, fd, NULL) == 0, "epoll: DEL", "");
+	peer(&P, P_SEND, 2);
+	if (poll1(fd, POLLIN, LONG_MS) != POLLIN)
+		die("poll after DEL");
+	ev = ep_events_for(ep, 6, 0, &n);
+	check(n == 0, "epoll: DEL'ed fd not reported", "n %d", n);
+	drain(fd);
+	close(ep);
+	close(fd);
+}
+
+static void test_epoll_pwait(void)
+{
+	int fd = new_conn(), ep = new_epoll(), n;
+	struct epoll_event ev[4];
+	struct timespec ts0 = { 0, 0 }, tsl = { LONG_MS / 1000, 0 };
+	sigset_t empty;
+
+	sigemptyset(&empty);
+	ep_add(ep, fd, EPOLLIN, 7);
+	n = epoll_pwait(ep, ev, 4, 0, &empty);
+	check(n == 0, "epoll_pwait: idle returns 0", "n %d", n);
+	n = epoll_pwait2(ep, ev, 4, &ts0, NULL);
+	check(n == 0, "epoll_pwait2: zero timespec returns 0", "n %d", n);
+	peer(&P, P_SEND_LATER, 4);
+	n = epoll_pwait(ep, ev, 4, LONG_MS, &empty);
+	check(n == 1 && ev[0].data.u64 == 7 && ev[0].events == EPOLLIN,
+	      "epoll_pwait: wakes up with the registration's data", "n %d", n);
+	drain(fd);
+	peer(&P, P_SEND_LATER, 4);
+	n = epoll_pwait2(ep, ev, 4, &tsl, &empty);
+	check(n == 1 && ev[0].data.u64 == 7, "epoll_pwait2: wakes up", "n %d", n);
+	drain(fd);
+	close(ep);
+	close(fd);
+}
+
+static void test_epoll_out(void)
+{
+	int fd = new_conn(), ep = new_epoll(), n;
+	uint32_t ev;
+	long filled;
+	fd_set w;
+	struct timeval tv0 = { 0, 0 };
+
+	ep_add(ep, fd, EPOLLOUT, 8);
+	ev = ep_events_for(ep, 8, 0, &n);
+	check(n == 1 && ev == EPOLLOUT, "EPOLLOUT: present while there is room", "ev %#x", ev);
+	filled = fill(fd);
+	check(filled > 0, "EPOLLOUT: filled the send side until EAGAIN", "filled %ld", filled);
+	ev = ep_events_for(ep, 8, 0, &n);
+	check(n == 0, "EPOLLOUT: absent while full and the peer does not read", "n %d ev %#x", n, ev);
+	check(poll1(fd, POLLOUT, 0) == 0, "POLLOUT: absent while full", "");
+	FD_ZERO(&w); FD_SET(fd, &w);
+	check(select(fd + 1, NULL, &w, NULL, &tv0) == 0, "select: not writable while full", "");
+
+	/* the sleeping path for room: the peer reads everything a little later */
+	peer(&P, P_READN_LATER, filled);
+	ev = ep_events_for(ep, 8, LONG_MS, &n);
+	check(n == 1 && ev == EPOLLOUT, "EPOLLOUT: wakes up when the peer frees room", "n %d", n);
+	peer(&P, P_SEND, 0); /* round trip: the peer finished reading */
+
+	/* edge triggered EPOLLOUT: a new edge after EAGAIN once room comes back */
+	ep_mod(ep, fd, EPOLLOUT | EPOLLET, 9);
+	ev = ep_events_for(ep, 9, 0, &n);
+	check(n == 1 && ev == EPOLLOUT, "EPOLLOUT ET: reported after MOD", "ev %#x", ev);
+	filled = fill(fd);
+	ev = ep_events_for(ep, 9, 0, &n);
+	check(n == 0, "EPOLLOUT ET: nothing while full", "n %d", n);
+	peer(&P, P_READN_LATER, filled);
+	ev = ep_events_for(ep, 9, LONG_MS, &n);
+	check(n == 1 && ev == EPOLLOUT, "EPOLLOUT ET: new edge when room comes back", "n %d", n);
+	peer(&P, P_SEND, 0);
+
+	/* poll sleeping for POLLOUT */
+	filled = fill(fd);
+	peer(&P, P_READN_LATER, filled);
+	check(poll1(fd, POLLOUT, LONG_MS) == POLLOUT, "POLLOUT: poll wakes when room comes back", "");
+	peer(&P, P_SEND, 0);
+	close(ep);
+	close(fd);
+}
+
+static void test_epoll_hup(void)
+{
+	int fd = new_conn(), ep = new_epoll(), n;
+	uint32_t ev;
+	short rev;
+
+	ep_add(ep, fd, EPOLLIN | EPOLLRDHUP, 10);
+	peer(&P, P_SHUTWR, 0);
+	ev = ep_events_for(ep, 10, LONG_MS, &n);
+	check(n == 1 && ev == (EPOLLIN | EPOLLRDHUP), "EPOLLRDHUP: on peer shutdown(SHUT_WR)",
+	      "n %d ev %#x", n, ev);
+	rev = poll1(fd, POLLIN | POLLRDHUP | POLLOUT, 0);
+	check(rev == (POLLIN | POLLRDHUP | POLLOUT), "POLLRDHUP: on peer shutdown, still writable",
+	      "revents %#x", rev);
+	char b;
+	check(read(fd, &b, 1) == 0, "read: EOF after peer shutdown", "");
+	/* the half-closed connection still carries data the other way */
+	check(send(fd, "abc", 3, 0) == 3 && peer(&P, P_READN, 3) == 3,
+	      "send: works after the peer's shutdown(SHUT_WR)", "");
+
+	/* registration without events still gets EPOLLHUP */
+	int ep2 = new_epoll();
+
+	ep_add(ep2, fd, 0, 11);
+	peer(&P, P_CLOSE, 0);
+	shutdown(fd, SHUT_WR);
+	ev = ep_events_for(ep, 10, LONG_MS, &n);
+	check(n == 1 && (ev & EPOLLHUP) && (ev & EPOLLIN) && (ev & EPOLLRDHUP),
+	      "EPOLLHUP: peer closed and we shut down writing", "n %d ev %#x", n, ev);
+	ev = ep_events_for(ep2, 11, LONG_MS, &n);
+	check(n == 1 && (ev & EPOLLHUP) && !(ev & EPOLLIN),
+	      "EPOLLHUP: reported with an empty event mask", "n %d ev %#x", n, ev);
+	rev = poll1(fd, POLLIN, 0);
+	check(rev & POLLHUP, "POLLHUP: reported by poll", "revents %#x", rev);
+	close(ep2);
+	close(ep);
+	close(fd);
+}
+
+static void test_epoll_sets(void)
+{
+	int fd = new_conn(), ep1 = new_epoll(), ep2 = new_epoll(), n1, n2;
+	uint32_t e1, e2;
+
+	ep_add(ep1, fd, EPOLLIN | EPOLLET, 21);
+	ep_add(ep2, fd, EPOLLIN, 22);
+	peer(&P, P_SEND, 6);
+	e1 = ep_events_for(ep1, 21, LONG_MS, &n1);
+	e2 = ep_events_for(ep2, 22, LONG_MS, &n2);
+	check(n1 == 1 && e1 == EPOLLIN && n2 == 1 && e2 == EPOLLIN,
+	      "two epoll sets: both report the same fd", "%d %#x %d %#x", n1, e1, n2, e2);
+	e1 = ep_events_for(ep1, 21, 0, &n1);
+	e2 = ep_events_for(ep2, 22, 0, &n2);
+	check(n1 == 0 && n2 == 1, "two epoll sets: ET in one, LT in the other", "%d %d", n1, n2);
+	drain(fd);
+	peer(&P, P_SEND_LATER, 6);
+	e2 = ep_events_for(ep2, 22, LONG_MS, &n2);
+	e1 = ep_events_for(ep1, 21, LONG_MS, &n1);
+	check(n1 == 1 && n2 == 1, "two epoll sets: both woken by one arrival", "%d %d", n1, n2);
+	drain(fd);
+
+	/* nested: ep2 inside an outer set; poll on an epoll fd */
+	int outer = new_epoll();
+
+	check(ep_add(outer, ep2, EPOLLIN, 23) == 0, "nested epoll: ADD epoll fd to another", "");
+	e1 = ep_events_for(outer, 23, 0, &n1);
+	check(n1 == 0, "nested epoll: idle inner set not reported", "n %d", n1);
+	check(poll1(ep2, POLLIN, 0) == 0, "poll on epoll fd: idle", "");
+	peer(&P, P_SEND, 3);
+	e1 = ep_events_for(outer, 23, LONG_MS, &n1);
+	check(n1 == 1 && e1 == EPOLLIN, "nested epoll: inner readiness reported", "n %d ev %#x", n1,
+	      e1);
+	check(poll1(ep2, POLLIN, 0) == POLLIN, "poll on epoll fd: readable", "");
+	e2 = ep_events_for(ep2, 22, 0, &n2);
+	check(n2 == 1 && e2 == EPOLLIN, "nested epoll: inner set reports the socket", "n %d", n2);
+	drain(fd);
+	e1 = ep_events_for(outer, 23, 0, &n1);
+	check(n1 == 0, "nested epoll: not reported once drained", "n %d", n1);
+	peer(&P, P_SEND_LATER, 3);
+	e1 = ep_events_for(outer, 23, LONG_MS, &n1);
+	check(n1 == 1 && e1 == EPOLLIN, "nested epoll: sleeping outer set woken", "n %d", n1);
+	drain(fd);
+	check(ep_add(ep2, outer, EPOLLIN, 24) == -1 && errno == ELOOP,
+	      "nested epoll: a loop is refused with ELOOP", "");
+	close(outer);
+
+	/* close removes the fd from every set */
+	peer(&P, P_SEND, 2);
+	if (poll1(fd, POLLIN, LONG_MS) != POLLIN)
+		die("poll");
+	close(fd);
+	e1 = ep_events_for(ep1, 21, 0, &n1);
+	e2 = ep_events_for(ep2, 22, 0, &n2);
+	check(n1 == 0 && n2 == 0, "close: fd leaves every epoll set", "%d %d", n1, n2);
+	close(ep1);
+	close(ep2);
+}
+
+static void test_epoll_mixed(void)
+{
+	int fd = new_conn(), ep = new_epoll(), pp[2], efd, tfd, n;
+	struct epoll_event ev[8];
+	uint64_t one = 1, got = 0;
+	struct itimerspec its = { .it_value = { 0, LATER_MS * 1000000L } };
+
+	if (pipe(pp) < 0)
+		die("pipe");
+	efd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+	tfd = timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC);
+	if (efd < 0 || tfd < 0)
+		die("eventfd/timerfd");
+	ep_add(ep, fd, EPOLLIN, 31);
+	ep_add(ep, pp[0], EPOLLIN, 32);
+	ep_add(ep, efd, EPOLLIN, 33);
+	ep_add(ep, tfd, EPOLLIN, 34);
+	n = epoll_wait(ep, ev, 8, 0);
+	check(n == 0, "mixed set: nothing ready", "n %d", n);
+
+	if (write(pp[1], "x", 1) != 1 || write(efd, &one, sizeof(one)) != sizeof(one))
+		die("write");
+	peer(&P, P_SEND, 1);
+	if (poll1(fd, POLLIN, LONG_MS) != POLLIN)
+		die("poll");
+	n = epoll_wait(ep, ev, 8, LONG_MS);
+	unsigned seen = 0;
+
+	for (int i = 0; i < n; i++)
+		if (ev[i].events == EPOLLIN && ev[i].data.u64 >= 31 && ev[i].data.u64 <= 34)
+			seen |= 1u << (ev[i].data.u64 - 31);
+	check(n == 3 && seen == 0x7, "mixed set: socket, pipe and eventfd reported together",
+	      "n %d seen %#x", n, seen);
+
+	/* max events smaller than the ready count: everyone gets its turn */
+	unsigned turns = 0;
+
+	for (int i = 0; i < 6; i++) {
+		n = epoll_wait(ep, ev, 1, 0);
+		if (n == 1)
+			turns |= 1u << (ev[0].data.u64 - 31);
+	}
+	check(turns == 0x7, "mixed set: maxevents 1 rotates over ready fds", "turns %#x", turns);
+
+	char c;
+	if (read(pp[0], &c, 1) != 1 || read(efd, &got, sizeof(got)) != sizeof(got))
+		die("read");
+	drain(fd);
+	n = epoll_wait(ep, ev, 8, 0);
+	check(n == 0, "mixed set: all drained", "n %d", n);
+
+	timerfd_settime(tfd, 0, &its, NULL);
+	n = epoll_wait(ep, ev, 8, LONG_MS);
+	check(n == 1 && ev[0].data.u64 == 34, "mixed set: timerfd wakes a sleeping epoll_wait",
+	      "n %d", n);
+	if (read(tfd, &got, sizeof(got)) != sizeof(got))
+		die("read timerfd");
+	peer(&P, P_SEND_LATER, 1);
+	n = epoll_wait(ep, ev, 8, LONG_MS);
+	check(n == 1 && ev[0].data.u64 == 31, "mixed set: socket wakes a sleeping epoll_wait",
+	      "n %d", n);
+	drain(fd);
+	close(tfd);
+	close(efd);
+	close(pp[0]);
+	close(pp[1]);
+	close(ep);
+	close(fd);
+}
+
+static void test_epoll_ctl_errors(void)
+{
+	int fd = new_conn(), ep = new_epoll(), pp[2], r;
+	struct epoll_event ev = { .events = EPOLLIN };
+
+	if (pipe(pp) < 0)
+		die("pipe");
+	check(ep_add(ep, fd, EPOLLIN, 1) == 0, "epoll_ctl: ADD", "");
+	r = ep_add(ep, fd, EPOLLIN, 1);
+	check(r == -1 && errno == EEXIST, "epoll_ctl: second ADD is EEXIST", "r %d", r);
+	check(epoll_ctl(ep, EPOLL_CTL_DEL, fd, NULL) == 0, "epoll_ctl: DEL", "");
+	r = epoll_ctl(ep, EPOLL_CTL_DEL, fd, NULL);
+	check(r == -1 && errno == ENOENT, "epoll_ctl: DEL of unregistered fd is ENOENT", "r %d", r);
+	r = ep_mod(ep, fd, EPOLLIN, 1);
+	check(r == -1 && errno == ENOENT, "epoll_ctl: MOD of unregistered fd is ENOENT", "r %d", r);
+	r = ep_add(pp[0], fd, EPOLLIN, 1);
+	check(r == -1 && errno == EINVAL, "epoll_ctl: epfd that is not epoll is EINVAL", "r %d", r);
+	int closed = dup(pp[0]);
+
+	close(closed);
+	r = ep_add(closed, fd, EPOLLIN, 1);
+	check(r == -1 && errno == EBADF, "epoll_ctl: closed epfd is EBADF", "r %d", r);
+	r = ep_add(ep, fd, EPOLLIN | EPOLLEXCLUSIVE | EPOLLONESHOT, 1);
+	check(r == -1 && errno == EINVAL, "epoll_ctl: EXCLUSIVE with ONESHOT is EINVAL", "r %d", r);
+	check(ep_add(ep, fd, EPOLLIN | EPOLLEXCLUSIVE, 1) == 0, "epoll_ctl: ADD with EXCLUSIVE", "");
+	r = ep_mod(ep, fd, EPOLLIN, 2);
+	check(r == -1 && errno == EINVAL, "epoll_ctl: MOD of an EXCLUSIVE entry is EINVAL", "r %d", r);
+	peer(&P, P_SEND, 1);
+	uint32_t e = ep_events_for(ep, 1, LONG_MS, &r);
+	check(r == 1 && e == EPOLLIN, "epoll: EXCLUSIVE entry still reports", "r %d", r);
+	drain(fd);
+	r = epoll_ctl(ep, EPOLL_CTL_ADD, ep, &ev);
+	check(r == -1 && errno == EINVAL, "epoll_ctl: adding an epoll fd to itself is EINVAL", "");
+	close(pp[0]);
+	close(pp[1]);
+	close(ep);
+	close(fd);
+}
+
+static volatile sig_atomic_t got_alarm;
+
+static void on_alarm(int sig)
+{
+	(void)sig;
+	got_alarm = 1;
+}
+
+static void arm_alarm(void)
+{
+	struct itimerval it = { .it_value = { 0, LATER_MS * 1000 } };
+
+	got_alarm = 0;
+	setitimer(ITIMER_REAL, &it, NULL);
+}
+
+static void test_eintr(void)
+{
+	int fd = new_conn(), ep = new_epoll(), r;
+	struct sigaction sa = { .sa_handler = on_alarm }; /* no SA_RESTART */
+	struct epoll_event ev[2];
+	struct pollfd pfd = { .fd = fd, .events = POLLIN };
+	struct timespec tsl = { LONG_MS / 1000, 0 };
+	sigset_t block, unblocked;
+	fd_set rs;
+
+	sigaction(SIGALRM, &sa, NULL);
+	ep_add(ep, fd, EPOLLIN, 1);
+	arm_alarm();
+	r = epoll_wait(ep, ev, 2, LONG_MS);
+	check(r == -1 && errno == EINTR && got_alarm, "epoll_wait: EINTR on a signal", "r %d", r);
+	arm_alarm();
+	r = poll(&pfd, 1, LONG_MS);
+	check(r == -1 && errno == EINTR && got_alarm, "poll: EINTR on a signal", "r %d", r);
+	arm_alarm();
+	FD_ZERO(&rs); FD_SET(fd, &rs);
+	r = select(fd + 1, &rs, NULL, NULL, &(struct timeval){ LONG_MS / 1000, 0 });
+	check(r == -1 && errno == EINTR && got_alarm, "select: EINTR on a signal", "r %d", r);
+
+	/* the signal mask argument: SIGALRM blocked in the thread, unblocked during the call */
+	sigemptyset(&block);
+	sigaddset(&block, SIGALRM);
+	pthread_sigmask(SIG_BLOCK, &block, NULL);
+	pthread_sigmask(SIG_BLOCK, NULL, &unblocked);
+	sigdelset(&unblocked, SIGALRM);
+	arm_alarm();
+	r = epoll_pwait(ep, ev, 2, LONG_MS, &unblocked);
+	check(r == -1 && errno == EINTR && got_alarm, "epoll_pwait: mask lets the signal in", "r %d", r);
+	arm_alarm();
+	r = epoll_pwait2(ep, ev, 2, &tsl, &unblocked);
+	check(r == -1 && errno == EINTR && got_alarm, "epoll_pwait2: mask lets the signal in", "r %d", r);
+	arm_alarm();
+	r = ppoll(&pfd, 1, &tsl, &unblocked);
+	check(r == -1 && errno == EINTR && got_alarm, "ppoll: mask lets the signal in", "r %d", r);
+	arm_alarm();
+	FD_ZERO(&rs); FD_SET(fd, &rs);
+	r = pselect(fd + 1, &rs, NULL, NULL, &tsl, &unblocked);
+	check(r == -1 && errno == EINTR && got_alarm, "pselect: mask lets the signal in", "r %d", r);
+	pthread_sigmask(SIG_UNBLOCK, &block, NULL);
+	signal(SIGALRM, SIG_DFL);
+	close(ep);
+	close(fd);
+}
+
+int main(int argc, char **argv)
+{
+	bool forked = false;
+
+	for (int i = 1; i < argc; i++) {
+		if (!strcmp(argv[i], "--fork")) {
+			forked = true;
+		} else {
+			fprintf(stderr, "usage: %s [--fork]\n", argv[0]);
+			return 2;
+		}
+	}
+	signal(SIGPIPE, SIG_IGN);
+	setvbuf(stdout, NULL, _IOLBF, 0);
+	peer_start(&P, forked, &peer_addr);
+	printf("# readiness_check: peer %s, port %d\n", forked ? "in a child process" : "in-process",
+	       ntohs(peer_addr.sin_port));
+
+	test_poll_basic();
+	test_select();
+	test_epoll_lt_et();
+	test_epoll_pwait();
+	test_epoll_out();
+	test_epoll_hup();
+	test_epoll_sets();
+	test_epoll_mixed();
+	test_epoll_ctl_errors();
+	test_eintr();
+
+	peer_stop(&P);
+	printf("# %d checks, %d failed\n", checks, failures);
+	return failures ? 1 : 0;
+}

@@ -221,8 +221,8 @@ static struct result stream_once(int port, size_t wsz, size_t rsz, unsigned ms, 
 	struct hdr h = { .magic = HDR_MAGIC, .write_size = (uint32_t)wsz,
 			 .read_size = (uint32_t)rsz };
 	struct result res;
-	/* Check the clock about every 64 KiB so tiny writes are not dominated by it. */
-	size_t check_every = wsz >= 65536 ? 1 : 65536 / wsz;
+	/* Check the clock about every KiB so tiny writes are not dominated by it. */
+	size_t check_every = wsz >= 1024 ? 1 : 1024 / wsz;
 	uint64_t deadline = now_ns() + (uint64_t)ms * 1000000ull;
 	int fd = connect_to(port);
 

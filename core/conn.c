@@ -431,19 +431,29 @@ void conn_tcp_event(struct smc_conn *c)
 	}
 }
 
-/* Blocks until `events` may be ready, the deadline passes (-EAGAIN) or a signal
- * arrives (-EINTR). Spins first: a peer about to answer is much cheaper to catch on
- * the cursors than through a kernel wakeup (shared/recipes/wakeup-cost). */
+/* Is the wait over? A wait that started PENDING ends with the handshake. */
+static bool conn_wait_done(struct smc_conn *c, uint32_t want, bool for_handshake)
+{
+	if (for_handshake)
+		return conn_state(c) != CONN_PENDING;
+	return (conn_poll_mask(c) & want) != 0;
+}
+
+/* Blocks until `events` may be ready (or, while PENDING, until the handshake ends), the
+ * deadline passes (-EAGAIN) or a signal arrives (-EINTR). Spins first: a peer about to
+ * answer is much cheaper to catch on the cursors than through a kernel wakeup
+ * (shared/recipes/wakeup-cost). */
 static int conn_wait(struct smc_conn *c, uint32_t events, uint64_t deadline)
 {
 	uint32_t want = events | POLLERR | POLLHUP | CONN_MASK_FALLBACK;
+	bool for_handshake = conn_state(c) == CONN_PENDING;
 	uint64_t spin_end = now_ns() + (uint64_t)smc_cfg.spin_us * 1000u;
 	unsigned drained = 0;
 
 	do {
 		for (int i = 0; i < 64; i++)
 			cpu_relax();
-		if (conn_poll_mask(c) & want)
+		if (conn_wait_done(c, want, for_handshake))
 			return 0;
 	} while (now_ns() < spin_end);
 
@@ -453,7 +463,8 @@ static int conn_wait(struct smc_conn *c, uint32_t events, uint64_t deadline)
 		struct timespec ts, *tsp = NULL;
 		int n, r;
 
-		if (conn_prepare_sleep(c, events, drained) & want)
+		conn_prepare_sleep(c, events, drained);
+		if (conn_wait_done(c, want, for_handshake))
 			return 0;
 		drained = 0;
 		if (deadline) {
@@ -477,7 +488,7 @@ static int conn_wait(struct smc_conn *c, uint32_t events, uint64_t deadline)
 			else
 				drained |= tags[i];
 		}
-		if (conn_poll_mask(c) & want)
+		if (conn_wait_done(c, want, for_handshake))
 			return 0;
 	}
 }
@@ -494,7 +505,7 @@ int conn_wait_pending(struct smc_conn *c, bool nonblock)
 
 		if (nonblock)
 			return -EAGAIN;
-		r = conn_wait(c, POLLIN, 0);
+		r = conn_wait(c, 0, 0);
 		if (r < 0)
 			return r;
 	}

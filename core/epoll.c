@@ -35,6 +35,7 @@
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/eventfd.h>
 #include <sys/random.h>
 #include <unistd.h>
 
@@ -51,6 +52,8 @@
 #define TAG_TCP    CONN_WAIT_TCP /* 4 */
 #define TAG_BITS   3
 #define TAG_MASK   ((1u << TAG_BITS) - 1)
+/* Shadow data of the set's own eventfd (no slot has this index). */
+#define EP_KICK_DATA UINT64_MAX
 
 #define EP_MAX_WAIT 3                 /* conn_wait_fds() fills at most 3 */
 #define EP_DRAIN_BATCH 64
@@ -106,9 +109,11 @@ struct ep_fdreg {
 
 struct smc_epoll {
 	int epfd, shadow;
+	int kick;                       /* eventfd in the shadow: wakes sleepers after ctl */
 	pthread_mutex_t lock;
 	int refs;                       /* global list + callers; under eps_lock */
 	bool dead;                      /* application closed epfd */
+	bool inherited;                 /* a forked child's copy: the kernel objects are shared */
 	bool kernel_turn;               /* max == 1: alternate SMC and kernel events */
 	uint64_t scan;
 	struct ep_fdreg *head, *tail;
@@ -130,6 +135,7 @@ static uint64_t ep_cookie;
 static pthread_once_t ep_cookie_once = PTHREAD_ONCE_INIT;
 
 static int ep_collect(struct smc_epoll *ep, struct epoll_event *out, int max);
+static void reg_arm_now(struct smc_epoll *ep, struct ep_fdreg *r);
 
 /* ------------------------------------------------------------------ small helpers */
 
@@ -234,6 +240,7 @@ static struct smc_epoll *ep_get(int epfd)
 static void ep_free(struct smc_epoll *ep)
 {
 	REAL(close)(ep->shadow);
+	REAL(close)(ep->kick);
 	pthread_mutex_destroy(&ep->lock);
 	free(ep->by_fd);
 	free(ep->slots);
@@ -297,8 +304,15 @@ static struct smc_epoll *ep_create(int epfd)
 	}
 	ep->epfd = epfd;
 	ep->shadow = REAL(epoll_create1)(EPOLL_CLOEXEC);
-	if (ep->shadow < 0) {
+	ep->kick = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+	ev.data.u64 = EP_KICK_DATA;
+	if (ep->shadow < 0 || ep->kick < 0 ||
+	    REAL(epoll_ctl)(ep->shadow, EPOLL_CTL_ADD, ep->kick, &ev) < 0) {
 		saved = errno;
+		if (ep->shadow >= 0)
+			REAL(close)(ep->shadow);
+		if (ep->kick >= 0)
+			REAL(close)(ep->kick);
 		free(ep);
 		errno = saved;
 		return NULL;
@@ -308,6 +322,7 @@ static struct smc_epoll *ep_create(int epfd)
 	if (REAL(epoll_ctl)(epfd, EPOLL_CTL_ADD, ep->shadow, &ev) < 0) {
 		saved = errno;
 		REAL(close)(ep->shadow);
+		REAL(close)(ep->kick);
 		free(ep);
 		errno = saved;
 		return NULL;
@@ -395,10 +410,19 @@ static struct smc_ep_reg *slot_lookup(struct smc_epoll *ep, uint64_t data, unsig
 	return ep->slots[idx];
 }
 
+/* A forked child shares the shadow with its parent (like the application's epoll fd
+ * itself): closing an fd in the child must not remove the parent's entries, so an
+ * inherited set never deletes; stale entries are ignored by their slot generation. */
+static void shadow_del(struct smc_epoll *ep, int fd)
+{
+	if (!ep->inherited)
+		REAL(epoll_ctl)(ep->shadow, EPOLL_CTL_DEL, fd, NULL);
+}
+
 static void watch_clear_shadow(struct smc_epoll *ep, struct smc_ep_reg *w)
 {
 	for (int i = 0; i < w->nwait; i++)
-		REAL(epoll_ctl)(ep->shadow, EPOLL_CTL_DEL, w->wait_fd[i], NULL);
+		shadow_del(ep, w->wait_fd[i]);
 	ep->nentries -= w->nwait;
 	w->nwait = 0;
 }
@@ -409,7 +433,7 @@ static void watch_drop_entry(struct smc_epoll *ep, struct smc_ep_reg *w, int fd,
 	for (int i = 0; i < w->nwait; i++) {
 		if (w->wait_fd[i] != fd || w->wait_tag[i] != tag)
 			continue;
-		REAL(epoll_ctl)(ep->shadow, EPOLL_CTL_DEL, fd, NULL);
+		shadow_del(ep, fd);
 		w->nwait--;
 		w->wait_fd[i] = w->wait_fd[w->nwait];
 		w->wait_tag[i] = w->wait_tag[w->nwait];
@@ -709,7 +733,33 @@ static int reg_add(struct smc_epoll *ep, int fd, struct smc_conn *c, struct smc_
 		errno = saved;
 		return -1;
 	}
+	reg_arm_now(ep, r);
 	return 0;
+}
+
+/* A registration was added or re-armed while other threads may already sleep in the
+ * kernel on the application's epoll fd (a one-shot MOD from a worker thread is the
+ * classic case). Linux wakes them when the new entry is ready: arm the connection so
+ * its next change rings a bell, and kick the shadow when it is ready already. */
+static void reg_arm_now(struct smc_epoll *ep, struct ep_fdreg *r)
+{
+	struct smc_ep_reg *w = r->w;
+	uint32_t m;
+
+	if (!w || r->disabled)
+		return;
+	if (w->inner) {
+		m = epoll_emul_prepare_sleep(w->inner_fd);
+	} else {
+		m = wait_expand_mask(conn_prepare_sleep(w->conn, w->interest, w->fired));
+		w->fired = 0;
+	}
+	if ((m & CONN_MASK_FALLBACK) || (m & ((r->events & EV_REPORTABLE) | EPOLLERR | EPOLLHUP))) {
+		uint64_t one = 1;
+
+		if (REAL(write)(ep->kick, &one, sizeof(one)) < 0)
+			log_debug("epoll: kick of %d failed: %d", ep->epfd, errno);
+	}
 }
 
 /* The connection of w went back to plain TCP: its registrations move to the kernel's
@@ -862,7 +912,17 @@ static void ep_drain_shadow(struct smc_epoll *ep)
 
 		for (int i = 0; i < k; i++) {
 			unsigned tag;
-			struct smc_ep_reg *w = slot_lookup(ep, buf[i].data.u64, &tag);
+			struct smc_ep_reg *w;
+
+			if (buf[i].data.u64 == EP_KICK_DATA) {
+				uint64_t v;
+				/* reset it; EAGAIN when another drain got there first */
+				ssize_t rr = REAL(read)(ep->kick, &v, sizeof(v));
+
+				(void)rr;
+				continue;
+			}
+			w = slot_lookup(ep, buf[i].data.u64, &tag);
 
 			if (!w)
 				continue;
@@ -1058,7 +1118,25 @@ static int ep_wait(struct smc_epoll *ep, struct epoll_event *ev, int max,
 	for (;;) {
 		static const struct timespec zero = { 0, 0 };
 		bool expired = wait_now_ns() >= deadline, seen = false, ready = false, dead;
-		int n = ep_try(ep, ev, max, false);
+		int n;
+
+		if (!__atomic_load_n(&ep->head, __ATOMIC_RELAXED)) {
+			/* no SMC registration left: the kernel alone, minus our cookie */
+			n = real_pwait(ep->epfd, ev, max, wait_remaining(deadline, &left), mask);
+			if (n <= 0)
+				return n;
+			n = strip_cookie(ev, n, &seen);
+			if (seen) { /* a kick or a late bell: consume it or it fires forever */
+				ep_lock(ep);
+				if (!ep->dead)
+					ep_drain_shadow(ep);
+				ep_unlock(ep);
+			}
+			if (n != 0 || wait_now_ns() >= deadline)
+				return n;
+			continue;
+		}
+		n = ep_try(ep, ev, max, false);
 
 		if (n != 0)
 			return n;
@@ -1167,7 +1245,10 @@ static int ctl_registered(struct smc_epoll *ep, struct ep_fdreg *r, int op, int 
 			return REAL(epoll_ctl)(ep->epfd, EPOLL_CTL_ADD, fd, ev);
 		}
 		reg_arm(r, ev);
-		return watch_sync(ep, r->w);
+		if (watch_sync(ep, r->w) < 0)
+			return -1;
+		reg_arm_now(ep, r);
+		return 0;
 	}
 }
 
@@ -1347,6 +1428,8 @@ void epoll_emul_atfork_child(void)
 {
 	/* Only the forking thread survives: a lock another thread held is stuck. */
 	pthread_mutex_init(&eps_lock, NULL);
-	for (struct smc_epoll *ep = eps_head; ep; ep = ep->gnext)
+	for (struct smc_epoll *ep = eps_head; ep; ep = ep->gnext) {
 		pthread_mutex_init(&ep->lock, NULL);
+		ep->inherited = true;
+	}
 }

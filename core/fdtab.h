@@ -7,6 +7,7 @@
 #ifndef SMC_FDTAB_H
 #define SMC_FDTAB_H
 
+#include <stdbool.h>
 #include <stdint.h>
 
 enum fd_kind {
@@ -30,11 +31,20 @@ struct fd_entry *fdtab_peek(int fd);
 struct fd_entry *fdtab_get(int fd);
 void fdtab_set(int fd, enum fd_kind kind, void *obj);
 void fdtab_clear(int fd);
-/* Fast check for the wrappers: kind of fd, FD_NONE when unknown. */
+/* Set on the library's own threads (the progress thread): the libraries they call
+ * (libevent) reach our wrappers through the PLT, and must get plain libc there. */
+extern __thread bool smc_thread_internal __attribute__((tls_model("initial-exec")));
+
+/* Fast check for the wrappers: kind of fd, FD_NONE when unknown or when the calling
+ * thread is one of the library's own. */
 static inline enum fd_kind fdtab_kind(int fd)
 {
 	extern struct fd_entry *fdtab_peek(int fd);
-	struct fd_entry *e = fdtab_peek(fd);
+	struct fd_entry *e;
+
+	if (__builtin_expect(smc_thread_internal, 0))
+		return FD_NONE;
+	e = fdtab_peek(fd);
 	return e ? (enum fd_kind)__atomic_load_n(&e->kind, __ATOMIC_ACQUIRE) : FD_NONE;
 }
 

@@ -5,11 +5,14 @@
 #include "core/config.h"
 #include "core/conn.h"
 #include "core/epoll.h"
+#include "core/fdtab.h"
 #include "core/init.h"
 #include "core/log.h"
 #include "core/progress.h"
 #include "core/real.h"
 #include "core/stats.h"
+
+__thread bool smc_thread_internal __attribute__((tls_model("initial-exec")));
 
 static pthread_once_t init_once = PTHREAD_ONCE_INIT;
 

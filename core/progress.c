@@ -9,6 +9,7 @@
 
 #include "core/config.h"
 #include "core/conn.h"
+#include "core/fdtab.h"
 #include "core/handshake.h"
 #include "core/log.h"
 #include "core/progress.h"
@@ -99,6 +100,7 @@ static void *progress_main(void *arg)
 {
 	struct event_base *base = arg;
 
+	smc_thread_internal = true;
 	event_base_loop(base, EVLOOP_NO_EXIT_ON_EMPTY);
 	return NULL;
 }
@@ -118,7 +120,9 @@ static struct event_base *progress_start(void)
 		evthread_use_pthreads();
 		threads_ready = true;
 	}
+	smc_thread_internal = true;
 	base = event_base_new();
+	smc_thread_internal = false;
 	if (!base)
 		goto out;
 	/* The thread must never take the application's signals. */
@@ -169,9 +173,13 @@ int progress_watch_pending(struct smc_conn *c)
 		return -ENOMEM;
 	}
 	conn_get(c);
+	/* libevent registers the fds right here, in the application's thread: its
+	 * epoll_ctl calls must reach the kernel, not our emulation. */
+	smc_thread_internal = true;
 	event_add(p->ev_rdv, NULL);
 	event_add(p->ev_tcp, NULL);
 	event_add(p->ev_deadline, &tv);
+	smc_thread_internal = false;
 	return 0;
 }
 

@@ -494,7 +494,14 @@ static int wait_poll_masked(struct pollfd *fds, nfds_t n, const struct timespec 
 		}
 	}
 
-	r = poll_loop(&pc, timeout);
+	bool emulated = false;
+
+	for (nfds_t i = 0; i < n; i++)
+		emulated |= pc.ent[i].kind != ENTRY_KERNEL;
+	if (!emulated && !report) /* every SMC entry fell back to TCP */
+		r = REAL(ppoll)(fds, n, timeout, mask);
+	else
+		r = poll_loop(&pc, timeout);
 	saved = errno;
 	for (nfds_t i = 0; i < n; i++)
 		if (pc.ent[i].kind == ENTRY_SMC)

@@ -191,9 +191,13 @@ static bool jp_value(struct jparse *j, struct jvalue *v)
 	return false;
 }
 
+/* A string value into a field, truncated to fit; "" for any other kind. */
 static void copy_str(char *dst, size_t len, const struct jvalue *v)
 {
-	snprintf(dst, len, "%s", v->kind == JV_STRING ? v->str : "");
+	size_t n = v->kind == JV_STRING ? strnlen(v->str, len - 1) : 0;
+
+	memcpy(dst, v->str, n);
+	dst[n] = '\0';
 }
 
 static unsigned long long as_u64(const struct jvalue *v)

@@ -35,8 +35,8 @@ _smc_here=$(cd -- "$(dirname -- "${BASH_SOURCE[0]}")" && pwd)
 : "${SMC_TEST_PRELOAD_FIRST:=}"
 export SMC_PRELOAD_LIB
 # Test programs built by `make check` (tests/lib/).
-SMC_STREAM=$top_builddir/tests/lib/smc_stream
-SMC_CHURN=$top_builddir/tests/lib/smc_churn
+: "${SMC_STREAM:=$top_builddir/tests/lib/smc_stream}"
+: "${SMC_CHURN:=$top_builddir/tests/lib/smc_churn}"
 
 declare -A SMC_SERVER_PID=()
 declare -A SMC_SERVER_RC=()
@@ -74,6 +74,15 @@ smc_require_cmd() {
 	local c
 	for c in "$@"; do
 		command -v "$c" >/dev/null 2>&1 || smc_skip "'$c' is not installed"
+	done
+}
+
+# smc_require_built PROGRAM...: the test programs of tests/lib must exist (`make check`
+# builds them); their absence is a hard error, not a skip.
+smc_require_built() {
+	local p
+	for p in "$@"; do
+		[ -x "$p" ] || smc_hard_error "$p is not built (run the tests with make check)"
 	done
 }
 
@@ -146,13 +155,13 @@ declare -A _smc_ports_given=()
 # state) and that this test has not been given before. Ports are drawn at random in
 # 20000-49999 (below the ephemeral range) so concurrent tests rarely collide.
 smc_free_port() {
-	local port i
-	for ((i = 0; i < 200; i++)); do
-		port=$((20000 + (RANDOM * 32768 + RANDOM) % 30000))
-		[ -n "${_smc_ports_given[$port]:-}" ] && continue
-		if [ -z "$(ss -Htan "( sport = :$port or dport = :$port )" 2>/dev/null)" ]; then
-			_smc_ports_given[$port]=1
-			printf -v "$1" '%s' "$port"
+	local _p _i
+	for ((_i = 0; _i < 200; _i++)); do
+		_p=$((20000 + (RANDOM * 32768 + RANDOM) % 30000))
+		[ -n "${_smc_ports_given[$_p]:-}" ] && continue
+		if [ -z "$(ss -Htan "( sport = :$_p or dport = :$_p )" 2>/dev/null)" ]; then
+			_smc_ports_given[$_p]=1
+			printf -v "$1" '%s' "$_p"
 			return 0
 		fi
 	done
@@ -201,10 +210,16 @@ smc_start_server() {
 	local name=$1
 	shift
 	_smc_cmd "$@"
+	# bash starts background jobs with SIGINT and SIGQUIT ignored, and some servers
+	# (python) then never install their own handler: give them the defaults back, as
+	# when started from a terminal, so SIGINT/SIGQUIT can stop them cleanly.
+	[ "${_smc_argv[0]}" = env ] || _smc_argv=(env "${_smc_argv[@]}")
+	_smc_argv=(env "--default-signal=INT,QUIT" "${_smc_argv[@]:1}")
 	# In a non-interactive shell a background job is not a group leader, so setsid
 	# calls setsid() and execs without forking: $! is the server's own pid.
 	setsid "${_smc_argv[@]}" </dev/null >"$SMC_TMP/$name.log" 2>&1 &
 	SMC_SERVER_PID[$name]=$!
+	shift
 	smc_log "started $name (pid $!): $*"
 }
 

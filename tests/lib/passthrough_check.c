@@ -57,13 +57,34 @@ int __ppoll_chk(struct pollfd *fds, nfds_t n, const struct timespec *timeout,
 
 static int failures;
 static int checks;
+static const char *volatile current_section = "start";
+
+/* A broken interposer can make a blocking call hang forever: report where, and stop. */
+#define WATCHDOG_SECONDS 60
+
+static void *watchdog(void *arg)
+{
+	int last = -1, idle = 0;
+
+	(void)arg;
+	while (idle < WATCHDOG_SECONDS) {
+		sleep(1);
+		int now = __atomic_load_n(&checks, __ATOMIC_RELAXED);
+		idle = now == last ? idle + 1 : 0;
+		last = now;
+	}
+	printf("FAIL watchdog: no check finished for %d s, in section %s\n", WATCHDOG_SECONDS,
+	       current_section);
+	fflush(stdout);
+	_exit(3);
+}
 
 static void report(bool ok, const char *name, int line, const char *fmt, ...)
 	__attribute__((format(printf, 4, 5)));
 
 static void report(bool ok, const char *name, int line, const char *fmt, ...)
 {
-	checks++;
+	__atomic_add_fetch(&checks, 1, __ATOMIC_RELAXED);
 	if (ok) {
 		printf("ok   %s\n", name);
 	} else {
@@ -209,6 +230,18 @@ static bool fd_is_open(int fd)
 	return fcntl(fd, F_GETFD) >= 0;
 }
 
+/* Helper threads block every signal, so the SIGALRM/SIGUSR1 the checks send always
+ * interrupt the main thread. */
+static void spawn_thread(pthread_t *tid, void *(*fn)(void *), void *arg)
+{
+	sigset_t all, old;
+	sigfillset(&all);
+	pthread_sigmask(SIG_BLOCK, &all, &old);
+	if (pthread_create(tid, NULL, fn, arg) != 0)
+		die("pthread_create");
+	pthread_sigmask(SIG_SETMASK, &old, NULL);
+}
+
 /* A one-shot delayed writer, for data that must arrive while the caller blocks. */
 struct delayed_write {
 	int fd;
@@ -232,8 +265,7 @@ static void delayed_write_start(struct delayed_write *dw, int fd, int delay_ms, 
 	dw->delay_ms = delay_ms;
 	dw->data = data;
 	dw->len = strlen(data);
-	if (pthread_create(&dw->tid, NULL, delayed_write_run, dw) != 0)
-		die("pthread_create");
+	spawn_thread(&dw->tid, delayed_write_run, dw);
 }
 
 static void delayed_write_join(struct delayed_write *dw)
@@ -628,7 +660,7 @@ static void check_bulk_and_eof(void)
 	bool pattern_ok = true;
 
 	tcp_pair(&cli, &srv);
-	pthread_create(&tid, NULL, bulk_writer, &cli);
+	spawn_thread(&tid, bulk_writer, &cli);
 	for (;;) {
 		ssize_t r = read(srv, buf, sizeof(buf));
 		if (r <= 0)
@@ -1417,29 +1449,41 @@ static void check_aliases(void)
 
 int main(void)
 {
+	static const struct {
+		const char *name;
+		void (*run)(void);
+	} sections[] = {
+		{ "bad_fds", check_bad_fds },
+		{ "socket_errors", check_socket_errors },
+		{ "connect_accept", check_connect_accept },
+		{ "nonblocking_connect", check_nonblocking_connect },
+		{ "basic_io", check_basic_io },
+		{ "vectors", check_vectors },
+		{ "bulk_and_eof", check_bulk_and_eof },
+		{ "waitall_and_signals", check_waitall_and_signals },
+		{ "sockopts", check_sockopts },
+		{ "sendfile", check_sendfile },
+		{ "dup", check_dup },
+		{ "close_range", check_close_range },
+		{ "poll", check_poll },
+		{ "select", check_select },
+		{ "epoll", check_epoll },
+		{ "udp_mmsg", check_udp_mmsg },
+		{ "socketpair", check_socketpair },
+		{ "fork", check_fork },
+		{ "fortify", check_fortify },
+		{ "aliases", check_aliases },
+	};
+	pthread_t dog;
+
 	signal(SIGPIPE, SIG_IGN);
 	setvbuf(stdout, NULL, _IOLBF, 0);
+	spawn_thread(&dog, watchdog, NULL);
 
-	check_bad_fds();
-	check_socket_errors();
-	check_connect_accept();
-	check_nonblocking_connect();
-	check_basic_io();
-	check_vectors();
-	check_bulk_and_eof();
-	check_waitall_and_signals();
-	check_sockopts();
-	check_sendfile();
-	check_dup();
-	check_close_range();
-	check_poll();
-	check_select();
-	check_epoll();
-	check_udp_mmsg();
-	check_socketpair();
-	check_fork();
-	check_fortify();
-	check_aliases();
+	for (size_t i = 0; i < sizeof(sections) / sizeof(sections[0]); i++) {
+		current_section = sections[i].name;
+		sections[i].run();
+	}
 
 	printf("%d checks, %d failed\n", checks, failures);
 	return failures ? 1 : 0;

@@ -227,13 +227,11 @@ static long peer(struct peer *p, int op, long arg)
 	return peer_exec(p, &c);
 }
 
-static void peer_start(struct peer *p, bool forked, struct sockaddr_in *addr)
+static void listen_loopback(struct peer *p, struct sockaddr_in *addr)
 {
 	socklen_t len = sizeof(*addr);
 	int one = 1;
 
-	memset(p, 0, sizeof(*p));
-	p->fd = -1;
 	p->lfd = socket(AF_INET, SOCK_STREAM, 0);
 	if (p->lfd < 0)
 		die("socket");
@@ -244,11 +242,47 @@ static void peer_start(struct peer *p, bool forked, struct sockaddr_in *addr)
 	if (bind(p->lfd, (struct sockaddr *)addr, sizeof(*addr)) < 0 || listen(p->lfd, 16) < 0 ||
 	    getsockname(p->lfd, (struct sockaddr *)addr, &len) < 0)
 		die("listen");
-	p->forked = forked;
-	if (!forked)
-		return;
+}
+
+/* --plain-peer: the child re-executes this program without LD_PRELOAD, so the driver's
+ * library meets a peer that does not speak SMC (every connection falls back to TCP). */
+static void exec_plain_peer(const char *self, int ctl)
+{
+	char arg[16];
+
+	snprintf(arg, sizeof(arg), "%d", ctl);
+	if (fcntl(ctl, F_SETFD, 0) < 0)
+		die("fcntl");
+	unsetenv("LD_PRELOAD");
+	execl("/proc/self/exe", self, "--peer-child", arg, (char *)NULL);
+	die("exec");
+}
+
+/* Entry point of the re-executed plain peer. */
+static void run_peer_child(int ctl)
+{
+	struct peer p = { .forked = true, .ctl = ctl, .fd = -1 };
+	struct sockaddr_in addr;
+
+	listen_loopback(&p, &addr);
+	if (write(ctl, &addr, sizeof(addr)) != (ssize_t)sizeof(addr))
+		die("peer address");
+	child_loop(&p);
+}
+
+static void peer_start(struct peer *p, bool forked, bool plain, const char *self,
+		       struct sockaddr_in *addr)
+{
 	int sv[2];
 
+	memset(p, 0, sizeof(*p));
+	p->fd = -1;
+	p->lfd = -1;
+	p->forked = forked;
+	if (!forked || !plain)
+		listen_loopback(p, addr);
+	if (!forked)
+		return;
 	if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) < 0)
 		die("socketpair");
 	fflush(stdout);
@@ -257,13 +291,18 @@ static void peer_start(struct peer *p, bool forked, struct sockaddr_in *addr)
 		die("fork");
 	if (p->pid == 0) {
 		close(sv[0]);
+		if (plain)
+			exec_plain_peer(self, sv[1]);
 		p->ctl = sv[1];
 		child_loop(p);
 	}
 	close(sv[1]);
-	close(p->lfd);
+	if (p->lfd >= 0)
+		close(p->lfd);
 	p->lfd = -1;
 	p->ctl = sv[0];
+	if (plain && read(p->ctl, addr, sizeof(*addr)) != (ssize_t)sizeof(*addr))
+		die("plain peer address");
 }
 
 static void peer_stop(struct peer *p)
@@ -979,34 +1018,193 @@ static void test_eintr(void)
 	close(fd);
 }
 
+/* ------------------------------------------------------------------ checks: threads */
+
+struct waiter {
+	pthread_t t;
+	int epfd, n;
+	struct epoll_event ev[4];
+};
+
+static void *waiter_main(void *arg)
+{
+	struct waiter *w = arg;
+
+	w->n = epoll_wait(w->epfd, w->ev, 4, LONG_MS);
+	return NULL;
+}
+
+static void waiter_start(struct waiter *w, int epfd)
+{
+	w->epfd = epfd;
+	w->n = -2;
+	if (pthread_create(&w->t, NULL, waiter_main, w) != 0)
+		die("pthread_create");
+	sleep_ms(SHORT_MS); /* most likely asleep by now; if not, the check only tests less */
+}
+
+static int waiter_join(struct waiter *w, uint64_t want)
+{
+	pthread_join(w->t, NULL);
+	return w->n == 1 && w->ev[0].data.u64 == want ? 1 : w->n;
+}
+
+/* Changes made by one thread while another sleeps in epoll_wait on the same set. */
+static void test_epoll_threads(void)
+{
+	int fd = new_conn(), ep = new_epoll(), pp[2], r;
+	struct waiter w;
+
+	if (pipe(pp) < 0)
+		die("pipe");
+	ep_add(ep, pp[0], EPOLLIN, 40); /* never ready: keeps the set non-empty */
+
+	peer(&P, P_SEND, 2);
+	if (poll1(fd, POLLIN, LONG_MS) != POLLIN)
+		die("poll");
+	waiter_start(&w, ep);
+	ep_add(ep, fd, EPOLLIN | EPOLLONESHOT, 41);
+	r = waiter_join(&w, 41);
+	check(r == 1, "threads: ADD of a ready fd wakes a sleeping epoll_wait", "r %d", r);
+
+	/* one-shot fired; data keeps arriving while disabled; a MOD re-arms it */
+	peer(&P, P_SEND, 2);
+	if (poll1(fd, POLLIN, LONG_MS) != POLLIN)
+		die("poll");
+	waiter_start(&w, ep);
+	ep_mod(ep, fd, EPOLLIN | EPOLLONESHOT, 42);
+	r = waiter_join(&w, 42);
+	check(r == 1, "threads: ONESHOT re-armed by MOD wakes a sleeping epoll_wait", "r %d", r);
+	drain(fd);
+
+	/* added while idle by another thread: a later arrival must wake the sleeper */
+	epoll_ctl(ep, EPOLL_CTL_DEL, fd, NULL);
+	waiter_start(&w, ep);
+	ep_add(ep, fd, EPOLLIN, 43);
+	peer(&P, P_SEND_LATER, 2);
+	r = waiter_join(&w, 43);
+	check(r == 1, "threads: fd added during a sleep reports later data", "r %d", r);
+	drain(fd);
+	close(pp[0]);
+	close(pp[1]);
+	close(ep);
+	close(fd);
+}
+
+/* A nonblocking connect registered for EPOLLOUT before the peer accepted. */
+static void test_epoll_connect(void)
+{
+	int fd = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK, 0), ep = new_epoll(), n, err = 0;
+	socklen_t len = sizeof(err);
+	uint32_t ev;
+
+	if (fd < 0)
+		die("socket");
+	if (connect(fd, (struct sockaddr *)&peer_addr, sizeof(peer_addr)) < 0 &&
+	    errno != EINPROGRESS)
+		die("connect");
+	check(ep_add(ep, fd, EPOLLIN | EPOLLOUT | EPOLLRDHUP | EPOLLET, 50) == 0,
+	      "connect: ADD while connecting", "");
+	if (peer(&P, P_ACCEPT, 0) < 0)
+		die("accept");
+	ev = ep_events_for(ep, 50, LONG_MS, &n);
+	check(n == 1 && ev == EPOLLOUT, "connect: EPOLLOUT when the connection is up",
+	      "n %d ev %#x", n, ev);
+	check(getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len) == 0 && err == 0,
+	      "connect: SO_ERROR 0", "err %d", err);
+	peer(&P, P_SEND, 4);
+	ev = ep_events_for(ep, 50, LONG_MS, &n);
+	check(n == 1 && (ev & EPOLLIN), "connect: then EPOLLIN on data", "n %d ev %#x", n, ev);
+	check(drain(fd) == 4, "connect: data arrives", "");
+	check(send(fd, "ping", 4, 0) == 4 && peer(&P, P_READN, 4) == 4, "connect: data leaves", "");
+	close(ep);
+	close(fd);
+}
+
+/* A forked child that closes its copies must not disturb the parent's epoll set. */
+static void test_epoll_fork(void)
+{
+	int fd = new_conn(), ep = new_epoll(), n, st = 0;
+	uint32_t ev;
+	pid_t pid;
+
+	ep_add(ep, fd, EPOLLIN, 60);
+	fflush(stdout);
+	pid = fork();
+	if (pid < 0)
+		die("fork");
+	if (pid == 0) {
+		close(ep);
+		close(fd);
+		_exit(0);
+	}
+	waitpid(pid, &st, 0);
+	peer(&P, P_SEND_LATER, 3);
+	ev = ep_events_for(ep, 60, LONG_MS, &n);
+	check(n == 1 && ev == EPOLLIN, "fork: child closing its copies leaves the parent's set working",
+	      "n %d ev %#x", n, ev);
+	check(drain(fd) == 3, "fork: data still flows in the parent", "");
+	check(send(fd, "abc", 3, 0) == 3 && peer(&P, P_READN, 3) == 3,
+	      "fork: data still leaves the parent", "");
+	close(ep);
+	close(fd);
+}
+
+static const struct {
+	const char *name;
+	void (*fn)(void);
+} groups[] = {
+	{ "poll", test_poll_basic },
+	{ "select", test_select },
+	{ "epoll_lt_et", test_epoll_lt_et },
+	{ "epoll_pwait", test_epoll_pwait },
+	{ "epoll_out", test_epoll_out },
+	{ "epoll_hup", test_epoll_hup },
+	{ "epoll_sets", test_epoll_sets },
+	{ "epoll_mixed", test_epoll_mixed },
+	{ "epoll_ctl_errors", test_epoll_ctl_errors },
+	{ "eintr", test_eintr },
+	{ "epoll_threads", test_epoll_threads },
+	{ "epoll_connect", test_epoll_connect },
+	{ "epoll_fork", test_epoll_fork },
+};
+
 int main(int argc, char **argv)
 {
-	bool forked = false;
+	bool forked = false, plain = false;
+	const char *only = NULL;
 
 	for (int i = 1; i < argc; i++) {
 		if (!strcmp(argv[i], "--fork")) {
 			forked = true;
+		} else if (!strcmp(argv[i], "--plain-peer")) {
+			forked = plain = true;
+		} else if (!strcmp(argv[i], "--only") && i + 1 < argc) {
+			only = argv[++i];
+		} else if (!strcmp(argv[i], "--peer-child") && i + 1 < argc) {
+			run_peer_child(atoi(argv[i + 1]));
 		} else {
-			fprintf(stderr, "usage: %s [--fork]\n", argv[0]);
+			fprintf(stderr, "usage: %s [--fork | --plain-peer] [--only NAME]\n"
+				"  --fork        the peer end runs in a child process\n"
+				"  --plain-peer  ... re-executed without LD_PRELOAD (TCP fallback)\n"
+				"  --only NAME   run the check groups whose name contains NAME\n",
+				argv[0]);
 			return 2;
 		}
 	}
 	signal(SIGPIPE, SIG_IGN);
 	setvbuf(stdout, NULL, _IOLBF, 0);
-	peer_start(&P, forked, &peer_addr);
-	printf("# readiness_check: peer %s, port %d\n", forked ? "in a child process" : "in-process",
-	       ntohs(peer_addr.sin_port));
+	peer_start(&P, forked, plain, argv[0], &peer_addr);
+	printf("# readiness_check: peer %s, port %d\n",
+	       plain ? "in a child process without LD_PRELOAD" :
+	       forked ? "in a child process" : "in-process", ntohs(peer_addr.sin_port));
 
-	test_poll_basic();
-	test_select();
-	test_epoll_lt_et();
-	test_epoll_pwait();
-	test_epoll_out();
-	test_epoll_hup();
-	test_epoll_sets();
-	test_epoll_mixed();
-	test_epoll_ctl_errors();
-	test_eintr();
+	for (size_t i = 0; i < sizeof(groups) / sizeof(groups[0]); i++) {
+		if (only && !strstr(groups[i].name, only))
+			continue;
+		printf("# %s\n", groups[i].name);
+		groups[i].fn();
+	}
 
 	peer_stop(&P);
 	printf("# %d checks, %d failed\n", checks, failures);

@@ -1,0 +1,160 @@
+#!/bin/bash
+# SPDX-License-Identifier: GPL-2.0-only OR BSD-2-Clause
+#
+# test.sh: install what the tests need (Debian, as root), build with warnings as errors,
+# run `make check`, then build with ASan+UBSan and run the unit tests and a subset of the
+# integration tests under the sanitizers. Exits non-zero on any failure.
+#
+#   ./test.sh             everything
+#   ./test.sh --quick     unit tests and a few integration tests, no sanitizer pass
+#   ./test.sh --no-asan   skip the sanitizer pass
+#   ./test.sh --no-install  never call apt-get
+#
+# Environment passed on to the tests: SMC_TEST_EXPECT=shm|tcp (see
+# tests/integration/lib.sh), SMC_TEST_KEEP=1.
+#
+# Sanitizer pass, what works: the library is built with -fsanitize=address,undefined and
+# so needs the ASan runtime loaded before it. Programs built with the sanitizers (unit
+# tests, tests/lib/*) have it already. For the others (python3, curl...) the tests put
+# the runtime first in LD_PRELOAD (SMC_TEST_PRELOAD_FIRST=libasan.so; smc_preload.sh
+# appends the library after it), with ASAN_OPTIONS=detect_leaks=0 (their own leaks are
+# not ours) and verify_asan_link_order=0.
+
+set -euo pipefail
+
+cd -- "$(dirname -- "$0")"
+top=$PWD
+
+quick=0
+asan=1
+install=1
+for arg in "$@"; do
+	case $arg in
+	--quick) quick=1; asan=0 ;;
+	--no-asan) asan=0 ;;
+	--no-install) install=0 ;;
+	-h | --help) sed -n '4,21p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+	*) echo "test.sh: unknown option $arg (try --help)" >&2; exit 2 ;;
+	esac
+done
+
+PACKAGES=(build-essential autoconf automake libtool pkg-config libibverbs-dev librdmacm-dev
+	libevent-dev check libbpf-dev clang llvm redis-server redis-tools nginx-light memcached
+	libmemcached-tools iperf3 sockperf qperf wrk jq curl python3 procps iproute2 coreutils
+	util-linux gnuplot-nox hyperfine)
+
+# Integration tests that run in --quick mode and under the sanitizers.
+QUICK_TESTS="tests/integration/wrapper.sh tests/integration/passthrough.sh
+	tests/integration/fallback.sh tests/integration/python_http.sh tests/integration/redis.sh"
+ASAN_TESTS="tests/integration/fallback.sh tests/integration/stream.sh
+	tests/integration/churn.sh tests/integration/peerdeath.sh tests/integration/python_http.sh"
+
+failures=()
+say() { printf '\n==== %s\n' "$*"; }
+
+# ------------------------------------------------------------------ dependencies
+
+installed() {
+	dpkg-query -W -f='${Status}' "$1" 2>/dev/null | grep -q 'install ok installed'
+}
+
+install_packages() {
+	local missing=() p created_policy=0
+	command -v dpkg-query >/dev/null || { echo "not Debian: not installing packages"; return; }
+	for p in "${PACKAGES[@]}"; do
+		installed "$p" || missing+=("$p")
+	done
+	[ ${#missing[@]} -eq 0 ] && { echo "all packages present"; return; }
+	if [ "$(id -u)" != 0 ] || [ "$install" = 0 ]; then
+		echo "missing packages (not installing): ${missing[*]}"
+		echo "tests that need them will be skipped or fail"
+		return
+	fi
+	say "installing: ${missing[*]}"
+	# Package scripts must not start redis, nginx or memcached: the tests start their
+	# own instances on free ports. policy-rc.d exit 101 = "action forbidden".
+	if [ ! -e /usr/sbin/policy-rc.d ]; then
+		printf '#!/bin/sh\nexit 101\n' >/usr/sbin/policy-rc.d
+		chmod +x /usr/sbin/policy-rc.d
+		created_policy=1
+	fi
+	apt-get update
+	DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends "${missing[@]}"
+	[ "$created_policy" = 1 ] && rm -f /usr/sbin/policy-rc.d
+	return 0
+}
+
+# ------------------------------------------------------------------ build and check
+
+# make_var DIR VAR: the value of a variable of DIR's Makefile.
+make_var() {
+	printf 'print-var:\n\t@echo $(%s)\n' "$2" | make -s -C "$1" -f Makefile -f - print-var
+}
+
+# run_check DIR LABEL [make args...]: `make check`, printing the logs of failed tests.
+run_check() {
+	local dir=$1 label=$2
+	shift 2
+	say "make check ($label)"
+	if make -C "$dir" check "$@"; then
+		return 0
+	fi
+	failures+=("$label")
+	[ -f "$dir/test-suite.log" ] && cat "$dir/test-suite.log"
+	return 0
+}
+
+configure_and_build() { # DIR CONFIGURE-ARGS...
+	local dir=$1
+	shift
+	say "configure $* in $dir"
+	rm -rf "$dir"
+	mkdir -p "$dir"
+	(cd "$dir" && "$top/configure" "$@")
+	say "make in $dir"
+	make -C "$dir" -j2
+	# Build the test programs too (empty TESTS: nothing runs yet).
+	make -C "$dir" -j2 check TESTS=
+}
+
+install_packages
+
+say "autoreconf"
+autoreconf -fi
+
+start=$SECONDS
+configure_and_build build-test --enable-werror
+if [ "$quick" = 1 ]; then
+	# shellcheck disable=SC2046
+	run_check build-test quick TESTS="$(make_var build-test UNIT_TESTS) $(echo $QUICK_TESTS)"
+else
+	run_check build-test full
+fi
+echo "first pass: $((SECONDS - start)) s"
+
+if [ "$asan" = 1 ]; then
+	start=$SECONDS
+	configure_and_build build-asan --enable-sanitizers
+	libasan=$(readlink -f "$(gcc -print-file-name=libasan.so)")
+	if ! head -c 4 "$libasan" | grep -q ELF; then
+		echo "cannot find the ASan runtime (got $libasan)"
+		failures+=(asan-runtime)
+	else
+		export UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
+		# Unit tests: instrumented programs, leak detection on.
+		run_check build-asan asan-unit TESTS="$(make_var build-asan UNIT_TESTS)"
+		# Integration subset: smaller payloads, the sanitizers slow everything down.
+		# shellcheck disable=SC2046
+		ASAN_OPTIONS=detect_leaks=0:verify_asan_link_order=0 \
+			SMC_TEST_PRELOAD_FIRST=$libasan \
+			STREAM_BLOCK_BYTES=256m STREAM_EPOLL_BYTES=64m CHURN_CYCLES=5000 \
+			run_check build-asan asan-integration TESTS="$(echo $ASAN_TESTS)"
+	fi
+	echo "sanitizer pass: $((SECONDS - start)) s"
+fi
+
+if [ ${#failures[@]} -gt 0 ]; then
+	say "FAILED: ${failures[*]}"
+	exit 1
+fi
+say "all tests passed"

@@ -25,6 +25,7 @@
 #include "core/log.h"
 #include "core/real.h"
 #include "core/stats.h"
+#include "core/statsrv.h"
 
 /* ------------------------------------------------------------------ registry */
 
@@ -74,18 +75,40 @@ void conn_foreach(void (*fn)(struct smc_conn *c, void *arg), void *arg)
 }
 
 /* fork: the child holds every connection too. Counted before the fork so that a parent
- * closing its copy right away never signals "closed" to a peer the child still talks to. */
-void conn_fork_prepare(int delta)
+ * closing its copy right away never signals "closed" to a peer the child still talks to.
+ * The registry stays locked across the fork so the child never inherits it held. */
+static void conn_refs_add(int delta)
 {
 	struct conn_node *n;
 
-	pthread_mutex_lock(&conn_list_lock);
 	for (n = conn_list; n; n = n->next) {
 		struct smc_conn *c = n->c;
 
 		if (__atomic_load_n(&c->state, __ATOMIC_ACQUIRE) == CONN_ACTIVE)
 			__atomic_add_fetch(&c->map.hdr->side_refs[c->side], delta, __ATOMIC_ACQ_REL);
 	}
+}
+
+void conn_fork_prepare(void)
+{
+	pthread_mutex_lock(&conn_list_lock);
+	conn_refs_add(+1);
+}
+
+void conn_fork_parent(void)
+{
+	pthread_mutex_unlock(&conn_list_lock);
+}
+
+void conn_fork_child(void)
+{
+	pthread_mutex_init(&conn_list_lock, NULL);
+}
+
+void conn_fork_failed(void)
+{
+	pthread_mutex_lock(&conn_list_lock);
+	conn_refs_add(-1);
 	pthread_mutex_unlock(&conn_list_lock);
 }
 
@@ -233,6 +256,7 @@ void conn_activate(struct smc_conn *c)
 	log_debug("fd %d: shm connection active (%s, rx %u tx %u)", c->fd,
 		  c->side == CONN_CLIENT ? "client" : "server", c->rx_size, c->tx_size);
 	conn_wake_local(c);
+	statsrv_ensure();
 }
 
 void conn_fallback(struct smc_conn *c, enum smc_reason why)

@@ -91,8 +91,12 @@ void conn_activate(struct smc_conn *c);
 void conn_fallback(struct smc_conn *c, enum smc_reason why);
 /* Waits while the handshake runs (-EAGAIN when nonblock, -EINTR on a signal). */
 int conn_wait_pending(struct smc_conn *c, bool nonblock);
-/* fork(): every ACTIVE connection gains (+1) or, if fork failed, loses (-1) a holder. */
-void conn_fork_prepare(int delta);
+/* fork(): every ACTIVE connection gains a holder before the fork (and loses it again
+ * when the fork failed); the registry lock is held across the fork. */
+void conn_fork_prepare(void);
+void conn_fork_parent(void);
+void conn_fork_child(void);
+void conn_fork_failed(void);
 /* Calls fn for every connection of the process (under the registry lock: fn must not
  * block nor call back into the registry). */
 void conn_foreach(void (*fn)(struct smc_conn *c, void *arg), void *arg);

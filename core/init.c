@@ -19,11 +19,17 @@ static pthread_once_t init_once = PTHREAD_ONCE_INIT;
 /* A forked child holds every connection too (see conn_fork_prepare). */
 static void fork_prepare(void)
 {
-	conn_fork_prepare(+1);
+	conn_fork_prepare();
+}
+
+static void fork_parent(void)
+{
+	conn_fork_parent();
 }
 
 static void fork_child(void)
 {
+	conn_fork_child();
 	progress_atfork_child();
 	epoll_emul_atfork_child();
 }
@@ -34,7 +40,7 @@ static void init_run(void)
 	config_load(NULL);
 	log_init();
 	atexit(stats_at_exit);
-	pthread_atfork(fork_prepare, NULL, fork_child);
+	pthread_atfork(fork_prepare, fork_parent, fork_child);
 }
 
 void smc_init(void)

@@ -4,8 +4,8 @@
  *
  * Started lazily by the first connection that becomes ACTIVE, so a process without SMC
  * connections pays nothing. One detached thread per process runs a blocking accept loop;
- * a query is answered from a snapshot taken with conn_foreach (which holds the registry
- * lock, so the snapshot is formatted into memory there and sent only after it returns).
+ * a query is answered from a snapshot taken with conn_foreach: under the registry lock
+ * the fields are only copied; addresses are looked up, formatted and sent after it.
  *
  * Every socket call goes through REAL(): the server's fds are invisible to the
  * application-facing wrappers.
@@ -164,34 +164,69 @@ static void ob_address(struct outbuf *b, const char *key, int fd, bool peer)
 	}
 }
 
-struct snapshot {
-	struct outbuf out;
-	const char *comm;
-	long pid;
+/* What the registry lock protects is copied out; formatting and the address lookups
+ * (syscalls) happen after the lock is released, so the lock is held only for copies. */
+struct conn_view {
+	int fd, state;
+	enum conn_side side;
+	enum smc_mode mode;
+	enum smc_reason reason;
+	uint32_t rx_size, tx_size;
+	uint64_t bytes_sent, bytes_received;
 };
 
-/* conn_foreach callback: one line of JSON per connection. Runs under the registry lock,
- * so it reads the connection without taking its lock (fields a racing thread writes are
- * read atomically; a torn view across fields is acceptable for a monitoring tool). */
+struct snapshot {
+	struct conn_view *v;
+	size_t n, cap;
+	bool oom;
+};
+
+/* conn_foreach callback, under the registry lock: the connection is alive, but its
+ * fields may change under us; those a running thread writes are loaded atomically, and
+ * a view torn across fields is acceptable for a monitoring tool. */
 static void snapshot_conn(struct smc_conn *c, void *arg)
 {
 	struct snapshot *s = arg;
-	struct outbuf *b = &s->out;
-	int state = __atomic_load_n(&c->state, __ATOMIC_ACQUIRE);
-	int fd_refs = __atomic_load_n(&c->fd_refs, __ATOMIC_RELAXED);
-	int fd = fd_refs > 0 ? c->fd : -1; /* once closed, the number may be another socket */
+	struct conn_view *v;
 
-	ob_printf(b, "{\"pid\":%ld,\"comm\":", s->pid);
-	ob_json_string(b, s->comm);
+	if (s->n == s->cap) {
+		size_t cap = s->cap ? 2 * s->cap : 16;
+		struct conn_view *nv = s->oom ? NULL : realloc(s->v, cap * sizeof(*nv));
+
+		if (!nv) {
+			s->oom = true;
+			return;
+		}
+		s->v = nv;
+		s->cap = cap;
+	}
+	v = &s->v[s->n++];
+	v->state = __atomic_load_n(&c->state, __ATOMIC_ACQUIRE);
+	/* once the application closed it, the number may already be another socket */
+	v->fd = __atomic_load_n(&c->fd_refs, __ATOMIC_RELAXED) > 0 ? c->fd : -1;
+	v->side = c->side;
+	v->mode = c->mode;
+	v->reason = c->reason;
+	v->rx_size = v->state == CONN_PENDING ? 0 : c->rx_size;
+	v->tx_size = v->state == CONN_PENDING ? 0 : c->tx_size;
+	v->bytes_sent = __atomic_load_n(&c->bytes_sent, __ATOMIC_RELAXED);
+	v->bytes_received = __atomic_load_n(&c->bytes_received, __ATOMIC_RELAXED);
+}
+
+/* One line of JSON for one connection. */
+static void format_view(struct outbuf *b, const struct conn_view *v, long pid,
+			const char *comm)
+{
+	ob_printf(b, "{\"pid\":%ld,\"comm\":", pid);
+	ob_json_string(b, comm);
 	ob_printf(b, ",\"fd\":%d,\"side\":\"%s\",\"state\":\"%s\",\"mode\":\"%s\",\"reason\":\"%s\"",
-		  fd, c->side == CONN_SERVER ? "server" : "client", state_name(state),
-		  stats_mode_name(c->mode), stats_reason_name(c->reason));
-	ob_address(b, "local", fd, false);
-	ob_address(b, "peer", fd, true);
+		  v->fd, v->side == CONN_SERVER ? "server" : "client", state_name(v->state),
+		  stats_mode_name(v->mode), stats_reason_name(v->reason));
+	ob_address(b, "local", v->fd, false);
+	ob_address(b, "peer", v->fd, true);
 	ob_printf(b, ",\"rx_size\":%u,\"tx_size\":%u,\"bytes_sent\":%llu,\"bytes_received\":%llu}\n",
-		  state == CONN_PENDING ? 0 : c->rx_size, state == CONN_PENDING ? 0 : c->tx_size,
-		  (unsigned long long)__atomic_load_n(&c->bytes_sent, __ATOMIC_RELAXED),
-		  (unsigned long long)__atomic_load_n(&c->bytes_received, __ATOMIC_RELAXED));
+		  v->rx_size, v->tx_size, (unsigned long long)v->bytes_sent,
+		  (unsigned long long)v->bytes_received);
 }
 
 /* The process name (the main thread's comm), without its newline. */
@@ -262,22 +297,36 @@ static void send_lines(int fd, const char *data, size_t len)
 
 static void answer_query(int fd)
 {
-	struct snapshot s = { .pid = (long)getpid() };
+	struct snapshot s = { 0 };
+	struct outbuf out = { 0 };
+	long pid = (long)getpid();
 	char comm[64];
 
-	if (!peer_allowed(fd)) {
-		log_debug("statsrv: query from another user refused");
-		return;
-	}
 	set_io_timeouts(fd);
+	/* The request is read even from a peer we refuse: closing with it unread would
+	 * reset the connection instead of delivering the refusal. */
 	if (!read_request(fd))
 		return;
-	read_comm(comm, sizeof(comm));
-	s.comm = comm;
+	if (!peer_allowed(fd)) {
+		static const char refusal[] = "{\"error\":\"permission denied\"}";
+
+		log_debug("statsrv: query from another user refused");
+		REAL(send)(fd, refusal, sizeof(refusal) - 1, MSG_NOSIGNAL);
+		return;
+	}
 	conn_foreach(snapshot_conn, &s);
-	if (!s.out.oom && s.out.len)
-		send_lines(fd, s.out.data, s.out.len);
-	free(s.out.data);
+	read_comm(comm, sizeof(comm));
+	for (size_t i = 0; i < s.n; i++)
+		format_view(&out, &s.v[i], pid, comm);
+	if (s.oom || out.oom) {
+		static const char oom[] = "{\"error\":\"out of memory\"}";
+
+		REAL(send)(fd, oom, sizeof(oom) - 1, MSG_NOSIGNAL);
+	} else if (out.len) {
+		send_lines(fd, out.data, out.len);
+	}
+	free(out.data);
+	free(s.v);
 }
 
 /* ------------------------------------------------------------------ the thread */

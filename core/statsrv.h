@@ -16,7 +16,8 @@
  *    "local_addr":"S"|null,"local_port":N|null,"peer_addr":"S"|null,"peer_port":N|null,
  *    "rx_size":N,"tx_size":N,"bytes_sent":N,"bytes_received":N}
  *
- * Only peers whose SO_PEERCRED uid is ours or root get an answer. The server runs on its
+ * Only peers whose SO_PEERCRED uid is ours or root get an answer; others get the single
+ * message {"error":"permission denied"}. The server runs on its
  * own detached thread with every signal blocked, so it never takes the application's
  * signals, and a slow client only ever delays that thread (send/receive timeouts).
  */

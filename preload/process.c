@@ -3,6 +3,7 @@
  * Process-level wrappers (fork, vfork, daemon) and the library constructor.
  */
 #include "preload/wrap.h"
+#include "core/conn.h"
 
 #include <stdlib.h>
 #include <unistd.h>
@@ -19,7 +20,11 @@ __attribute__((constructor)) static void smc_preload_load(void)
 /* The core's pthread_atfork handlers (installed by smc_init) do the per-fork work. */
 SMC_EXPORT pid_t fork(void)
 {
-	return REAL(fork)();
+	pid_t pid = REAL(fork)();
+
+	if (pid < 0)
+		conn_fork_failed();
+	return pid;
 }
 SMC_EXPORT pid_t __fork(void) SMC_ALIAS(fork);
 

@@ -38,6 +38,7 @@ struct conn_rec {
 	char local_addr[64], peer_addr[64];
 	long local_port, peer_port; /* -1 when unknown */
 	unsigned long long rx_size, tx_size, bytes_sent, bytes_received;
+	char error[64]; /* the server refused: {"error":"..."} */
 };
 
 struct rec_list {
@@ -237,6 +238,8 @@ static void rec_set(struct conn_rec *r, const char *key, const struct jvalue *v)
 		r->bytes_sent = as_u64(v);
 	else if (!strcmp(key, "bytes_received"))
 		r->bytes_received = as_u64(v);
+	else if (!strcmp(key, "error"))
+		copy_str(r->error, sizeof(r->error), v);
 }
 
 static bool parse_record(const char *text, size_t len, struct conn_rec *r)
@@ -407,6 +410,13 @@ static int query_server(long pid, struct rec_list *out, bool verbose)
 				fprintf(stderr, "smcpstat: pid %ld: unreadable record\n", pid);
 			out->n--;
 			continue;
+		}
+		if (r->error[0]) {
+			if (verbose) /* another user's process */
+				fprintf(stderr, "smcpstat: pid %ld: %s\n", pid, r->error);
+			out->n--;
+			count = -1;
+			break;
 		}
 		r->pid = cred.pid;
 		count++;

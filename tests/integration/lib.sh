@@ -8,8 +8,12 @@
 #
 #   SMC_TEST_EXPECT=shm (default)  payload must have moved over shared memory, in both
 #                                  processes, and no connection may have fallen back;
-#   SMC_TEST_EXPECT=tcp            pass-through check: the library was loaded, counted
-#                                  the connections as tcp, and no shm was used.
+#   SMC_TEST_EXPECT=tcp            pass-through check: the library is told never to
+#                                  upgrade (SMC_TRANSPORT=tcp, unless SMC_TRANSPORT is
+#                                  set already), and the stats must show it was loaded,
+#                                  counted the connections as tcp with their bytes, and
+#                                  used no shm. A test that is about the choice itself
+#                                  (fallback.sh) sets SMC_TEST_KEEP_TRANSPORT=1 first.
 #
 # Other knobs: SMC_TEST_TIMEOUT (seconds for the whole test, default 300),
 # SMC_CMD_TIMEOUT (seconds for one client command, default 120), SMC_TEST_KEEP=1 (keep the
@@ -37,6 +41,11 @@ export SMC_PRELOAD_LIB
 # Test programs built by `make check` (tests/lib/).
 : "${SMC_STREAM:=$top_builddir/tests/lib/smc_stream}"
 : "${SMC_CHURN:=$top_builddir/tests/lib/smc_churn}"
+
+if [ "$SMC_TEST_EXPECT" = tcp ] && [ -z "${SMC_TRANSPORT+set}" ] &&
+	[ "${SMC_TEST_KEEP_TRANSPORT:-0}" != 1 ]; then
+	export SMC_TRANSPORT=tcp
+fi
 
 declare -A SMC_SERVER_PID=()
 declare -A SMC_SERVER_RC=()
@@ -144,7 +153,7 @@ smc_init() {
 		kill -TERM $$ 2>/dev/null
 	) </dev/null >/dev/null 2>&1 &
 	_smc_watchdog=$!
-	smc_log "expect=$SMC_TEST_EXPECT lib=$SMC_PRELOAD_LIB tmp=$SMC_TMP"
+	smc_log "expect=$SMC_TEST_EXPECT transport=${SMC_TRANSPORT:-default} lib=$SMC_PRELOAD_LIB tmp=$SMC_TMP"
 }
 
 # ------------------------------------------------------------------ ports

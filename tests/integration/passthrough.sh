@@ -28,8 +28,11 @@ fi
 
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/passthrough.XXXXXX") || exit 1
 trap 'rm -rf "$tmp"' EXIT INT TERM
-# Sanitizer runtimes must stay first in LD_PRELOAD.
+# Sanitizer runtimes must stay first in LD_PRELOAD; in a sanitizer build the check
+# program links libasan itself, after our preloaded library.
 preload="${LD_PRELOAD:+$LD_PRELOAD:}$lib"
+ASAN_OPTIONS="${ASAN_OPTIONS:+$ASAN_OPTIONS:}verify_asan_link_order=0"
+export ASAN_OPTIONS
 failed=0
 
 fail() {

@@ -56,24 +56,24 @@ print("ready pid %d local_port %d" % (os.getpid(), c.getsockname()[1]), flush=Tr
 time.sleep(600)
 PY
 
-smc_free_port PORT
-smc_start_server server "$(smc_stats_dir server)" python3 "$SMC_TMP/server.py" "$PORT" \
+smc_free_port SRV_PORT
+smc_start_server server "$(smc_stats_dir server)" python3 "$SMC_TMP/server.py" "$SRV_PORT" \
 	"$TO_SERVER" "$TO_CLIENT"
-smc_wait_port server "$PORT"
-smc_start_server client "$(smc_stats_dir client)" python3 "$SMC_TMP/client.py" "$PORT" \
+smc_wait_port server "$SRV_PORT"
+smc_start_server client "$(smc_stats_dir client)" python3 "$SMC_TMP/client.py" "$SRV_PORT" \
 	"$TO_SERVER" "$TO_CLIENT"
 smc_wait_log server '^ready pid' 60
 smc_wait_log client '^ready pid' 60
 
-log_field() { # log_field NAME KEY: the number after KEY on the server's "ready" line
+log_field() { # log_field NAME KEY: the number after KEY on NAME's "ready" line
 	sed -n "s/^ready .*\b$2 \([0-9]*\).*/\1/p" "$(smc_server_log "$1")" | head -n 1
 }
 SPID=$(log_field server pid)
 CPID=$(log_field client pid)
-CPORT=$(log_field client local_port)
-smc_assert "client port seen by the server ($(log_field server peer_port)) is the client's ($CPORT)" \
-	"$(log_field server peer_port)" = "$CPORT"
-smc_log "server pid $SPID port $PORT, client pid $CPID port $CPORT"
+CLI_PORT=$(log_field client local_port)
+smc_assert "client port seen by the server ($(log_field server peer_port)) is the client's ($CLI_PORT)" \
+	"$(log_field server peer_port)" = "$CLI_PORT"
+smc_log "server pid $SPID port $SRV_PORT, client pid $CPID port $CLI_PORT"
 
 # ------------------------------------------------------------------ the listing
 "$SMCPSTAT" -h >"$SMC_TMP/help.out" || smc_fail "smcpstat -h exited $?"
@@ -92,7 +92,7 @@ head -n 1 "$SMC_TMP/table.out" | grep -q '^ *PID .*MODE.*LOCAL.*PEER' ||
 
 # conn_of PID: the JSON objects of PID's connections between our two ports.
 conn_of() {
-	jq -c --argjson pid "$1" --argjson a "$PORT" --argjson b "$CPORT" \
+	jq -c --argjson pid "$1" --argjson a "$SRV_PORT" --argjson b "$CLI_PORT" \
 		'[.[] | select(.pid == $pid and
 			((.local_port == $a and .peer_port == $b) or
 			 (.local_port == $b and .peer_port == $a)))]' "$SMC_TMP/all.json"
@@ -102,7 +102,7 @@ if [ "$SMC_TEST_EXPECT" = tcp ]; then
 	smc_assert_eq "shm connections listed in pass-through mode" \
 		"$(jq '[.[] | select(.mode == "shm")] | length' "$SMC_TMP/all.json")" 0
 	smc_stop_server client
-	smc_stop_server server KILL
+	smc_stop_server server
 	smc_pass
 fi
 
@@ -111,7 +111,7 @@ check_side() {
 	local pid=$1 side=$2 lport=$3 pport=$4 sent=$5 recv=$6 objs n
 	objs=$(conn_of "$pid")
 	n=$(jq length <<<"$objs")
-	smc_assert_eq "$side (pid $pid): connections listed between ports $PORT and $CPORT" "$n" 1
+	smc_assert_eq "$side (pid $pid): connections listed between ports $SRV_PORT and $CLI_PORT" "$n" 1
 	jq -e --arg side "$side" --argjson lp "$lport" --argjson pp "$pport" \
 		--argjson sent "$sent" --argjson recv "$recv" '.[0] |
 		.side == $side and .mode == "shm" and .state == "active" and .reason == "none" and
@@ -124,8 +124,8 @@ check_side() {
 	grep -Eq "^ *$pid .*$side +active +shm +127\.0\.0\.1:$lport +127\.0\.0\.1:$pport " \
 		"$SMC_TMP/table.out" || smc_fail "$side (pid $pid): no matching line in the table"
 }
-check_side "$SPID" server "$PORT" "$CPORT" "$TO_CLIENT" "$TO_SERVER"
-check_side "$CPID" client "$CPORT" "$PORT" "$TO_SERVER" "$TO_CLIENT"
+check_side "$SPID" server "$SRV_PORT" "$CLI_PORT" "$TO_CLIENT" "$TO_SERVER"
+check_side "$CPID" client "$CLI_PORT" "$SRV_PORT" "$TO_SERVER" "$TO_CLIENT"
 
 # The two ends of one connection have mirrored RMB sizes.
 smc_assert_eq "server rx RMB = client tx RMB" "$(conn_of "$SPID" | jq '.[0].rx_size')" \
@@ -158,5 +158,5 @@ jq -e --argjson c "$CPID" 'all(.[]; .pid != $c)' "$SMC_TMP/after.json" >/dev/nul
 	smc_fail "pid $CPID still listed after it exited"
 "$SMCPSTAT" -p "$CPID" >"$SMC_TMP/gone.out" || smc_fail "smcpstat -p (no such process) exited $?"
 smc_assert_eq "lines for a process that is gone (header only)" "$(wc -l <"$SMC_TMP/gone.out")" 1
-smc_stop_server server KILL
+smc_stop_server server
 smc_pass

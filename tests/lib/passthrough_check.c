@@ -295,7 +295,7 @@ static void arm_timer_ms(int ms)
 
 static void check_bad_fds(void)
 {
-	char buf[8];
+	char buf[8] = { 0 };
 	struct iovec iov = { buf, sizeof(buf) };
 	struct msghdr msg = { .msg_iov = &iov, .msg_iovlen = 1 };
 	struct sockaddr_in a = loopback(9);
@@ -555,6 +555,8 @@ static void check_basic_io(void)
 /* Hidden from the compiler, which rightly warns about these deliberate misuses. */
 static volatile int negative_count = -1;
 static volatile int huge_count = 5000;
+/* More entries than UIO_MAXIOV (1024), all valid memory. */
+static struct iovec many_iov[5000];
 
 static void check_vectors(void)
 {
@@ -570,7 +572,7 @@ static void check_vectors(void)
 	CHECK("readv data", memcmp(a, "abcd", 4) == 0 && memcmp(b, "efghi", 5) == 0 &&
 			    memcmp(c, "jkl", 3) == 0);
 	CHECK_ERR("readv negative count", readv(srv, rv, negative_count), EINVAL);
-	CHECK_ERR("writev too many", writev(cli, wv, huge_count), EINVAL);
+	CHECK_ERR("writev too many", writev(cli, many_iov, huge_count), EINVAL);
 	CHECK_RET("writev zero", writev(cli, wv, 0), 0);
 
 	/* sendmsg/recvmsg with iov arrays; what TCP leaves in the msghdr. */
@@ -596,7 +598,7 @@ static void check_vectors(void)
 	CHECK("recvmsg no name namelen kept", rm2.msg_namelen == 77);
 	CHECK("recvmsg no name flags 0", rm2.msg_flags == 0);
 
-	struct msghdr big = { .msg_iov = wv, .msg_iovlen = 5000 };
+	struct msghdr big = { .msg_iov = many_iov, .msg_iovlen = 5000 };
 	CHECK_ERR("sendmsg too many iov", sendmsg(cli, &big, 0), EMSGSIZE);
 	CHECK_ERR("recvmsg too many iov", recvmsg(srv, &big, MSG_DONTWAIT), EMSGSIZE);
 
@@ -1353,36 +1355,41 @@ static bool aborts_in_child(void (*fn)(void))
 }
 
 static int fortify_fd = -1;
+/* Hidden from the compiler, which would otherwise reject the deliberate overflows. */
+static volatile size_t overflow_len = 8;
+static volatile nfds_t overflow_nfds = 2;
+static volatile long fortify_sink;
 
 static void overflow_read_chk(void)
 {
 	char small[4];
-	__read_chk(fortify_fd, small, 8, sizeof(small));
+	fortify_sink = __read_chk(fortify_fd, small, overflow_len, sizeof(small));
 }
 
 static void overflow_recv_chk(void)
 {
 	char small[4];
-	__recv_chk(fortify_fd, small, 8, sizeof(small), MSG_DONTWAIT);
+	fortify_sink = __recv_chk(fortify_fd, small, overflow_len, sizeof(small), MSG_DONTWAIT);
 }
 
 static void overflow_recvfrom_chk(void)
 {
 	char small[4];
-	__recvfrom_chk(fortify_fd, small, 8, sizeof(small), MSG_DONTWAIT, NULL, NULL);
+	fortify_sink = __recvfrom_chk(fortify_fd, small, overflow_len, sizeof(small), MSG_DONTWAIT,
+				      NULL, NULL);
 }
 
 static void overflow_poll_chk(void)
 {
 	struct pollfd p[1] = { { .fd = fortify_fd, .events = POLLIN } };
-	__poll_chk(p, 2, 0, sizeof(p));
+	fortify_sink = __poll_chk(p, overflow_nfds, 0, sizeof(p));
 }
 
 static void overflow_ppoll_chk(void)
 {
 	struct pollfd p[1] = { { .fd = fortify_fd, .events = POLLIN } };
 	struct timespec ts = { 0, 0 };
-	__ppoll_chk(p, 2, &ts, NULL, sizeof(p));
+	fortify_sink = __ppoll_chk(p, overflow_nfds, &ts, NULL, sizeof(p));
 }
 
 static void check_fortify(void)

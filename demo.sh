@@ -22,7 +22,7 @@ while [ $# -gt 0 ]; do
 	case $1 in
 	--requests) REQUESTS=$2; shift 2 ;;
 	--no-install) install=0; shift ;;
-	-h | --help) sed -n '4,11p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+	-h | --help) awk 'NR > 2 && !/^#/ { exit } NR > 3 { sub(/^# ?/, ""); print }' "$0"; exit 0 ;;
 	*) echo "demo.sh: unknown option $1 (try --help)" >&2; exit 2 ;;
 	esac
 done

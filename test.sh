@@ -15,10 +15,12 @@
 #
 # Sanitizer pass, what works: the library is built with -fsanitize=address,undefined and
 # so needs the ASan runtime loaded before it. Programs built with the sanitizers (unit
-# tests, tests/lib/*) have it already. For the others (python3, curl...) the tests put
+# tests, tests/lib/*) have it already. For the others (redis, python3...) the tests put
 # the runtime first in LD_PRELOAD (SMC_TEST_PRELOAD_FIRST=libasan.so; smc_preload.sh
 # appends the library after it), with ASAN_OPTIONS=detect_leaks=0 (their own leaks are
-# not ours) and verify_asan_link_order=0.
+# not ours) and verify_asan_link_order=0. curl does not start with the ASan runtime
+# preloaded, so the tests that need it are not in the sanitizer subset. The subset runs
+# smaller payloads and allows more mappings in the churn test (ASan's allocator grows).
 
 set -euo pipefail
 
@@ -33,7 +35,7 @@ for arg in "$@"; do
 	--quick) quick=1; asan=0 ;;
 	--no-asan) asan=0 ;;
 	--no-install) install=0 ;;
-	-h | --help) sed -n '4,21p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+	-h | --help) awk 'NR > 2 && !/^#/ { exit } NR > 3 { sub(/^# ?/, ""); print }' "$0"; exit 0 ;;
 	*) echo "test.sh: unknown option $arg (try --help)" >&2; exit 2 ;;
 	esac
 done
@@ -46,8 +48,12 @@ PACKAGES=(build-essential autoconf automake libtool pkg-config libibverbs-dev li
 # Integration tests that run in --quick mode and under the sanitizers.
 QUICK_TESTS="tests/integration/wrapper.sh tests/integration/passthrough.sh
 	tests/integration/fallback.sh tests/integration/python_http.sh tests/integration/redis.sh"
+# Not under the sanitizers: curl hangs at start-up with the ASan runtime preloaded
+# (setlocale lock, with or without our library), which rules out nginx.sh and
+# python_http.sh.
 ASAN_TESTS="tests/integration/fallback.sh tests/integration/stream.sh
-	tests/integration/churn.sh tests/integration/peerdeath.sh tests/integration/python_http.sh"
+	tests/integration/churn.sh tests/integration/peerdeath.sh tests/integration/redis.sh
+	tests/integration/memcached.sh tests/integration/iperf3.sh"
 
 failures=()
 say() { printf '\n==== %s\n' "$*"; }
@@ -148,6 +154,7 @@ if [ "$asan" = 1 ]; then
 		ASAN_OPTIONS=detect_leaks=0:verify_asan_link_order=0 \
 			SMC_TEST_PRELOAD_FIRST=$libasan \
 			STREAM_BLOCK_BYTES=256m STREAM_EPOLL_BYTES=64m CHURN_CYCLES=5000 \
+			CHURN_MAPS_SLACK=128 \
 			run_check build-asan asan-integration TESTS="$(echo $ASAN_TESTS)"
 	fi
 	echo "sanitizer pass: $((SECONDS - start)) s"

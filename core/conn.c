@@ -84,8 +84,10 @@ static void conn_refs_add(int delta)
 	for (n = conn_list; n; n = n->next) {
 		struct smc_conn *c = n->c;
 
-		if (__atomic_load_n(&c->state, __ATOMIC_ACQUIRE) == CONN_ACTIVE)
+		if (__atomic_load_n(&c->state, __ATOMIC_ACQUIRE) == CONN_ACTIVE) {
 			__atomic_add_fetch(&c->map.hdr->side_refs[c->side], delta, __ATOMIC_ACQ_REL);
+			c->fork_shared = true;
+		}
 	}
 }
 
@@ -320,6 +322,42 @@ static inline uint32_t peer_rflags(struct smc_conn *c)
 	return __atomic_load_n(&c->tx->rflags, __ATOMIC_ACQUIRE);
 }
 
+/* After a fork, this side of the connection may be driven by several processes in
+ * turn (a parent hands a connection to its child, or takes it back): our cursors are
+ * then the ones in the shared control block, not our private copies. */
+static bool rx_resync(struct smc_conn *c)
+{
+	smc_cursor cons = __atomic_load_n(&c->rx->cons, __ATOMIC_ACQUIRE);
+
+	if (!c->fork_shared || cons == c->rx_cons)
+		return true;
+	if (!cursor_valid(cons, c->rx_size)) {
+		conn_abort_protocol(c, "consumer cursor");
+		return false;
+	}
+	__atomic_store_n(&c->rx_cons, cons, __ATOMIC_RELAXED);
+	c->rx_prod_seen = cons;
+	return true;
+}
+
+static bool tx_resync(struct smc_conn *c)
+{
+	smc_cursor prod = __atomic_load_n(&c->tx->prod, __ATOMIC_ACQUIRE);
+	smc_cursor cons = __atomic_load_n(&c->tx->cons, __ATOMIC_ACQUIRE);
+	int64_t used;
+
+	if (!c->fork_shared || prod == c->tx_prod)
+		return true;
+	used = cursor_diff(prod, cons, c->tx_size);
+	if (!cursor_valid(prod, c->tx_size) || used < 0 || used > c->tx_size) {
+		conn_abort_protocol(c, "producer cursor");
+		return false;
+	}
+	__atomic_store_n(&c->tx_prod, prod, __ATOMIC_RELAXED);
+	c->tx_cons_seen = cons;
+	return true;
+}
+
 /* Readiness checks from any thread, without the reader's or writer's lock: they never
  * abort, an impossible cursor reads as "ready" so that the reader or writer, which
  * validates under its lock, meets it and aborts the connection. */
@@ -517,6 +555,25 @@ static int conn_wait(struct smc_conn *c, uint32_t events, uint64_t deadline)
 	}
 }
 
+/* A blocking socket call interrupted by a signal: the kernel restarts it when the
+ * handler has SA_RESTART and the socket has no timeout (signal(7)). Which signal
+ * interrupted our sleep is unknown, so restart only when every caught signal asks for
+ * it; an application that relies on EINTR keeps getting it. */
+static bool eintr_restarts(int64_t timeo_ns)
+{
+	if (timeo_ns > 0)
+		return false;
+	for (int sig = 1; sig < NSIG; sig++) {
+		struct sigaction sa;
+
+		if (sig == SIGKILL || sig == SIGSTOP || sigaction(sig, NULL, &sa) < 0)
+			continue;
+		if (sa.sa_handler != SIG_DFL && sa.sa_handler != SIG_IGN && !(sa.sa_flags & SA_RESTART))
+			return false;
+	}
+	return true;
+}
+
 static uint64_t deadline_from(int64_t timeo_ns)
 {
 	return timeo_ns > 0 ? now_ns() + (uint64_t)timeo_ns : 0;
@@ -530,6 +587,8 @@ int conn_wait_pending(struct smc_conn *c, bool nonblock)
 		if (nonblock)
 			return -EAGAIN;
 		r = conn_wait(c, 0, 0);
+		if (r == -EINTR && eintr_restarts(0))
+			r = 0;
 		if (r < 0)
 			return r;
 	}
@@ -568,6 +627,7 @@ ssize_t conn_recv(struct smc_conn *c, const struct iovec *iov, int iovcnt, int f
 	if (want == 0)
 		return 0;
 	pthread_mutex_lock(&c->rx_lock);
+	rx_resync(c);
 	for (;;) {
 		int64_t used;
 
@@ -606,6 +666,8 @@ ssize_t conn_recv(struct smc_conn *c, const struct iovec *iov, int iovcnt, int f
 			break;
 		}
 		err = -conn_wait(c, POLLIN, deadline);
+		if (err == EINTR && eintr_restarts(c->rcvtimeo_ns))
+			err = 0;
 		if (err) {
 			if (got)
 				err = 0;
@@ -640,6 +702,7 @@ ssize_t conn_send(struct smc_conn *c, const struct iovec *iov, int iovcnt, int f
 	if (flags & MSG_OOB)
 		return errno = EOPNOTSUPP, -1; /* urgent data is not supported over SMC */
 	pthread_mutex_lock(&c->tx_lock);
+	tx_resync(c);
 	for (;;) {
 		int64_t room;
 
@@ -672,6 +735,8 @@ ssize_t conn_send(struct smc_conn *c, const struct iovec *iov, int iovcnt, int f
 			break;
 		}
 		err = -conn_wait(c, POLLOUT, deadline);
+		if (err == EINTR && eintr_restarts(c->sndtimeo_ns))
+			err = 0;
 		if (err)
 			break;
 	}

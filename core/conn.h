@@ -68,6 +68,7 @@ struct smc_conn {
 	bool shut_rd, shut_wr;
 	bool tcp_eof;               /* the TCP socket saw FIN/RST: peer closed or died */
 	bool aborted;               /* protocol error or peer abort: ECONNRESET */
+	bool fork_shared;           /* another process may drive this side too (fork) */
 	int pending_error;          /* SO_ERROR to report once */
 
 	uint64_t bytes_sent, bytes_received; /* for smcpstat / stats at close */

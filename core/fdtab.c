@@ -28,9 +28,6 @@
 #include "core/fdtab.h"
 #include "core/real.h"
 
-/* Not (yet) in fdtab.h: next fd >= from whose kind is not FD_NONE, or -1. Used by the
- * close_range() wrapper so it does not probe a million empty slots. */
-int fdtab_next_tracked(int from);
 
 #define FDTAB_CHUNK_SHIFT 12
 #define FDTAB_CHUNK (1 << FDTAB_CHUNK_SHIFT) /* entries per chunk: 64 KiB on LP64 */

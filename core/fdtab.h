@@ -31,6 +31,8 @@ struct fd_entry *fdtab_peek(int fd);
 struct fd_entry *fdtab_get(int fd);
 void fdtab_set(int fd, enum fd_kind kind, void *obj);
 void fdtab_clear(int fd);
+/* The next tracked fd at or after `from`, or -1 (close_range walks only those). */
+int fdtab_next_tracked(int from);
 /* Set on the library's own threads (the progress thread): the libraries they call
  * (libevent) reach our wrappers through the PLT, and must get plain libc there. */
 extern __thread bool smc_thread_internal __attribute__((tls_model("initial-exec")));

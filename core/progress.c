@@ -144,20 +144,24 @@ out:
 	return base;
 }
 
-int progress_watch_pending(struct smc_conn *c)
+/* Runs on the progress thread: every event of a pending connection is created and
+ * armed there, so no callback can run (and free it) while another thread still
+ * registers its siblings. */
+static void pending_register(evutil_socket_t fd, short what, void *arg)
 {
-	struct event_base *base = progress_start();
+	struct smc_conn *c = arg;
+	struct event_base *base = progress_base;
 	struct pending *p;
 	struct timeval tv = {
 		.tv_sec = smc_cfg.handshake_timeout_ms / 1000,
 		.tv_usec = (smc_cfg.handshake_timeout_ms % 1000) * 1000,
 	};
 
-	if (!base)
-		return -ENOMEM;
+	(void)fd;
+	(void)what;
 	p = calloc(1, sizeof(*p));
 	if (!p)
-		return -ENOMEM;
+		goto fail;
 	p->c = c;
 	p->ev_rdv = event_new(base, c->rdv_listen_fd, EV_READ | EV_PERSIST, on_rdv, p);
 	p->ev_tcp = event_new(base, c->fd, EV_READ | EV_PERSIST, on_tcp, p);
@@ -170,16 +174,38 @@ int progress_watch_pending(struct smc_conn *c)
 		if (p->ev_deadline)
 			event_free(p->ev_deadline);
 		free(p);
-		return -ENOMEM;
+		goto fail;
 	}
-	conn_get(c);
-	/* libevent registers the fds right here, in the application's thread: its
-	 * epoll_ctl calls must reach the kernel, not our emulation. */
-	smc_thread_internal = true;
 	event_add(p->ev_rdv, NULL);
 	event_add(p->ev_tcp, NULL);
 	event_add(p->ev_deadline, &tv);
+	return;
+fail:
+	pthread_mutex_lock(&c->lock);
+	if (__atomic_load_n(&c->state, __ATOMIC_ACQUIRE) == CONN_PENDING)
+		conn_fallback(c, SMC_REASON_RESOURCES);
+	pthread_mutex_unlock(&c->lock);
+	conn_put(c);
+}
+
+int progress_watch_pending(struct smc_conn *c)
+{
+	struct event_base *base = progress_start();
+	struct timeval now = { 0, 0 };
+	int r;
+
+	if (!base)
+		return -ENOMEM;
+	conn_get(c);
+	/* libevent may touch its epoll set right here, in the application's thread: those
+	 * calls must reach the kernel, not our emulation. */
+	smc_thread_internal = true;
+	r = event_base_once(base, -1, EV_TIMEOUT, pending_register, c, &now);
 	smc_thread_internal = false;
+	if (r < 0) {
+		conn_put(c);
+		return -ENOMEM;
+	}
 	return 0;
 }
 

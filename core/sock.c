@@ -144,11 +144,6 @@ static struct smc_conn *connect_prepare(int fd, const struct sockaddr *dst, sock
 		return NULL;
 	}
 	fdtab_set(fd, FD_SMC, c);
-	if (progress_watch_pending(c) < 0) {
-		fdtab_set(fd, FD_TCP, NULL);
-		conn_put(c);
-		return NULL;
-	}
 	return c;
 }
 
@@ -171,12 +166,17 @@ int smc_sock_connect(int fd, const struct sockaddr *addr, socklen_t len)
 	r = REAL(connect)(fd, addr, len);
 	e = errno;
 	if (c && r < 0 && e != EINPROGRESS) {
-		/* No connection: nothing to count; the progress thread lets go on its own. */
-		pthread_mutex_lock(&c->lock);
-		__atomic_store_n(&c->state, CONN_CLOSED, __ATOMIC_RELEASE);
-		pthread_mutex_unlock(&c->lock);
+		/* No connection: nothing to count, nothing to watch. */
 		fdtab_set(fd, FD_TCP, NULL);
 		conn_put(c);
+	} else if (c && progress_watch_pending(c) < 0) {
+		/* Nobody would answer the server: closing our rendezvous name makes it
+		 * stay TCP too. */
+		pthread_mutex_lock(&c->lock);
+		REAL(close)(c->rdv_listen_fd);
+		c->rdv_listen_fd = -1;
+		conn_fallback(c, SMC_REASON_RESOURCES);
+		pthread_mutex_unlock(&c->lock);
 	} else if (!c && (r == 0 || e == EINPROGRESS)) {
 		stats_conn(SMC_MODE_TCP, why);
 	}

@@ -450,7 +450,9 @@ static int wait_poll_masked(struct pollfd *fds, nfds_t n, const struct timespec 
 	void *heap = NULL;
 	int r, saved;
 
-	if (n > (nfds_t)INT_MAX / (2 * (1 + WAIT_FDS_PER_CONN))) {
+	if (n > (nfds_t)INT_MAX / (2 * (1 + WAIT_FDS_PER_CONN)) ||
+	    (timeout && (timeout->tv_sec < 0 || timeout->tv_nsec < 0 ||
+			 timeout->tv_nsec >= 1000000000L))) {
 		errno = EINVAL;
 		return -1;
 	}

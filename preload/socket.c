@@ -188,8 +188,8 @@ SMC_EXPORT int __dup2(int oldfd, int newfd) SMC_ALIAS(dup2);
 
 SMC_EXPORT int dup3(int oldfd, int newfd, int flags)
 {
-	/* dup3(fd, fd, ...) is EINVAL: nothing to release then either. */
-	if (!release_replaced_fd(oldfd, newfd))
+	/* dup3(fd, fd, ...) and unknown flags are EINVAL: nothing to release then. */
+	if ((flags & ~O_CLOEXEC) || !release_replaced_fd(oldfd, newfd))
 		return REAL(dup3)(oldfd, newfd, flags);
 	int fd = REAL(dup3)(oldfd, newfd, flags);
 	note_dup(oldfd, fd);

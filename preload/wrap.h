@@ -56,9 +56,6 @@ static inline bool kind_is_sock(enum fd_kind k)
 #endif
 #define SA_PTR(arg) ((arg).__sockaddr__)
 
-/* Defined in core/fdtab.c; prototype to be moved into core/fdtab.h. */
-int fdtab_next_tracked(int from);
-
 /* A hidden second name for a wrapper, so another file of the library can call the
  * wrapper directly (not through the PLT, where another object's symbol could win). */
 #define SMC_INTERNAL_ALIAS(target) __attribute__((alias(#target), visibility("hidden")))

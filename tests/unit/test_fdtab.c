@@ -9,8 +9,6 @@
 
 #include "core/fdtab.h"
 
-/* Defined in core/fdtab.c (prototype pending in core/fdtab.h). */
-int fdtab_next_tracked(int from);
 
 #define CHUNK 4096 /* entries per chunk in fdtab.c; tests only rely on it for placement */
 

@@ -64,7 +64,7 @@ install_packages
 # ------------------------------------------------------------------ build
 
 say "building (build-demo/)"
-[ -x configure ] || autoreconf -fi
+{ [ -x configure ] && [ -f build-aux/install-sh ]; } || autoreconf -fi
 mkdir -p build-demo
 (cd build-demo && { [ -f Makefile ] || "$top/configure" -q; } && make -s -j2)
 export SMC_PRELOAD_LIB=$top/build-demo/.libs/libsmc_preload.so

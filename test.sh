@@ -46,14 +46,14 @@ PACKAGES=(build-essential autoconf automake libtool pkg-config libibverbs-dev li
 	util-linux gnuplot-nox hyperfine)
 
 # Integration tests that run in --quick mode and under the sanitizers.
-QUICK_TESTS="tests/integration/wrapper.sh tests/integration/passthrough.sh
-	tests/integration/fallback.sh tests/integration/python_http.sh tests/integration/redis.sh"
+QUICK_TESTS=(tests/integration/wrapper.sh tests/integration/passthrough.sh
+	tests/integration/fallback.sh tests/integration/python_http.sh tests/integration/redis.sh)
 # Not under the sanitizers: curl hangs at start-up with the ASan runtime preloaded
 # (setlocale lock, with or without our library), which rules out nginx.sh and
 # python_http.sh.
-ASAN_TESTS="tests/integration/fallback.sh tests/integration/stream.sh
+ASAN_TESTS=(tests/integration/fallback.sh tests/integration/stream.sh
 	tests/integration/churn.sh tests/integration/peerdeath.sh tests/integration/redis.sh
-	tests/integration/memcached.sh tests/integration/iperf3.sh"
+	tests/integration/memcached.sh tests/integration/iperf3.sh)
 
 failures=()
 say() { printf '\n==== %s\n' "$*"; }
@@ -94,6 +94,7 @@ install_packages() {
 
 # make_var DIR VAR: the value of a variable of DIR's Makefile.
 make_var() {
+	# shellcheck disable=SC2016 # $(VAR) is for make
 	printf 'print-var:\n\t@echo $(%s)\n' "$2" | make -s -C "$1" -f Makefile -f - print-var
 }
 
@@ -131,8 +132,7 @@ autoreconf -fi
 start=$SECONDS
 configure_and_build build-test --enable-werror
 if [ "$quick" = 1 ]; then
-	# shellcheck disable=SC2046
-	run_check build-test quick TESTS="$(make_var build-test UNIT_TESTS) $(echo $QUICK_TESTS)"
+	run_check build-test quick TESTS="$(make_var build-test UNIT_TESTS) ${QUICK_TESTS[*]}"
 else
 	run_check build-test full
 fi
@@ -150,12 +150,11 @@ if [ "$asan" = 1 ]; then
 		# Unit tests: instrumented programs, leak detection on.
 		run_check build-asan asan-unit TESTS="$(make_var build-asan UNIT_TESTS)"
 		# Integration subset: smaller payloads, the sanitizers slow everything down.
-		# shellcheck disable=SC2046
 		ASAN_OPTIONS=detect_leaks=0:verify_asan_link_order=0 \
 			SMC_TEST_PRELOAD_FIRST=$libasan \
 			STREAM_BLOCK_BYTES=256m STREAM_EPOLL_BYTES=64m CHURN_CYCLES=5000 \
 			CHURN_MAPS_SLACK=128 \
-			run_check build-asan asan-integration TESTS="$(echo $ASAN_TESTS)"
+			run_check build-asan asan-integration TESTS="${ASAN_TESTS[*]}"
 	fi
 	echo "sanitizer pass: $((SECONDS - start)) s"
 fi

@@ -27,6 +27,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
@@ -177,6 +178,8 @@ static pid_t start_server(int n, int *port)
 	if (pid < 0)
 		die("fork");
 	if (pid == 0) {
+		/* A client that crashes must not leave the server holding the caller's pipes. */
+		prctl(PR_SET_PDEATHSIG, SIGKILL);
 		dup2(pipefd[1], STDOUT_FILENO);
 		close(pipefd[0]);
 		close(pipefd[1]);

@@ -8,6 +8,7 @@
 # a tcp connection with reason peer-not-smc, all payload over tcp and none over shm.
 # Holds with SMC_TEST_EXPECT=shm and =tcp alike.
 [ -n "${BASH_VERSION:-}" ] || exec bash "$0" "$@"
+# shellcheck disable=SC2034 # read by lib.sh
 SMC_TEST_KEEP_TRANSPORT=1 # the library must decide by itself that the peer is plain
 . "$(dirname -- "$0")/lib.sh"
 

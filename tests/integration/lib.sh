@@ -149,8 +149,11 @@ smc_init() {
 	trap _smc_cleanup EXIT
 	trap _smc_on_signal INT TERM
 	(
-		sleep "$SMC_TEST_TIMEOUT"
-		kill -TERM $$ 2>/dev/null
+		# Stopped by the cleanup with SIGTERM: take the sleep along.
+		trap 'kill "$sleeper" 2>/dev/null; exit 0' TERM
+		sleep "$SMC_TEST_TIMEOUT" &
+		sleeper=$!
+		wait "$sleeper" && kill -TERM $$ 2>/dev/null
 	) </dev/null >/dev/null 2>&1 &
 	_smc_watchdog=$!
 	smc_log "expect=$SMC_TEST_EXPECT transport=${SMC_TRANSPORT:-default} lib=$SMC_PRELOAD_LIB tmp=$SMC_TMP"

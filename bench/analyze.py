@@ -276,12 +276,14 @@ def write_plots(curves, outdir):
                         # one TCP curve: read size = write size does not depend on the RMB
                         if not seen_tcp:
                             plots.append(f"'sweep_medians.dat' using 1:{col} with linespoints "
-                                         f"dt 2 lw 2 title 'TCP loopback'")
+                                         f"dt 2 lw 2 lc rgb 'black' title 'TCP loopback'")
                             seen_tcp = True
                     else:
                         label = (f"{'TCP' if mode == 'tcp' else 'SMC'} "
                                  f"RMB {human(c['rmb'])}")
-                        style = "dt 2" if mode == "tcp" else "dt 1"
+                        # same colour for one RMB size, dashed for TCP
+                        color = 1 + sorted({x["rmb"] for x in curves}).index(c["rmb"])
+                        style = ("dt 2" if mode == "tcp" else "dt 1") + f" lc {color}"
                         plots.append(f"'sweep_medians.dat' using 1:{col} with linespoints "
                                      f"{style} lw 2 title '{label}'")
                 col += 1
@@ -294,7 +296,7 @@ def write_plots(curves, outdir):
 set output 'sweep_{read}.png'
 set datafile missing 'nan'
 set logscale x 2
-set format x '%.0s%cB'
+set format x '%.0b%BB'
 set xlabel 'write size (bytes)'
 set ylabel 'throughput (MB/s, median)'
 set title 'smc-preload vs TCP loopback: message-size sweep, {title}'

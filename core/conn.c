@@ -11,6 +11,7 @@
  */
 #include <errno.h>
 #include <poll.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
@@ -425,6 +426,27 @@ uint32_t conn_poll_mask(struct smc_conn *c)
 	return m;
 }
 
+/* Counts a sleeper in the shared block so the peer rings; bumps the sequence so it
+ * rings once for this sleep. */
+static void sleeper_add(uint32_t *sleepers, uint32_t *seq, uint32_t *mine)
+{
+	__atomic_add_fetch(seq, 1, __ATOMIC_SEQ_CST);
+	__atomic_add_fetch(sleepers, 1, __ATOMIC_SEQ_CST);
+	__atomic_add_fetch(mine, 1, __ATOMIC_RELAXED);
+}
+
+static void sleeper_del(uint32_t *sleepers, uint32_t *mine)
+{
+	uint32_t n = __atomic_load_n(mine, __ATOMIC_RELAXED);
+
+	/* only what this process added: the peer could scribble the shared count */
+	while (n && !__atomic_compare_exchange_n(mine, &n, n - 1, true, __ATOMIC_RELAXED,
+						 __ATOMIC_RELAXED))
+		;
+	if (n)
+		__atomic_sub_fetch(sleepers, 1, __ATOMIC_RELEASE);
+}
+
 uint32_t conn_prepare_sleep(struct smc_conn *c, uint32_t events, unsigned drained_bells)
 {
 	uint32_t m;
@@ -435,9 +457,9 @@ uint32_t conn_prepare_sleep(struct smc_conn *c, uint32_t events, unsigned draine
 		bell_drain(c->tx_bell);
 	if (conn_state(c) == CONN_ACTIVE) {
 		if (events & POLLIN)
-			__atomic_store_n(&c->rx->r_armed, 1, __ATOMIC_RELAXED);
+			sleeper_add(&c->rx->r_sleepers, &c->rx->r_seq, &c->asleep_rx);
 		if (events & POLLOUT)
-			__atomic_store_n(&c->tx->w_blocked, 1, __ATOMIC_RELAXED);
+			sleeper_add(&c->tx->w_sleepers, &c->tx->w_seq, &c->asleep_tx);
 	}
 	__atomic_thread_fence(__ATOMIC_SEQ_CST);
 	m = conn_poll_mask(c);
@@ -448,6 +470,16 @@ uint32_t conn_prepare_sleep(struct smc_conn *c, uint32_t events, unsigned draine
 	if ((drained_bells & CONN_BELL_TX) && (m & (POLLOUT | POLLERR | POLLHUP | CONN_MASK_FALLBACK)))
 		bell_ring(c->tx_bell);
 	return m;
+}
+
+void conn_end_sleep(struct smc_conn *c, uint32_t events)
+{
+	if (conn_state(c) != CONN_ACTIVE)
+		return;
+	if (events & POLLIN)
+		sleeper_del(&c->rx->r_sleepers, &c->asleep_rx);
+	if (events & POLLOUT)
+		sleeper_del(&c->tx->w_sleepers, &c->asleep_tx);
 }
 
 int conn_wait_fds(struct smc_conn *c, uint32_t events, struct pollfd *out, unsigned *tags)
@@ -512,12 +544,17 @@ static int conn_wait(struct smc_conn *c, uint32_t events, uint64_t deadline)
 	uint64_t spin_end = now_ns() + (uint64_t)smc_cfg.spin_us * 1000u;
 	unsigned drained = 0;
 
-	do {
+	for (unsigned round = 1;; round++) {
 		for (int i = 0; i < 64; i++)
 			cpu_relax();
 		if (conn_wait_done(c, want, for_handshake))
 			return 0;
-	} while (now_ns() < spin_end);
+		if (now_ns() >= spin_end)
+			break;
+		/* two cores, two busy processes: let the peer we wait for run */
+		if (round % 8 == 0)
+			sched_yield();
+	}
 
 	for (;;) {
 		struct pollfd pfd[3];
@@ -526,20 +563,25 @@ static int conn_wait(struct smc_conn *c, uint32_t events, uint64_t deadline)
 		int n, r;
 
 		conn_prepare_sleep(c, events, drained);
-		if (conn_wait_done(c, want, for_handshake))
+		if (conn_wait_done(c, want, for_handshake)) {
+			conn_end_sleep(c, events);
 			return 0;
+		}
 		drained = 0;
 		if (deadline) {
 			uint64_t now = now_ns();
 
-			if (now >= deadline)
+			if (now >= deadline) {
+				conn_end_sleep(c, events);
 				return -EAGAIN;
+			}
 			ts.tv_sec = (time_t)((deadline - now) / 1000000000ull);
 			ts.tv_nsec = (long)((deadline - now) % 1000000000ull);
 			tsp = &ts;
 		}
 		n = conn_wait_fds(c, events, pfd, tags);
 		r = REAL(ppoll)(pfd, (nfds_t)n, tsp, NULL);
+		conn_end_sleep(c, events);
 		if (r < 0)
 			return -errno;
 		for (int i = 0; i < n; i++) {
@@ -597,22 +639,32 @@ int conn_wait_pending(struct smc_conn *c, bool nonblock)
 
 /* ------------------------------------------------------------------ data path */
 
+/* Ring the peer's bell when one of its threads sleeps for what we just did, once per
+ * sleep: a busy peer costs no syscall. */
+static void ring_if_asleep(const uint32_t *sleepers, const uint32_t *seq, uint32_t *rung,
+			   int bell)
+{
+	__atomic_thread_fence(__ATOMIC_SEQ_CST);
+	if (__atomic_load_n(sleepers, __ATOMIC_RELAXED)) {
+		uint32_t s = __atomic_load_n(seq, __ATOMIC_RELAXED);
+
+		if (s != *rung) {
+			*rung = s;
+			bell_ring(bell);
+		}
+	}
+}
+
 static void rx_publish(struct smc_conn *c)
 {
 	__atomic_store_n(&c->rx->cons, c->rx_cons, __ATOMIC_RELEASE);
-	__atomic_thread_fence(__ATOMIC_SEQ_CST);
-	if (__atomic_load_n(&c->rx->w_blocked, __ATOMIC_RELAXED) &&
-	    __atomic_exchange_n(&c->rx->w_blocked, 0, __ATOMIC_ACQ_REL))
-		bell_ring(c->peer_tx_bell);
+	ring_if_asleep(&c->rx->w_sleepers, &c->rx->w_seq, &c->rung_tx_seq, c->peer_tx_bell);
 }
 
 static void tx_publish(struct smc_conn *c)
 {
 	__atomic_store_n(&c->tx->prod, c->tx_prod, __ATOMIC_RELEASE);
-	__atomic_thread_fence(__ATOMIC_SEQ_CST);
-	if (__atomic_load_n(&c->tx->r_armed, __ATOMIC_RELAXED) &&
-	    __atomic_exchange_n(&c->tx->r_armed, 0, __ATOMIC_ACQ_REL))
-		bell_ring(c->peer_rx_bell);
+	ring_if_asleep(&c->tx->r_sleepers, &c->tx->r_seq, &c->rung_rx_seq, c->peer_rx_bell);
 }
 
 ssize_t conn_recv(struct smc_conn *c, const struct iovec *iov, int iovcnt, int flags)

@@ -8,8 +8,8 @@
  *
  * Doorbells: each side owns two nonblocking eventfds, rx_bell (rung by the peer when data
  * or a close flag arrives) and tx_bell (rung by the peer when it frees room we wait for).
- * The peer rings only when the waiter armed itself (r_armed / w_blocked), so a busy
- * connection makes no syscall.
+ * The peer rings only while a waiter sleeps (r_sleepers / w_sleepers), and once per
+ * sleep (r_seq / w_seq), so a busy connection makes no syscall.
  */
 #ifndef SMC_CONN_H
 #define SMC_CONN_H
@@ -60,6 +60,9 @@ struct smc_conn {
 	smc_cursor rx_prod_seen;    /* last validated peer producer cursor */
 	smc_cursor tx_prod;         /* our producer cursor (authoritative copy) */
 	smc_cursor tx_cons_seen;    /* last validated peer consumer cursor */
+	uint32_t rung_rx_seq;       /* peer's r_seq we last rang its rx bell for */
+	uint32_t rung_tx_seq;       /* peer's w_seq we last rang its tx bell for */
+	uint32_t asleep_rx, asleep_tx; /* our sleepers counted in the shared block */
 
 	int rx_bell, tx_bell;           /* ours: we wait on them */
 	int peer_rx_bell, peer_tx_bell; /* the peer's: we ring them */
@@ -120,13 +123,17 @@ int conn_tx_queued(struct smc_conn *c);
  *       read empty here, and rung again when the state is ready so that other waiters on
  *       the same bell do not miss it; then the waiter is armed so the peer rings it, and
  *       the mask is checked once more after a full barrier)
- *   3. sleep in poll/epoll on the fds of conn_wait_fds(); on wake go to 1.
+ *   3. sleep in poll/epoll on the fds of conn_wait_fds(); on wake conn_end_sleep(), go
+ *      to 1.
  * conn_poll_mask() returns CONN_MASK_FALLBACK when the connection went back to plain
  * TCP: the caller then waits on the socket itself. */
 #define CONN_BELL_RX 0x1u
 #define CONN_BELL_TX 0x2u
 #define CONN_MASK_FALLBACK 0x80000000u
 uint32_t conn_prepare_sleep(struct smc_conn *c, uint32_t events, unsigned drained_bells);
+/* After the sleep that followed conn_prepare_sleep (whatever woke it): the peer stops
+ * ringing for this waiter. Each prepare is paired with one end. */
+void conn_end_sleep(struct smc_conn *c, uint32_t events);
 /* Fills up to 3 pollfds: rx bell (if POLLIN wanted), tx bell (if POLLOUT wanted) and the
  * TCP socket (POLLIN|POLLRDHUP, until its EOF was seen) which reports a dead peer.
  * Returns how many; tags[i] says which (CONN_BELL_RX, CONN_BELL_TX or CONN_WAIT_TCP). */

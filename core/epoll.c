@@ -89,6 +89,7 @@ struct smc_ep_reg {
 	uint32_t fds_gen;
 	bool synced;
 	unsigned fired;                 /* bells seen readable; drained by next prepare */
+	uint32_t asleep;                /* interest counted as a sleeper (conn_prepare_sleep) */
 	/* per-scan cache */
 	uint64_t scan;
 	uint32_t mask;
@@ -125,6 +126,7 @@ struct smc_epoll {
 	uint32_t *slot_gen, *free_slots;
 	uint32_t nslots, nfree, slots_cap;
 	int nentries;                   /* shadow entries, bounds the drain loop */
+	int nsleeping;                  /* threads in the kernel wait on this set */
 	struct smc_epoll *gnext, *gprev;
 };
 
@@ -136,6 +138,7 @@ static pthread_once_t ep_cookie_once = PTHREAD_ONCE_INIT;
 
 static int ep_collect(struct smc_epoll *ep, struct epoll_event *out, int max);
 static void reg_arm_now(struct smc_epoll *ep, struct ep_fdreg *r);
+static void watch_disarm(struct smc_ep_reg *w);
 
 /* ------------------------------------------------------------------ small helpers */
 
@@ -569,6 +572,7 @@ static void watch_release(struct smc_epoll *ep, struct smc_ep_reg *w)
 {
 	struct smc_ep_reg **pp;
 
+	watch_disarm(w);
 	watch_clear_shadow(ep, w);
 	slot_free(ep, w);
 	for (pp = &ep->watches; *pp; pp = &(*pp)->next) {
@@ -589,6 +593,35 @@ static void watch_release(struct smc_epoll *ep, struct smc_ep_reg *w)
 	}
 	w->next = ep->dead_watches;
 	ep->dead_watches = w;
+}
+
+/* Arms w: the peer rings its bells while we sleep. The sleeper count taken here is given
+ * back by watch_disarm once no thread sleeps on the set any more, so a busy peer writes
+ * into an awake set without ringing. */
+static uint32_t watch_arm(struct smc_ep_reg *w)
+{
+	uint32_t m;
+
+	if (w->asleep)
+		conn_end_sleep(w->conn, w->asleep);
+	m = conn_prepare_sleep(w->conn, w->interest, w->fired);
+	w->asleep = w->interest;
+	w->fired = 0;
+	return m;
+}
+
+static void watch_disarm(struct smc_ep_reg *w)
+{
+	if (w->conn && w->asleep) {
+		conn_end_sleep(w->conn, w->asleep);
+		w->asleep = 0;
+	}
+}
+
+static void ep_disarm_all(struct smc_epoll *ep)
+{
+	for (struct smc_ep_reg *w = ep->watches; w; w = w->next)
+		watch_disarm(w);
 }
 
 /* Connection state (cached per scan) as a poll mask, CONN_MASK_FALLBACK, or for a nested
@@ -750,9 +783,10 @@ static void reg_arm_now(struct smc_epoll *ep, struct ep_fdreg *r)
 		return;
 	if (w->inner) {
 		m = epoll_emul_prepare_sleep(w->inner_fd);
+	} else if (ep->nsleeping > 0) {
+		m = wait_expand_mask(watch_arm(w));
 	} else {
-		m = wait_expand_mask(conn_prepare_sleep(w->conn, w->interest, w->fired));
-		w->fired = 0;
+		m = wait_expand_mask(conn_poll_mask(w->conn));
 	}
 	if ((m & CONN_MASK_FALLBACK) || (m & ((r->events & EV_REPORTABLE) | EPOLLERR | EPOLLHUP))) {
 		uint64_t one = 1;
@@ -964,8 +998,7 @@ static bool ep_prepare(struct smc_epoll *ep)
 				watch_sync(ep, w);
 			w->rx_gen = wait_rx_generation(w->conn);
 			w->tx_gen = wait_tx_generation(w->conn);
-			m = wait_expand_mask(conn_prepare_sleep(w->conn, w->interest, w->fired));
-			w->fired = 0;
+			m = wait_expand_mask(watch_arm(w));
 		}
 		w->scan = ep->scan;
 		w->mask = m;
@@ -981,10 +1014,8 @@ static void ep_settle(struct smc_epoll *ep)
 {
 	ep_drain_shadow(ep);
 	for (struct smc_ep_reg *w = ep->watches; w; w = w->next) {
-		if (w->conn && w->fired) {
-			conn_prepare_sleep(w->conn, w->interest, w->fired);
-			w->fired = 0;
-		}
+		if (w->conn && w->fired)
+			watch_arm(w);
 	}
 }
 
@@ -1099,11 +1130,15 @@ static int ep_spin(struct smc_epoll *ep, struct epoll_event *ev, int max, uint64
 	if (end > deadline)
 		end = deadline;
 	while (wait_now_ns() < end) {
-		int n = ep_try(ep, ev, max, ++round % EP_SPIN_KERNEL_EVERY == 0);
+		bool kernel = ++round % EP_SPIN_KERNEL_EVERY == 0;
+		int n = ep_try(ep, ev, max, kernel);
 
 		if (n != 0)
 			return n;
-		wait_cpu_relax();
+		if (kernel)
+			wait_spin_yield();
+		else
+			wait_cpu_relax();
 	}
 	return 0;
 }
@@ -1148,16 +1183,22 @@ static int ep_wait(struct smc_epoll *ep, struct epoll_event *ev, int max,
 		}
 		ep_lock(ep);
 		dead = ep->dead;
-		if (!expired && !dead)
+		if (!expired && !dead) {
 			ready = ep_prepare(ep);
+			ep->nsleeping++;
+		}
 		ep_unlock(ep);
 		if (dead)
 			return EP_DEAD;
+		if (!ready)
+			n = real_pwait(ep->epfd, ev, max,
+				       expired ? &zero : wait_remaining(deadline, &left), mask);
+		ep_lock(ep);
+		if (!expired && --ep->nsleeping == 0 && !ep->dead)
+			ep_disarm_all(ep);
+		ep_unlock(ep);
 		if (ready)
 			continue;
-
-		n = real_pwait(ep->epfd, ev, max, expired ? &zero : wait_remaining(deadline, &left),
-			       mask);
 		if (n < 0)
 			return -1;
 		n = strip_cookie(ev, n, &seen);

@@ -31,11 +31,13 @@ struct shm_dir_ctl {
 	/* written by the writer */
 	_Alignas(64) uint64_t prod;
 	uint32_t wflags;
-	uint32_t w_blocked;   /* writer sleeps for room: reader rings writer's tx bell */
+	uint32_t w_sleepers;  /* writer threads asleep waiting for room */
+	uint32_t w_seq;       /* bumped each time one goes to sleep */
 	/* written by the reader */
 	_Alignas(64) uint64_t cons;
 	uint32_t rflags;
-	uint32_t r_armed;     /* reader sleeps for data: writer rings reader's rx bell */
+	uint32_t r_sleepers;  /* reader threads asleep waiting for data */
+	uint32_t r_seq;       /* bumped each time one goes to sleep */
 };
 
 struct shm_hdr {

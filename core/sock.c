@@ -394,8 +394,8 @@ void smc_sock_before_close(int fd)
 	obj = e->obj;
 	switch (e->kind) {
 	case FD_SMC:
-		fdtab_clear(fd);
 		epoll_emul_forget_fd(fd);
+		fdtab_clear(fd);
 		conn_drop_fd(obj, fd);
 		break;
 	case FD_LISTEN: {

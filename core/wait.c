@@ -18,6 +18,7 @@
  */
 #include <errno.h>
 #include <limits.h>
+#include <sched.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -166,6 +167,11 @@ void wait_cpu_relax(void)
 #else
 	__asm__ __volatile__("" ::: "memory");
 #endif
+}
+
+void wait_spin_yield(void)
+{
+	sched_yield();
 }
 
 bool wait_poll_involved(const struct pollfd *fds, nfds_t n)
@@ -371,6 +377,14 @@ static bool prepare_all(struct poll_call *pc)
 	return ready;
 }
 
+/* The sleep that followed prepare_all is over: the peers stop ringing for us. */
+static void end_sleep_all(struct poll_call *pc)
+{
+	for (nfds_t i = 0; i < pc->n; i++)
+		if (pc->ent[i].kind == ENTRY_SMC)
+			conn_end_sleep(pc->ent[i].c, poll_interest(pc->fds[i].events));
+}
+
 /* One full evaluation: state + zero-timeout kernel. Returns ready count or -1. */
 static int eval_all(struct poll_call *pc)
 {
@@ -401,7 +415,10 @@ static int spin(struct poll_call *pc, uint64_t deadline)
 		}
 		if (r != 0)
 			return r;
-		wait_cpu_relax();
+		if (round % WAIT_SPIN_KERNEL_EVERY == 0)
+			wait_spin_yield();
+		else
+			wait_cpu_relax();
 	}
 	return 0;
 }
@@ -425,11 +442,15 @@ static int poll_loop(struct poll_call *pc, const struct timespec *timeout)
 			if (r != 0)
 				return r;
 		}
-		if (prepare_all(pc))
+		if (prepare_all(pc)) {
+			end_sleep_all(pc);
 			continue;
+		}
 		for (nfds_t i = 0; i < pc->n; i++)
 			pc->fds[i].revents = 0;
-		if (eval_kernel(pc, true, wait_remaining(deadline, &left)) < 0)
+		r = eval_kernel(pc, true, wait_remaining(deadline, &left));
+		end_sleep_all(pc);
+		if (r < 0)
 			return -1;
 		eval_state(pc, true);
 		r = count_ready(pc);

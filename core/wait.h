@@ -61,5 +61,8 @@ const struct timespec *wait_remaining(uint64_t deadline, struct timespec *ts);
 uint64_t wait_spin_ns(void);
 /* A short pause inside a spin loop (the CPU's pause instruction). */
 void wait_cpu_relax(void);
+/* Every few spin rounds: give the CPU away. With more runnable threads than cores (two
+ * spinning ends plus anything else) the peer we wait for may need our core to answer. */
+void wait_spin_yield(void);
 
 #endif

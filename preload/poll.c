@@ -162,7 +162,7 @@ SMC_EXPORT int epoll_create1(int flags)
 
 SMC_EXPORT int epoll_ctl(int epfd, int op, int fd, struct epoll_event *ev)
 {
-	if (fdtab_kind(fd) != FD_SMC && fdtab_kind(epfd) != FD_EPOLL)
+	if (fdtab_kind(fd) != FD_SMC && fdtab_kind(fd) != FD_EPOLL && fdtab_kind(epfd) != FD_EPOLL)
 		return REAL(epoll_ctl)(epfd, op, fd, ev);
 	return smc_epoll_ctl(epfd, op, fd, ev);
 }

@@ -43,6 +43,8 @@
 static int failures, checks;
 
 static void check(bool ok, const char *name, const char *fmt, ...)
+	__attribute__((format(printf, 3, 4)));
+static void check(bool ok, const char *name, const char *fmt, ...)
 {
 	checks++;
 	if (ok) {
@@ -60,6 +62,7 @@ static void check(bool ok, const char *name, const char *fmt, ...)
 	fflush(stdout);
 }
 
+static void die(const char *what) __attribute__((noreturn));
 static void die(const char *what)
 {
 	fprintf(stderr, "readiness_check: %s: %s\n", what, strerror(errno));
@@ -469,8 +472,8 @@ static void test_poll_basic(void)
 	/* partial read keeps it readable (level) */
 	char b[4];
 	check(read(fd, b, 4) == 4 && poll1(fd, POLLIN, 0) == POLLIN,
-	      "poll: still readable after a partial read", "");
-	check(drain(fd) == 6 && poll1(fd, POLLIN, 0) == 0, "poll: not readable once drained", "");
+	      "poll: still readable after a partial read", "-");
+	check(drain(fd) == 6 && poll1(fd, POLLIN, 0) == 0, "poll: not readable once drained", "-");
 
 	/* the sleeping path: nothing ready when we start */
 	peer(&P, P_SEND_LATER, 3);
@@ -594,7 +597,7 @@ static void test_epoll_lt_et(void)
 	int fd = new_conn(), ep = new_epoll(), n;
 	uint32_t ev;
 
-	check(ep_add(ep, fd, EPOLLIN, 1) == 0, "epoll: ADD", "");
+	check(ep_add(ep, fd, EPOLLIN, 1) == 0, "epoll: ADD", "-");
 	ev = ep_events_for(ep, 1, 0, &n);
 	check(n == 0, "epoll LT: idle connection not reported for EPOLLIN", "n %d", n);
 	ev = ep_events_for(ep, 1, SHORT_MS, &n);
@@ -613,12 +616,12 @@ static void test_epoll_lt_et(void)
 	ev = ep_events_for(ep, 1, 0, &n);
 	check(n == 0, "epoll LT: not reported once drained", "n %d", n);
 
-	check(ep_mod(ep, fd, EPOLLIN | EPOLLOUT, 2) == 0, "epoll: MOD", "");
+	check(ep_mod(ep, fd, EPOLLIN | EPOLLOUT, 2) == 0, "epoll: MOD", "-");
 	ev = ep_events_for(ep, 2, 0, &n);
 	check(n == 1 && ev == EPOLLOUT, "epoll LT: EPOLLOUT while there is room", "ev %#x", ev);
 
 	/* edge triggered */
-	check(ep_mod(ep, fd, EPOLLIN | EPOLLET, 3) == 0, "epoll: MOD to EPOLLET", "");
+	check(ep_mod(ep, fd, EPOLLIN | EPOLLET, 3) == 0, "epoll: MOD to EPOLLET", "-");
 	ev = ep_events_for(ep, 3, 0, &n);
 	check(n == 0, "epoll ET: nothing when idle", "n %d", n);
 	peer(&P, P_SEND, 10);
@@ -640,7 +643,7 @@ static void test_epoll_lt_et(void)
 	check(n == 1 && ev == EPOLLIN, "epoll ET: wakes up a sleeping epoll_wait", "n %d", n);
 	drain(fd);
 
-	check(ep_mod(ep, fd, EPOLLIN | EPOLLOUT | EPOLLET, 4) == 0, "epoll: MOD to IN|OUT|ET", "");
+	check(ep_mod(ep, fd, EPOLLIN | EPOLLOUT | EPOLLET, 4) == 0, "epoll: MOD to IN|OUT|ET", "-");
 	ev = ep_events_for(ep, 4, 0, &n);
 	check(n == 1 && ev == EPOLLOUT, "epoll ET: MOD reports current EPOLLOUT once", "ev %#x", ev);
 	ev = ep_events_for(ep, 4, 0, &n);
@@ -652,19 +655,19 @@ static void test_epoll_lt_et(void)
 	drain(fd);
 
 	/* one-shot */
-	check(ep_mod(ep, fd, EPOLLIN | EPOLLONESHOT, 5) == 0, "epoll: MOD to ONESHOT", "");
+	check(ep_mod(ep, fd, EPOLLIN | EPOLLONESHOT, 5) == 0, "epoll: MOD to ONESHOT", "-");
 	peer(&P, P_SEND, 2);
 	ev = ep_events_for(ep, 5, LONG_MS, &n);
 	check(n == 1 && ev == EPOLLIN, "epoll ONESHOT: first report", "n %d ev %#x", n, ev);
 	peer(&P, P_SEND, 2);
 	ev = ep_events_for(ep, 5, SHORT_MS, &n);
 	check(n == 0, "epoll ONESHOT: disabled after one report", "n %d", n);
-	check(ep_mod(ep, fd, EPOLLIN | EPOLLONESHOT, 6) == 0, "epoll ONESHOT: re-arm with MOD", "");
+	check(ep_mod(ep, fd, EPOLLIN | EPOLLONESHOT, 6) == 0, "epoll ONESHOT: re-arm with MOD", "-");
 	ev = ep_events_for(ep, 6, LONG_MS, &n);
 	check(n == 1 && ev == EPOLLIN, "epoll ONESHOT: re-armed reports pending data", "n %d", n);
 	drain(fd);
 
-	check(epoll_ctl(ep, EPOLL_CTL_DEL, fd, NULL) == 0, "epoll: DEL", "");
+	check(epoll_ctl(ep, EPOLL_CTL_DEL, fd, NULL) == 0, "epoll: DEL", "-");
 	peer(&P, P_SEND, 2);
 	if (poll1(fd, POLLIN, LONG_MS) != POLLIN)
 		die("poll after DEL");
@@ -716,9 +719,9 @@ static void test_epoll_out(void)
 	check(filled > 0, "EPOLLOUT: filled the send side until EAGAIN", "filled %ld", filled);
 	ev = ep_events_for(ep, 8, 0, &n);
 	check(n == 0, "EPOLLOUT: absent while full and the peer does not read", "n %d ev %#x", n, ev);
-	check(poll1(fd, POLLOUT, 0) == 0, "POLLOUT: absent while full", "");
+	check(poll1(fd, POLLOUT, 0) == 0, "POLLOUT: absent while full", "-");
 	FD_ZERO(&w); FD_SET(fd, &w);
-	check(select(fd + 1, NULL, &w, NULL, &tv0) == 0, "select: not writable while full", "");
+	check(select(fd + 1, NULL, &w, NULL, &tv0) == 0, "select: not writable while full", "-");
 
 	/* the sleeping path for room: the peer reads everything a little later */
 	peer(&P, P_READN_LATER, filled);
@@ -741,7 +744,7 @@ static void test_epoll_out(void)
 	/* poll sleeping for POLLOUT */
 	filled = fill(fd);
 	peer(&P, P_READN_LATER, filled);
-	check(poll1(fd, POLLOUT, LONG_MS) == POLLOUT, "POLLOUT: poll wakes when room comes back", "");
+	check(poll1(fd, POLLOUT, LONG_MS) == POLLOUT, "POLLOUT: poll wakes when room comes back", "-");
 	peer(&P, P_SEND, 0);
 	close(ep);
 	close(fd);
@@ -762,10 +765,10 @@ static void test_epoll_hup(void)
 	check(rev == (POLLIN | POLLRDHUP | POLLOUT), "POLLRDHUP: on peer shutdown, still writable",
 	      "revents %#x", rev);
 	char b;
-	check(read(fd, &b, 1) == 0, "read: EOF after peer shutdown", "");
+	check(read(fd, &b, 1) == 0, "read: EOF after peer shutdown", "-");
 	/* the half-closed connection still carries data the other way */
 	check(send(fd, "abc", 3, 0) == 3 && peer(&P, P_READN, 3) == 3,
-	      "send: works after the peer's shutdown(SHUT_WR)", "");
+	      "send: works after the peer's shutdown(SHUT_WR)", "-");
 
 	/* registration without events still gets EPOLLHUP */
 	int ep2 = new_epoll();
@@ -811,15 +814,15 @@ static void test_epoll_sets(void)
 	/* nested: ep2 inside an outer set; poll on an epoll fd */
 	int outer = new_epoll();
 
-	check(ep_add(outer, ep2, EPOLLIN, 23) == 0, "nested epoll: ADD epoll fd to another", "");
+	check(ep_add(outer, ep2, EPOLLIN, 23) == 0, "nested epoll: ADD epoll fd to another", "-");
 	e1 = ep_events_for(outer, 23, 0, &n1);
 	check(n1 == 0, "nested epoll: idle inner set not reported", "n %d", n1);
-	check(poll1(ep2, POLLIN, 0) == 0, "poll on epoll fd: idle", "");
+	check(poll1(ep2, POLLIN, 0) == 0, "poll on epoll fd: idle", "-");
 	peer(&P, P_SEND, 3);
 	e1 = ep_events_for(outer, 23, LONG_MS, &n1);
 	check(n1 == 1 && e1 == EPOLLIN, "nested epoll: inner readiness reported", "n %d ev %#x", n1,
 	      e1);
-	check(poll1(ep2, POLLIN, 0) == POLLIN, "poll on epoll fd: readable", "");
+	check(poll1(ep2, POLLIN, 0) == POLLIN, "poll on epoll fd: readable", "-");
 	e2 = ep_events_for(ep2, 22, 0, &n2);
 	check(n2 == 1 && e2 == EPOLLIN, "nested epoll: inner set reports the socket", "n %d", n2);
 	drain(fd);
@@ -830,7 +833,7 @@ static void test_epoll_sets(void)
 	check(n1 == 1 && e1 == EPOLLIN, "nested epoll: sleeping outer set woken", "n %d", n1);
 	drain(fd);
 	check(ep_add(ep2, outer, EPOLLIN, 24) == -1 && errno == ELOOP,
-	      "nested epoll: a loop is refused with ELOOP", "");
+	      "nested epoll: a loop is refused with ELOOP", "-");
 	close(outer);
 
 	/* close removes the fd from every set */
@@ -922,10 +925,10 @@ static void test_epoll_ctl_errors(void)
 
 	if (pipe(pp) < 0)
 		die("pipe");
-	check(ep_add(ep, fd, EPOLLIN, 1) == 0, "epoll_ctl: ADD", "");
+	check(ep_add(ep, fd, EPOLLIN, 1) == 0, "epoll_ctl: ADD", "-");
 	r = ep_add(ep, fd, EPOLLIN, 1);
 	check(r == -1 && errno == EEXIST, "epoll_ctl: second ADD is EEXIST", "r %d", r);
-	check(epoll_ctl(ep, EPOLL_CTL_DEL, fd, NULL) == 0, "epoll_ctl: DEL", "");
+	check(epoll_ctl(ep, EPOLL_CTL_DEL, fd, NULL) == 0, "epoll_ctl: DEL", "-");
 	r = epoll_ctl(ep, EPOLL_CTL_DEL, fd, NULL);
 	check(r == -1 && errno == ENOENT, "epoll_ctl: DEL of unregistered fd is ENOENT", "r %d", r);
 	r = ep_mod(ep, fd, EPOLLIN, 1);
@@ -939,7 +942,7 @@ static void test_epoll_ctl_errors(void)
 	check(r == -1 && errno == EBADF, "epoll_ctl: closed epfd is EBADF", "r %d", r);
 	r = ep_add(ep, fd, EPOLLIN | EPOLLEXCLUSIVE | EPOLLONESHOT, 1);
 	check(r == -1 && errno == EINVAL, "epoll_ctl: EXCLUSIVE with ONESHOT is EINVAL", "r %d", r);
-	check(ep_add(ep, fd, EPOLLIN | EPOLLEXCLUSIVE, 1) == 0, "epoll_ctl: ADD with EXCLUSIVE", "");
+	check(ep_add(ep, fd, EPOLLIN | EPOLLEXCLUSIVE, 1) == 0, "epoll_ctl: ADD with EXCLUSIVE", "-");
 	r = ep_mod(ep, fd, EPOLLIN, 2);
 	check(r == -1 && errno == EINVAL, "epoll_ctl: MOD of an EXCLUSIVE entry is EINVAL", "r %d", r);
 	peer(&P, P_SEND, 1);
@@ -947,7 +950,7 @@ static void test_epoll_ctl_errors(void)
 	check(r == 1 && e == EPOLLIN, "epoll: EXCLUSIVE entry still reports", "r %d", r);
 	drain(fd);
 	r = epoll_ctl(ep, EPOLL_CTL_ADD, ep, &ev);
-	check(r == -1 && errno == EINVAL, "epoll_ctl: adding an epoll fd to itself is EINVAL", "");
+	check(r == -1 && errno == EINVAL, "epoll_ctl: adding an epoll fd to itself is EINVAL", "-");
 	close(pp[0]);
 	close(pp[1]);
 	close(ep);
@@ -1104,7 +1107,7 @@ static void test_epoll_connect(void)
 	    errno != EINPROGRESS)
 		die("connect");
 	check(ep_add(ep, fd, EPOLLIN | EPOLLOUT | EPOLLRDHUP | EPOLLET, 50) == 0,
-	      "connect: ADD while connecting", "");
+	      "connect: ADD while connecting", "-");
 	if (peer(&P, P_ACCEPT, 0) < 0)
 		die("accept");
 	ev = ep_events_for(ep, 50, LONG_MS, &n);
@@ -1115,8 +1118,8 @@ static void test_epoll_connect(void)
 	peer(&P, P_SEND, 4);
 	ev = ep_events_for(ep, 50, LONG_MS, &n);
 	check(n == 1 && (ev & EPOLLIN), "connect: then EPOLLIN on data", "n %d ev %#x", n, ev);
-	check(drain(fd) == 4, "connect: data arrives", "");
-	check(send(fd, "ping", 4, 0) == 4 && peer(&P, P_READN, 4) == 4, "connect: data leaves", "");
+	check(drain(fd) == 4, "connect: data arrives", "-");
+	check(send(fd, "ping", 4, 0) == 4 && peer(&P, P_READN, 4) == 4, "connect: data leaves", "-");
 	close(ep);
 	close(fd);
 }
@@ -1143,9 +1146,9 @@ static void test_epoll_fork(void)
 	ev = ep_events_for(ep, 60, LONG_MS, &n);
 	check(n == 1 && ev == EPOLLIN, "fork: child closing its copies leaves the parent's set working",
 	      "n %d ev %#x", n, ev);
-	check(drain(fd) == 3, "fork: data still flows in the parent", "");
+	check(drain(fd) == 3, "fork: data still flows in the parent", "-");
 	check(send(fd, "abc", 3, 0) == 3 && peer(&P, P_READN, 3) == 3,
-	      "fork: data still leaves the parent", "");
+	      "fork: data still leaves the parent", "-");
 	close(ep);
 	close(fd);
 }

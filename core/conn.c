@@ -220,6 +220,7 @@ static void conn_free(struct smc_conn *c)
 	if (c->rdv_listen_fd >= 0)
 		REAL(close)(c->rdv_listen_fd);
 	shm_detach(&c->map);
+	free(c->pend_buf);
 	if (c->reserved)
 		shm_unreserve(c->reserved);
 	pthread_mutex_destroy(&c->lock);
@@ -240,6 +241,73 @@ static void conn_wake_local(struct smc_conn *c)
 	bell_ring(c->tx_bell);
 }
 
+/* Data the application sent while the handshake ran, staged as TCP would hold it in its
+ * send buffer: small, so it always fits an empty ring or a fresh TCP send buffer. */
+#define CONN_PENDING_BUF (8u * 1024)
+
+/* With tx_lock held, before the state leaves PENDING: into the (empty) ring. */
+static void pending_flush_shm(struct smc_conn *c)
+{
+	uint32_t n = c->pend_len < c->tx_size ? (uint32_t)c->pend_len : c->tx_size;
+
+	if (!n)
+		return;
+	c->tx_prod = ring_copy_in(c->tx_ring, c->tx_size, c->tx_prod, c->pend_buf, n);
+	__atomic_store_n(&c->tx->prod, c->tx_prod, __ATOMIC_RELEASE);
+	c->bytes_sent += n;
+	stats_bytes(SMC_MODE_SHM, n, 0);
+	c->pend_len = 0;
+}
+
+/* With tx_lock held, before the state becomes FALLBACK: onto the TCP socket. */
+static void pending_flush_tcp(struct smc_conn *c)
+{
+	size_t off = 0;
+
+	while (off < c->pend_len) {
+		ssize_t r = REAL(send)(c->fd, c->pend_buf + off, c->pend_len - off,
+				       MSG_NOSIGNAL | MSG_DONTWAIT);
+
+		if (r > 0) {
+			off += (size_t)r;
+			stats_bytes(SMC_MODE_TCP, (size_t)r, 0);
+		} else if (r < 0 && (errno == EAGAIN || errno == EINTR)) {
+			struct pollfd p = { .fd = c->fd, .events = POLLOUT };
+
+			if (REAL(poll)(&p, 1, (int)smc_cfg.handshake_timeout_ms) <= 0)
+				break;
+		} else {
+			break; /* the connection failed: TCP would lose it too */
+		}
+	}
+	c->pend_len = 0;
+}
+
+ssize_t conn_send_pending(struct smc_conn *c, const struct iovec *iov, int iovcnt)
+{
+	size_t want = iov_total(iov, iovcnt), n;
+
+	pthread_mutex_lock(&c->tx_lock);
+	if (conn_state(c) != CONN_PENDING || want == 0) {
+		pthread_mutex_unlock(&c->tx_lock);
+		return 0;
+	}
+	if (!c->pend_buf)
+		c->pend_buf = malloc(CONN_PENDING_BUF);
+	n = CONN_PENDING_BUF - c->pend_len;
+	if (!c->pend_buf || n == 0) {
+		pthread_mutex_unlock(&c->tx_lock);
+		return -1;
+	}
+	if (n > want)
+		n = want;
+	/* the staging buffer as a ring that never wraps: pend_len + n <= its size */
+	ring_copy_in_iov(c->pend_buf, CONN_PENDING_BUF, c->pend_len, iov, iovcnt, 0, n);
+	c->pend_len += n;
+	pthread_mutex_unlock(&c->tx_lock);
+	return (ssize_t)n;
+}
+
 void conn_activate(struct smc_conn *c)
 {
 	int rxd = c->side == CONN_CLIENT ? 1 : 0; /* dir[0] is client->server */
@@ -254,7 +322,10 @@ void conn_activate(struct smc_conn *c)
 	c->rx_cons = c->rx_prod_seen = 0;
 	c->tx_prod = c->tx_cons_seen = 0;
 	c->mode = SMC_MODE_SHM;
+	pthread_mutex_lock(&c->tx_lock);
+	pending_flush_shm(c);
 	__atomic_store_n(&c->state, CONN_ACTIVE, __ATOMIC_RELEASE);
+	pthread_mutex_unlock(&c->tx_lock);
 	stats_conn(SMC_MODE_SHM, SMC_REASON_NONE);
 	log_debug("fd %d: shm connection active (%s, rx %u tx %u)", c->fd,
 		  c->side == CONN_CLIENT ? "client" : "server", c->rx_size, c->tx_size);
@@ -266,7 +337,10 @@ void conn_fallback(struct smc_conn *c, enum smc_reason why)
 {
 	c->reason = why;
 	c->mode = SMC_MODE_TCP;
+	pthread_mutex_lock(&c->tx_lock);
+	pending_flush_tcp(c);
 	__atomic_store_n(&c->state, CONN_FALLBACK, __ATOMIC_RELEASE);
+	pthread_mutex_unlock(&c->tx_lock);
 	stats_conn(SMC_MODE_TCP, why);
 	log_debug("fd %d: plain TCP (%s)", c->fd, stats_reason_name(why));
 	conn_wake_local(c);
@@ -516,8 +590,10 @@ void conn_tcp_event(struct smc_conn *c)
 		conn_abort_protocol(c, "byte on the TCP channel");
 		c->tcp_eof = true;
 	} else if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) {
+		/* a peer that closed cleanly resets the TCP channel (see conn_release_fd) */
 		c->tcp_eof = true;
-		c->aborted = true;
+		if (!(peer_wflags(c) & (SHM_W_CLOSED | SHM_W_DONE_WRITING)))
+			c->aborted = true;
 	}
 	if (c->tcp_eof) {
 		log_debug("fd %d: TCP channel closed by peer", c->fd);
@@ -873,11 +949,25 @@ void conn_release_fd(struct smc_conn *c)
 			}
 			bell_ring(c->peer_rx_bell);
 			bell_ring(c->peer_tx_bell);
+			/* The TCP channel carried no payload: close it with a reset, so neither
+			 * side keeps it in TIME_WAIT (a churning client would run out of the
+			 * ports it binds before connect). The peer knows from the flags above
+			 * that this is a close, not an abort. */
+			{
+				struct linger lg = { .l_onoff = 1, .l_linger = 0 };
+
+				REAL(setsockopt)(c->fd, SOL_SOCKET, SO_LINGER, &lg, sizeof(lg));
+			}
 		}
 	}
 	pthread_mutex_lock(&c->lock);
-	if (conn_state(c) == CONN_PENDING)
-		__atomic_store_n(&c->state, CONN_CLOSED, __ATOMIC_RELEASE);
+	if (conn_state(c) == CONN_PENDING) {
+		/* Staged data must reach the peer before our FIN: give up SMC for it. */
+		if (c->pend_len)
+			conn_fallback(c, SMC_REASON_HANDSHAKE);
+		else
+			__atomic_store_n(&c->state, CONN_CLOSED, __ATOMIC_RELEASE);
+	}
 	pthread_mutex_unlock(&c->lock);
 	conn_wake_local(c);
 }

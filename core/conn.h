@@ -78,6 +78,8 @@ struct smc_conn {
 
 	/* handshake (client side, while PENDING) */
 	int rdv_listen_fd;          /* per-connection rendezvous listener, -1 when none */
+	uint8_t *pend_buf;          /* sent while PENDING (under tx_lock) */
+	size_t pend_len;
 	uint64_t deadline_ns;       /* PENDING -> FALLBACK after this */
 
 	struct smc_ep_reg *regs;    /* epoll registrations of this connection */
@@ -110,6 +112,10 @@ void conn_release_fd(struct smc_conn *c);
 /* Data path: TCP semantics for flags MSG_PEEK, MSG_WAITALL, MSG_DONTWAIT, MSG_NOSIGNAL. */
 ssize_t conn_recv(struct smc_conn *c, const struct iovec *iov, int iovcnt, int flags);
 ssize_t conn_send(struct smc_conn *c, const struct iovec *iov, int iovcnt, int flags);
+/* A send while the handshake runs: staged and flushed to the ring or to TCP when the
+ * handshake ends. Bytes staged; 0 when no longer PENDING (dispatch again); -1 when the
+ * staging buffer is full (wait for the handshake). */
+ssize_t conn_send_pending(struct smc_conn *c, const struct iovec *iov, int iovcnt);
 int conn_shutdown(struct smc_conn *c, int how);
 /* Bytes readable now (FIONREAD) and bytes written but not yet consumed (SIOCOUTQ). */
 int conn_rx_available(struct smc_conn *c);

@@ -86,9 +86,7 @@ static uint16_t addr_port(const struct sockaddr *sa)
 /* The client's half of the 4-tuple must be known before the TCP connection exists, so
  * that the server can find our rendezvous name the moment it accepts: bind an ephemeral
  * port on the address the kernel would pick for a local destination (the destination
- * itself). No SO_REUSEADDR: a port bound that way may still carry another connection to
- * the same destination and connect() would fail; without it the kernel hands out a port
- * no socket uses, and when none is left the connection simply stays TCP. */
+ * itself). First without SO_REUSEADDR, so the kernel hands out a port no socket uses. */
 static int bind_local_end(int fd, const struct sockaddr *dst, socklen_t dlen,
 			  struct sockaddr_storage *local)
 {
@@ -113,8 +111,16 @@ static int bind_local_end(int fd, const struct sockaddr *dst, socklen_t dlen,
 		((struct sockaddr_in *)local)->sin_port = 0;
 	else
 		((struct sockaddr_in6 *)local)->sin6_port = 0;
-	if (REAL(bind)(fd, (struct sockaddr *)local, dlen) < 0)
-		return -errno;
+	if (REAL(bind)(fd, (struct sockaddr *)local, dlen) < 0) {
+		int one = 1;
+
+		/* Every free port is held by some TIME_WAIT: share one, as connect() itself
+		 * would (the kernel still refuses a port whose 4-tuple is in use). */
+		if (errno != EADDRINUSE ||
+		    REAL(setsockopt)(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one)) < 0 ||
+		    REAL(bind)(fd, (struct sockaddr *)local, dlen) < 0)
+			return -errno;
+	}
 	len = sizeof(*local);
 	if (REAL(getsockname)(fd, (struct sockaddr *)local, &len) < 0)
 		return -errno;
@@ -335,6 +341,13 @@ ssize_t smc_sock_send(int fd, const struct iovec *iov, int iovcnt, int flags)
 
 	if (!c)
 		return plain_send(fd, iov, iovcnt, flags);
+	if (__atomic_load_n(&c->state, __ATOMIC_ACQUIRE) == CONN_PENDING && !(flags & MSG_OOB)) {
+		/* TCP takes data right after connect(): so do we */
+		ssize_t n = conn_send_pending(c, iov, iovcnt);
+
+		if (n > 0)
+			return n;
+	}
 	if (!conn_ready_for_io(c, flags, &err)) {
 		if (err)
 			return errno = err, -1;

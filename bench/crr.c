@@ -5,10 +5,11 @@
  *   crr server [-p PORT] [-T THREADS] [-m BYTES]
  *       Prints "PORT <n>" once listening. THREADS threads block in accept() on the
  *       same socket; each connection: read a BYTES request, write a BYTES response,
- *       wait for the client's close, close. Exits with status 0 on SIGTERM/SIGINT so
+ *       close (the server closes first, so TIME_WAIT stays on its side). Exits with status 0 on SIGTERM/SIGINT so
  *       atexit handlers (the library's stats file) run.
  *   crr client -p PORT [-c THREADS] [-t MS] [-m BYTES]
- *       THREADS threads loop: socket, connect, write request, read response, close.
+ *       THREADS threads loop: socket, connect, write request, read response, read
+ *       the server's EOF, close.
  *       Prints "CRR cycles=<n> errors=<n> secs=<s> rate=<cycles/s>" and, when there
  *       were errors, one "ERR <where> <errno name> <count>" line per kind.
  *
@@ -116,14 +117,15 @@ static void *server_thread(void *arg)
 		return NULL;
 	for (;;) {
 		int fd = accept(g_listen_fd, NULL, NULL);
-		char eof;
 
 		if (fd < 0)
 			continue;
 		set_timeouts(fd);
-		/* The response echoes the request so the client can check the bytes. */
-		if (read_full(fd, buf, g_msg) == 1 && write_full(fd, buf, g_msg) == 0)
-			(void)!read(fd, &eof, 1); /* wait for the client's close */
+		/* The response echoes the request so the client can check the bytes. The
+		 * server closes first, as an HTTP/1.0 server does: TIME_WAIT then stays on
+		 * the server side and the client's ephemeral ports are not used up. */
+		if (read_full(fd, buf, g_msg) == 1)
+			write_full(fd, buf, g_msg);
 		close(fd);
 	}
 	return NULL;
@@ -186,6 +188,9 @@ static void *client_thread(void *arg)
 			count_error(r == 0 ? E_SHORT : E_READ, r == 0 ? 0 : errno);
 		} else if (memcmp(req, resp, g_msg) != 0) {
 			count_error(E_DATA, 0);
+		} else if ((r = (int)read(fd, resp, 1)) != 0) {
+			/* the server's close must arrive as EOF */
+			count_error(r < 0 ? E_READ : E_DATA, r < 0 ? errno : 0);
 		} else {
 			(*cycles)++;
 		}

@@ -2,7 +2,7 @@
 /*
  * idle_conns: memory (and CPU) per idle connection with N connections open.
  *
- *   idle_conns -n N [-i IDLE_MS]
+ *   idle_conns -n N [-i IDLE_MS] [-p PORT]
  *       Starts itself again as the server (fork + exec of /proc/self/exe, so both sides
  *       are ordinary processes under the same LD_PRELOAD), opens N connections to it,
  *       exchanges one byte each way on every connection (so the connection is fully
@@ -14,7 +14,9 @@
  *              client_rss_kib=.. server_rss_kib=.. fds_per_conn=.. idle_cpu_pct=..
  *       (per-connection figures are (after - before) / N for that side; idle_cpu_pct
  *       is both processes together, in percent of one CPU).
- *   idle_conns server -n N (internal)
+ *       PORT is the server's port (0: any; a fixed port outside the ephemeral range
+ *       still works when TIME_WAIT sockets have used the ephemeral ports up).
+ *   idle_conns server -n N -p PORT (internal)
  *
  * RLIMIT_NOFILE is raised as far as the hard limit allows (root may raise that too).
  */
@@ -133,9 +135,9 @@ static void sleep_ms(long ms)
 		;
 }
 
-static int run_server(int n)
+static int run_server(int n, int port)
 {
-	struct sockaddr_in sa = { .sin_family = AF_INET };
+	struct sockaddr_in sa = { .sin_family = AF_INET, .sin_port = htons((uint16_t)port) };
 	socklen_t salen = sizeof(sa);
 	sigset_t set;
 	int lfd, sig;
@@ -167,13 +169,14 @@ static int run_server(int n)
 static pid_t start_server(int n, int *port)
 {
 	int pipefd[2];
-	char nbuf[32], line[32];
+	char nbuf[32], pbuf[32], line[32];
 	pid_t pid;
 	FILE *f;
 
 	if (pipe(pipefd) < 0)
 		die("pipe");
 	snprintf(nbuf, sizeof(nbuf), "%d", n);
+	snprintf(pbuf, sizeof(pbuf), "%d", *port);
 	pid = fork();
 	if (pid < 0)
 		die("fork");
@@ -183,7 +186,7 @@ static pid_t start_server(int n, int *port)
 		dup2(pipefd[1], STDOUT_FILENO);
 		close(pipefd[0]);
 		close(pipefd[1]);
-		execl("/proc/self/exe", "idle_conns", "server", "-n", nbuf, (char *)NULL);
+		execl("/proc/self/exe", "idle_conns", "server", "-n", nbuf, "-p", pbuf, (char *)NULL);
 		_exit(127);
 	}
 	close(pipefd[1]);
@@ -195,13 +198,13 @@ static pid_t start_server(int n, int *port)
 	return pid;
 }
 
-static int run_client(int n, long idle_ms)
+static int run_client(int n, long idle_ms, int port)
 {
 	struct sockaddr_in sa = { .sin_family = AF_INET };
 	struct mem cb, sb, ca, sa_;
 	long long c0, s0, c1, s1;
 	int *fds = calloc((size_t)n, sizeof(int));
-	int port, status;
+	int status;
 	pid_t srv, self = getpid();
 
 	if (!fds)
@@ -250,17 +253,18 @@ static int run_client(int n, long idle_ms)
 
 int main(int argc, char **argv)
 {
-	int opt, n = 1000;
+	int opt, n = 1000, port = 0;
 	long idle_ms = 1000;
 	int server = argc > 1 && strcmp(argv[1], "server") == 0;
 
 	optind = server ? 2 : 1;
-	while ((opt = getopt(argc, argv, "n:i:")) != -1) {
+	while ((opt = getopt(argc, argv, "n:i:p:")) != -1) {
 		switch (opt) {
 		case 'n': n = atoi(optarg); break;
+		case 'p': port = atoi(optarg); break;
 		case 'i': idle_ms = atol(optarg); break;
 		default:
-			fprintf(stderr, "usage: idle_conns -n N [-i IDLE_MS]\n");
+			fprintf(stderr, "usage: idle_conns -n N [-i IDLE_MS] [-p PORT]\n");
 			return 2;
 		}
 	}
@@ -268,5 +272,5 @@ int main(int argc, char **argv)
 		return 2;
 	/* Room for the sockets plus whatever the library keeps per connection. */
 	raise_nofile((long)n * 6 + 1024);
-	return server ? run_server(n) : run_client(n, idle_ms);
+	return server ? run_server(n, port) : run_client(n, idle_ms, port);
 }

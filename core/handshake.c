@@ -41,6 +41,8 @@ static int hs_send(int ufd, const struct clc_msg *m, const int *fds, int nfds)
 
 static enum smc_reason reason_from_code(uint32_t code)
 {
+	if (code == CLC_DECL_PEERDECL)
+		return SMC_REASON_PEER_CLOSED; /* the client closed its socket meanwhile */
 	return code == CLC_DECL_MEM ? SMC_REASON_MEM_CAP : SMC_REASON_DECLINED;
 }
 
@@ -123,17 +125,30 @@ void handshake_client(struct smc_conn *c, int ufd)
 	p->c2s_size = rmb_size_from(smc_cfg.sndbuf);
 	p->s2c_size = rmb_size_from(smc_cfg.rcvbuf);
 	p->client_token = random_token();
+	/* c->fd is the application's: under c->lock it cannot be closed (and its number
+	 * reused) while we read its addresses and pass it as our proof. */
+	pthread_mutex_lock(&c->lock);
+	if (__atomic_load_n(&c->state, __ATOMIC_ACQUIRE) != CONN_PENDING) {
+		pthread_mutex_unlock(&c->lock);
+		diag = CLC_DECL_PEERDECL;
+		goto decline;
+	}
 	if (REAL(getsockname)(c->fd, (struct sockaddr *)&local, &llen) < 0 ||
 	    REAL(getpeername)(c->fd, (struct sockaddr *)&peer, &plen) < 0 ||
-	    clc_sh_set_addrs(p, (struct sockaddr *)&local, llen, (struct sockaddr *)&peer, plen) < 0)
+	    clc_sh_set_addrs(p, (struct sockaddr *)&local, llen, (struct sockaddr *)&peer, plen) < 0) {
+		pthread_mutex_unlock(&c->lock);
 		goto decline;
+	}
 	if (shm_reserve(p->s2c_size) < 0) {
+		pthread_mutex_unlock(&c->lock);
 		why = SMC_REASON_MEM_CAP;
 		diag = CLC_DECL_MEM;
 		goto decline;
 	}
 	c->reserved = p->s2c_size;
-	if (hs_send(ufd, &prop, out, 3) < 0 || hs_recv(ufd, &acc, CLC_ACCEPT, in, 4) < 0)
+	r = hs_send(ufd, &prop, out, 3);
+	pthread_mutex_unlock(&c->lock);
+	if (r < 0 || hs_recv(ufd, &acc, CLC_ACCEPT, in, 4) < 0)
 		goto fail;
 	if (acc.type == CLC_DECLINE) {
 		why = reason_from_code(acc.u.s_decl.diag);
@@ -142,9 +157,8 @@ void handshake_client(struct smc_conn *c, int ufd)
 		goto fail;
 	}
 	diag = clc_sh_check_accept(p, &acc.u.s_acc);
-	if (diag || !rdv_is_mirror_socket(in[0], c->fd)) {
+	if (diag) {
 		log_warn("fd %d: invalid CLC Accept from the server: staying TCP", c->fd);
-		diag = diag ? diag : CLC_DECL_SH_FDS;
 		goto decline;
 	}
 	r = shm_attach(in[1], p->c2s_size, p->s2c_size, &map);
@@ -158,6 +172,13 @@ void handshake_client(struct smc_conn *c, int ufd)
 		pthread_mutex_unlock(&c->lock);
 		shm_detach(&map);
 		diag = CLC_DECL_PEERDECL;
+		goto decline;
+	}
+	if (!rdv_is_mirror_socket(in[0], c->fd)) {
+		pthread_mutex_unlock(&c->lock);
+		shm_detach(&map);
+		log_warn("fd %d: the server's proof socket is not our peer: staying TCP", c->fd);
+		diag = CLC_DECL_SH_FDS;
 		goto decline;
 	}
 	c->map = map;
@@ -195,10 +216,17 @@ int handshake_server(struct smc_conn *c, int ufd, enum smc_reason *why)
 
 	*why = SMC_REASON_HANDSHAKE;
 	hs_set_timeouts(ufd);
-	if (hs_recv(ufd, &prop, CLC_PROPOSAL, in, 3) < 0)
+	r = hs_recv(ufd, &prop, CLC_PROPOSAL, in, 3);
+	if (r < 0) {
+		/* EOF: the client went away (it closed or exited) before answering */
+		if (r == -ECONNRESET)
+			*why = SMC_REASON_PEER_CLOSED;
 		return -EPROTO;
+	}
 	if (prop.type == CLC_DECLINE) {
 		*why = reason_from_code(prop.u.s_decl.diag);
+		log_info("fd %d: client declined SMC: %s", c->fd,
+			 clc_decline_reason_str(prop.u.s_decl.diag));
 		return -ECONNREFUSED;
 	}
 	if (REAL(getsockname)(c->fd, (struct sockaddr *)&local, &llen) < 0 ||
@@ -243,6 +271,8 @@ int handshake_server(struct smc_conn *c, int ufd, enum smc_reason *why)
 	r = hs_recv(ufd, &conf, CLC_CONFIRM, NULL, 0);
 	if (r == 0 && conf.type == CLC_DECLINE) {
 		*why = reason_from_code(conf.u.s_decl.diag);
+		log_info("fd %d: client declined SMC after our Accept: %s", c->fd,
+			 clc_decline_reason_str(conf.u.s_decl.diag));
 		return -ECONNREFUSED; /* the client stays TCP: so do we */
 	}
 	if (r < 0 || clc_sh_check_confirm(p, &acc.u.s_acc, &conf.u.s_conf) != 0) {

@@ -230,6 +230,15 @@ static void abort_tcp(int fd)
 	REAL(close)(fd);
 }
 
+/* The peer of an accepted socket closed (FIN or RST already received). */
+static bool tcp_peer_gone(int fd)
+{
+	char b;
+	ssize_t r = REAL(recv)(fd, &b, 1, MSG_PEEK | MSG_DONTWAIT);
+
+	return r == 0 || (r < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR);
+}
+
 int smc_sock_accept(int fd, struct sockaddr *addr, socklen_t *len, int flags)
 {
 	struct sockaddr_storage peer, local;
@@ -271,6 +280,9 @@ int smc_sock_accept(int fd, struct sockaddr *addr, socklen_t *len, int flags)
 		} else if (ufd >= 0) {
 			REAL(close)(ufd);
 			why = SMC_REASON_RESOURCES;
+		} else if (tcp_peer_gone(nfd)) {
+			/* no rendezvous because the client already closed or exited */
+			why = SMC_REASON_PEER_CLOSED;
 		}
 	}
 	fdtab_set(nfd, FD_TCP, NULL);

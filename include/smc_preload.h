@@ -67,5 +67,6 @@
 #define SMC_STATS_REASON_MEM_CAP       "mem-cap"          /* SMC_MEM_CAP reached */
 #define SMC_STATS_REASON_RESOURCES     "resources"        /* memfd/mmap/eventfd failed */
 #define SMC_STATS_REASON_SOCKOPT       "sockopt"          /* options SMC cannot honour */
+#define SMC_STATS_REASON_PEER_CLOSED   "peer-closed"      /* peer closed during the handshake */
 
 #endif

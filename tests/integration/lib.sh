@@ -375,7 +375,7 @@ smc_assert_same_file() {
 # MIN_BYTES (>= 1 when MIN_BYTES is 0), and no connection fell back to TCP. tcp: at least
 # one tcp connection, tcp bytes >= MIN_BYTES (>= 1), no shm connection.
 smc_expect_payload() {
-	local dir=$1 min=$2 label=${3:-$(basename -- "$1")} summary conns bytes other
+	local dir=$1 min=$2 label=${3:-$(basename -- "$1")} summary conns bytes other closed reason
 	[ "$min" -ge 1 ] || min=1
 	smc_require_stats "$dir"
 	summary=$(smc_stats_summary "$dir")
@@ -386,8 +386,20 @@ smc_expect_payload() {
 		other=$(smc_stats "$dir" '.connections.tcp')
 		smc_assert_ge "$label: shm connections" "$conns" 1
 		smc_assert_ge "$label: payload bytes over shm (sent+received)" "$bytes" "$min"
-		[ "$other" = 0 ] ||
-			smc_fail "$label: $other connection(s) fell back to TCP (see fallback in the stats line above)"
+		# A client that closes or exits while its connection is still in the handshake
+		# (wrk at the end of its run) leaves the server a connection that never carried
+		# data, counted as "peer-closed" (or, when the exiting client's rendezvous name
+		# vanished before its FIN arrived, "peer-not-smc": a server check may list it in
+		# SMC_TEST_TOLERATE). A few are expected from load generators; any other
+		# fallback is a failure.
+		closed=0
+		for reason in ${SMC_TEST_TOLERATE:-peer-closed}; do
+			closed=$((closed + $(smc_stats "$dir" ".fallback[\"$reason\"] // 0")))
+		done
+		[ "$((other - closed))" = 0 ] ||
+			smc_fail "$label: $((other - closed)) connection(s) fell back to TCP (see fallback in the stats line above)"
+		[ "$closed" -le "$((conns / 100 + 2))" ] ||
+			smc_fail "$label: $closed connections closed by the peer during the handshake (at most 1% + 2 expected)"
 	else
 		conns=$(smc_stats "$dir" '.connections.tcp')
 		bytes=$(smc_stats "$dir" '.bytes.tcp.sent + .bytes.tcp.received')

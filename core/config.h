@@ -1,0 +1,76 @@
+/* SPDX-License-Identifier: GPL-2.0-only OR BSD-2-Clause */
+/*
+ * Every SMC_* environment variable lives in ONE table (config.c): name, type, default,
+ * allowed range, one-line doc. The table drives parsing, `smc_preload.sh --print-config`
+ * and the man page test. A bad value is reported once on stderr, naming the variable and
+ * the accepted range, and the default is kept: never a crash.
+ */
+#ifndef SMC_CONFIG_H
+#define SMC_CONFIG_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdio.h>
+
+enum smc_transport_pref {
+	SMC_TRANSPORT_AUTO = 0, /* same host -> shm, otherwise ib when available */
+	SMC_TRANSPORT_SHM,
+	SMC_TRANSPORT_IB,
+	SMC_TRANSPORT_TCP,      /* never upgrade: pure pass-through with stats */
+};
+
+/* The effective configuration, filled by config_load(). */
+struct smc_config {
+	size_t rcvbuf;             /* SMC_RCVBUF: RMB (receive ring) size per connection */
+	size_t sndbuf;             /* SMC_SNDBUF: send size = size of the peer RMB we propose */
+	bool debug;                /* SMC_DEBUG: same as SMC_LOG_LEVEL=debug */
+	int log_level;             /* SMC_LOG_LEVEL: 0 off .. 4 debug */
+	const char *log_file;      /* SMC_LOG_FILE, %p -> pid; NULL = stderr */
+	const char *stats_file;    /* SMC_STATS_FILE, %p -> pid; NULL = none */
+	unsigned spin_us;          /* SMC_SPIN_US: busy-poll bound before sleeping */
+	size_t mem_cap;            /* SMC_MEM_CAP: all RMBs of this process; past it -> TCP */
+	unsigned handshake_timeout_ms; /* SMC_HANDSHAKE_TIMEOUT_MS */
+	enum smc_transport_pref transport; /* SMC_TRANSPORT */
+};
+
+extern struct smc_config smc_cfg;
+
+enum smc_cfg_type { SMC_CFG_BOOL, SMC_CFG_UINT, SMC_CFG_SIZE, SMC_CFG_STRING, SMC_CFG_ENUM };
+
+enum smc_cfg_source { SMC_CFG_DEFAULT = 0, SMC_CFG_ENV, SMC_CFG_INVALID };
+
+struct smc_cfg_var {
+	const char *name;           /* "SMC_RCVBUF" */
+	enum smc_cfg_type type;
+	const char *def;            /* default, as text */
+	unsigned long long min, max; /* for UINT and SIZE */
+	const char *const *choices; /* for ENUM: NULL-terminated */
+	const char *doc;            /* one line */
+	void (*store)(const void *value); /* writes the parsed value into smc_cfg */
+};
+
+extern const struct smc_cfg_var smc_cfg_vars[];
+extern const size_t smc_cfg_nvars;
+
+/* Reads the environment (getenv) into smc_cfg. Reports each bad value once on `err`
+ * (stderr when NULL). Returns the number of bad values. Safe to call again. */
+int config_load(FILE *err);
+
+/* Where the effective value of variable i came from after config_load(). */
+enum smc_cfg_source config_source(size_t i);
+
+/* Parsers shared with tests: 0 on success, -1 on garbage, -2 when out of [min,max]. */
+int config_parse_size(const char *s, unsigned long long min, unsigned long long max,
+		      unsigned long long *out);
+int config_parse_uint(const char *s, unsigned long long min, unsigned long long max,
+		      unsigned long long *out);
+int config_parse_bool(const char *s, bool *out);
+
+/* For `smc_preload.sh --print-config`: when SMC_PRINT_CONFIG=1, prints the effective
+ * configuration on stdout and exits. Called from a constructor in config.c. */
+void config_maybe_print_and_exit(void);
+
+/* `--print-config`: one line per variable: NAME=VALUE (source) # doc */
+void config_print(FILE *out);
+
+#endif

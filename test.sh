@@ -98,14 +98,29 @@ make_var() {
 	printf 'print-var:\n\t@echo $(%s)\n' "$2" | make -s -C "$1" -f Makefile -f - print-var
 }
 
+# Totals over every `make check` run, from automake's test-suite.log summary.
+n_pass=0
+n_fail=0
+n_skip=0
+count_results() {
+	local log=$1/test-suite.log v
+	[ -f "$log" ] || return 0
+	v=$(sed -n 's/^# PASS: *//p' "$log"); n_pass=$((n_pass + ${v:-0}))
+	v=$(sed -n 's/^# SKIP: *//p' "$log"); n_skip=$((n_skip + ${v:-0}))
+	v=$(sed -n 's/^# FAIL: *//p' "$log"); n_fail=$((n_fail + ${v:-0}))
+	v=$(sed -n 's/^# ERROR: *//p' "$log"); n_fail=$((n_fail + ${v:-0}))
+}
+
 # run_check DIR LABEL [make args...]: `make check`, printing the logs of failed tests.
 run_check() {
 	local dir=$1 label=$2
 	shift 2
 	say "make check ($label)"
 	if make -C "$dir" check "$@"; then
+		count_results "$dir"
 		return 0
 	fi
+	count_results "$dir"
 	failures+=("$label")
 	[ -f "$dir/test-suite.log" ] && cat "$dir/test-suite.log"
 	return 0
@@ -121,7 +136,7 @@ configure_and_build() { # DIR CONFIGURE-ARGS...
 	say "make in $dir"
 	make -C "$dir" -j2
 	# Build the test programs too (empty TESTS: nothing runs yet).
-	make -C "$dir" -j2 check TESTS=
+	make -C "$dir" -j2 check TESTS= >/dev/null
 }
 
 install_packages
@@ -161,6 +176,8 @@ fi
 
 if [ ${#failures[@]} -gt 0 ]; then
 	say "FAILED: ${failures[*]}"
+	echo "tests: $n_pass passed, $n_fail failed, $n_skip skipped"
 	exit 1
 fi
 say "all tests passed"
+echo "tests: $n_pass passed, $n_fail failed, $n_skip skipped"

@@ -4,7 +4,7 @@
 # Data integrity: smc_stream sends a position-checked pseudo-random stream both ways at
 # once with random write and read sizes (1 byte to 4 MiB), server and client under
 # smc_preload.sh. Blocking mode (reader and writer threads on one socket) with 1 GiB
-# each way, then epoll level-triggered and edge-triggered with 256 MiB each way. Every
+# each way, then epoll level-triggered and edge-triggered with 1 GiB each way. Every
 # byte is verified by the receiver, and the stats must account for the whole payload.
 # Sizes can be lowered for slow builds (sanitizers): STREAM_BLOCK_BYTES,
 # STREAM_EPOLL_BYTES (bytes, or with k/m/g).
@@ -12,7 +12,7 @@
 . "$(dirname -- "$0")/lib.sh"
 
 STREAM_BLOCK_BYTES=${STREAM_BLOCK_BYTES:-1g}
-STREAM_EPOLL_BYTES=${STREAM_EPOLL_BYTES:-256m}
+STREAM_EPOLL_BYTES=${STREAM_EPOLL_BYTES:-1g}
 
 smc_init
 smc_require_built "$SMC_STREAM"

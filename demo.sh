@@ -34,29 +34,18 @@ say() { printf '\n==== %s\n' "$*"; }
 
 # ------------------------------------------------------------------ dependencies
 
+# shellcheck source=tools/apt-install.sh
+. "$(dirname -- "$0")/tools/apt-install.sh"
 install_packages() {
-	local missing=() p created_policy=0
-	command -v dpkg-query >/dev/null || return 0
-	for p in "${PACKAGES[@]}"; do
-		dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' ||
-			missing+=("$p")
-	done
-	[ ${#missing[@]} -eq 0 ] && return 0
-	if [ "$(id -u)" != 0 ] || [ "$install" = 0 ]; then
-		echo "demo.sh: missing packages: ${missing[*]} (run as root to install them)" >&2
-		exit 1
+	local p
+	if [ "$install" = 0 ]; then
+		for p in "${PACKAGES[@]}"; do
+			dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' ||
+				{ echo "demo.sh: missing package $p (--no-install given)" >&2; exit 1; }
+		done
+		return 0
 	fi
-	say "installing ${missing[*]}"
-	# Do not let the redis-server package start a system instance: we run our own.
-	if [ ! -e /usr/sbin/policy-rc.d ]; then
-		printf '#!/bin/sh\nexit 101\n' >/usr/sbin/policy-rc.d
-		chmod +x /usr/sbin/policy-rc.d
-		created_policy=1
-	fi
-	apt-get update
-	DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends "${missing[@]}"
-	[ "$created_policy" = 1 ] && rm -f /usr/sbin/policy-rc.d
-	return 0
+	apt_install_missing "${PACKAGES[@]}" || exit 1
 }
 
 install_packages

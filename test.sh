@@ -60,34 +60,15 @@ say() { printf '\n==== %s\n' "$*"; }
 
 # ------------------------------------------------------------------ dependencies
 
-installed() {
-	dpkg-query -W -f='${Status}' "$1" 2>/dev/null | grep -q 'install ok installed'
-}
-
+# shellcheck source=tools/apt-install.sh
+. "$top/tools/apt-install.sh"
 install_packages() {
-	local missing=() p created_policy=0
-	command -v dpkg-query >/dev/null || { echo "not Debian: not installing packages"; return; }
-	for p in "${PACKAGES[@]}"; do
-		installed "$p" || missing+=("$p")
-	done
-	[ ${#missing[@]} -eq 0 ] && { echo "all packages present"; return; }
-	if [ "$(id -u)" != 0 ] || [ "$install" = 0 ]; then
-		echo "missing packages (not installing): ${missing[*]}"
-		echo "tests that need them will be skipped or fail"
-		return
+	if [ "$install" = 0 ]; then
+		echo "not installing packages (--no-install)"
+		return 0
 	fi
-	say "installing: ${missing[*]}"
-	# Package scripts must not start redis, nginx or memcached: the tests start their
-	# own instances on free ports. policy-rc.d exit 101 = "action forbidden".
-	if [ ! -e /usr/sbin/policy-rc.d ]; then
-		printf '#!/bin/sh\nexit 101\n' >/usr/sbin/policy-rc.d
-		chmod +x /usr/sbin/policy-rc.d
-		created_policy=1
-	fi
-	apt-get update
-	DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends "${missing[@]}"
-	[ "$created_policy" = 1 ] && rm -f /usr/sbin/policy-rc.d
-	return 0
+	apt_install_missing "${PACKAGES[@]}" ||
+		echo "tests that need the missing packages will be skipped or fail"
 }
 
 # ------------------------------------------------------------------ build and check

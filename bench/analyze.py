@@ -32,6 +32,7 @@ TARGETS = [
     ("crr", "cycles_per_s", "higher", "ratio", 1.0),
     ("crr", "errors", "lower", "smc", 0),
     ("cpu_per_gib_64k", "cpu_s_per_GiB", "lower", "ratio", 0.5),
+    ("idle_conns_", "connections_open", "higher", "smc_min", "N"),
     ("idle_conns_", "pss_kib_per_conn_worst_side", "lower", "smc", 64),
     ("idle_conns_", "pss_kib_per_conn_client", "lower", None, None),
     ("idle_conns_", "pss_kib_per_conn_server", "lower", None, None),
@@ -46,6 +47,8 @@ SWEEP_CLIFF = 0.10  # no size may lose more than 10% against the best smaller si
 def target_for(workload, metric):
     for prefix, m, better, kind, value in TARGETS:
         if workload.startswith(prefix) and metric == m:
+            if value == "N":  # the N in the workload's name, e.g. idle_conns_10000
+                value = int(workload[len(prefix):])
             return better, kind, value
     return "higher", None, None
 
@@ -103,6 +106,11 @@ def judge(better, kind, value, tcp, smc):
         if math.isnan(ratio):
             return ratio, text, "ERROR"
         ok = ratio >= value if better == "higher" else ratio <= value
+    elif kind == "smc_min":
+        text = f"SMC >= {value:g}"
+        if math.isnan(smc):
+            return ratio, text, "ERROR"
+        ok = smc >= value
     else:
         text = f"SMC <= {value:g}"
         if math.isnan(smc):

@@ -51,5 +51,6 @@ void smc_init(void)
 bool smc_enabled(void)
 {
 	smc_init();
-	return smc_cfg.transport != SMC_TRANSPORT_TCP;
+	/* the only transport so far is shared memory: SMC_TRANSPORT=ib upgrades nothing */
+	return smc_cfg.transport == SMC_TRANSPORT_AUTO || smc_cfg.transport == SMC_TRANSPORT_SHM;
 }

@@ -6,6 +6,6 @@
  * cheap after the first call. A process that never creates a TCP socket starts no
  * thread and maps nothing. */
 void smc_init(void);
-/* False when SMC_TRANSPORT=tcp or the library is otherwise inert (no upgrade attempted). */
+/* True when connections may be upgraded to shared memory (SMC_TRANSPORT auto or shm). */
 bool smc_enabled(void);
 #endif

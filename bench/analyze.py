@@ -17,6 +17,7 @@ import sys
 # (workload prefix, metric) -> (better, kind, value)
 #   kind "ratio": SMC/TCP ratio compared with value (>= when higher is better, else <=)
 #   kind "smc":   the SMC median itself compared with value (<=)
+#   kind "smc_min": the SMC median itself compared with value (>=); "N" = the workload's N
 #   kind None:    reported, no target
 TARGETS = [
     ("sockperf_tp_64000", "MBps", "higher", "ratio", 3.0),

@@ -617,7 +617,8 @@ static int conn_wait(struct smc_conn *c, uint32_t events, uint64_t deadline)
 {
 	uint32_t want = events | POLLERR | POLLHUP | CONN_MASK_FALLBACK;
 	bool for_handshake = conn_state(c) == CONN_PENDING;
-	uint64_t spin_end = now_ns() + (uint64_t)smc_cfg.spin_us * 1000u;
+	uint64_t spin_ns = conn_peer_on_my_cpu(c) ? 0 : (uint64_t)smc_cfg.spin_us * 1000u;
+	uint64_t spin_end = now_ns() + spin_ns;
 	unsigned drained = 0;
 
 	for (unsigned round = 1;; round++) {
@@ -715,6 +716,27 @@ int conn_wait_pending(struct smc_conn *c, bool nonblock)
 
 /* ------------------------------------------------------------------ data path */
 
+static void conn_note_cpu(struct smc_conn *c)
+{
+	uint32_t *mine = &c->map.hdr->side_cpu[c->side].cpu;
+	int cpu = sched_getcpu();
+
+	if (cpu >= 0 && __atomic_load_n(mine, __ATOMIC_RELAXED) != (uint32_t)cpu + 1)
+		__atomic_store_n(mine, (uint32_t)cpu + 1, __ATOMIC_RELAXED);
+}
+
+bool conn_peer_on_my_cpu(struct smc_conn *c)
+{
+	int cpu;
+
+	if (conn_state(c) != CONN_ACTIVE)
+		return false;
+	cpu = sched_getcpu();
+	return cpu >= 0 &&
+	       __atomic_load_n(&c->map.hdr->side_cpu[1 - c->side].cpu, __ATOMIC_RELAXED) ==
+		       (uint32_t)cpu + 1;
+}
+
 /* Ring the peer's bell when one of its threads sleeps for what we just did, once per
  * sleep: a busy peer costs no syscall. */
 static void ring_if_asleep(const uint32_t *sleepers, const uint32_t *seq, uint32_t *rung,
@@ -755,6 +777,7 @@ ssize_t conn_recv(struct smc_conn *c, const struct iovec *iov, int iovcnt, int f
 	if (want == 0)
 		return 0;
 	pthread_mutex_lock(&c->rx_lock);
+	conn_note_cpu(c);
 	rx_resync(c);
 	for (;;) {
 		int64_t used;
@@ -830,6 +853,7 @@ ssize_t conn_send(struct smc_conn *c, const struct iovec *iov, int iovcnt, int f
 	if (flags & MSG_OOB)
 		return errno = EOPNOTSUPP, -1; /* urgent data is not supported over SMC */
 	pthread_mutex_lock(&c->tx_lock);
+	conn_note_cpu(c);
 	tx_resync(c);
 	for (;;) {
 		int64_t room;

@@ -85,6 +85,10 @@ struct smc_conn {
 	struct smc_ep_reg *regs;    /* epoll registrations of this connection */
 };
 
+/* True when the peer's data path last ran on the CPU we run on now: a spin would only
+ * keep it from running. */
+bool conn_peer_on_my_cpu(struct smc_conn *c);
+
 /* Readiness bits, TCP's meaning (POLLIN etc. values) */
 uint32_t conn_poll_mask(struct smc_conn *c);
 

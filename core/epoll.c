@@ -1122,6 +1122,18 @@ static int ep_try(struct smc_epoll *ep, struct epoll_event *ev, int max, bool ke
 	return n + k + more;
 }
 
+/* Spinning helps only while some peer runs on another CPU (a nested set: assume so). */
+static bool ep_spin_useful(struct smc_epoll *ep)
+{
+	bool useful = false;
+
+	ep_lock(ep);
+	for (struct smc_ep_reg *w = ep->watches; w && !useful; w = w->next)
+		useful = !w->conn || !conn_peer_on_my_cpu(w->conn);
+	ep_unlock(ep);
+	return useful;
+}
+
 static int ep_spin(struct smc_epoll *ep, struct epoll_event *ev, int max, uint64_t deadline)
 {
 	uint64_t end = wait_now_ns() + wait_spin_ns();
@@ -1177,7 +1189,7 @@ static int ep_wait(struct smc_epoll *ep, struct epoll_event *ev, int max,
 			return n;
 		if (!expired && !spun) {
 			spun = true;
-			n = ep_spin(ep, ev, max, deadline);
+			n = ep_spin_useful(ep) ? ep_spin(ep, ev, max, deadline) : 0;
 			if (n != 0)
 				return n;
 		}

@@ -44,6 +44,11 @@ struct shm_hdr {
 	uint32_t magic, version;
 	uint32_t ring_size[2];    /* informational; both sides use the handshake's sizes */
 	uint32_t side_refs[2];    /* processes holding each side (fork) */
+	/* CPU each side last ran its data path on: spinning for a peer that shares our CPU
+	 * only delays it. One cache line each, written only when it changes. */
+	struct {
+		_Alignas(64) uint32_t cpu;
+	} side_cpu[2];
 	_Alignas(64) struct shm_dir_ctl dir[2]; /* dir[0]: client->server, dir[1]: server->client */
 };
 

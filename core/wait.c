@@ -396,6 +396,15 @@ static int eval_all(struct poll_call *pc)
 	return count_ready(pc);
 }
 
+/* Spinning helps only while some peer runs on another CPU. */
+static bool spin_useful(struct poll_call *pc)
+{
+	for (nfds_t i = 0; i < pc->n; i++)
+		if (pc->ent[i].kind == ENTRY_SMC && !conn_peer_on_my_cpu(pc->ent[i].c))
+			return true;
+	return false;
+}
+
 static int spin(struct poll_call *pc, uint64_t deadline)
 {
 	uint64_t end = wait_now_ns() + wait_spin_ns();
@@ -438,7 +447,7 @@ static int poll_loop(struct poll_call *pc, const struct timespec *timeout)
 			return 0;
 		if (!spun) {
 			spun = true;
-			r = spin(pc, deadline);
+			r = spin_useful(pc) ? spin(pc, deadline) : 0;
 			if (r != 0)
 				return r;
 		}

@@ -656,7 +656,18 @@ static int conn_wait(struct smc_conn *c, uint32_t events, uint64_t deadline)
 			ts.tv_nsec = (long)((deadline - now) % 1000000000ull);
 			tsp = &ts;
 		}
-		n = conn_wait_fds(c, events, pfd, tags);
+		/* The handshake's end rings the rx bell, always watched then; and as another
+		 * waiter (poll on the same socket) may drain that ring first, the wait is
+		 * bounded: the handshake itself is. */
+		if (for_handshake) {
+			static const struct timespec tick = { 0, 10 * 1000 * 1000 };
+
+			if (!tsp || tsp->tv_sec > 0 || tsp->tv_nsec > tick.tv_nsec) {
+				ts = tick;
+				tsp = &ts;
+			}
+		}
+		n = conn_wait_fds(c, for_handshake ? events | POLLIN : events, pfd, tags);
 		r = REAL(ppoll)(pfd, (nfds_t)n, tsp, NULL);
 		conn_end_sleep(c, events);
 		if (r < 0)

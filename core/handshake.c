@@ -1,5 +1,6 @@
 /* SPDX-License-Identifier: GPL-2.0-only OR BSD-2-Clause */
 #include <errno.h>
+#include <fcntl.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/random.h>
@@ -84,6 +85,17 @@ static int hs_recv(int ufd, struct clc_msg *m, uint8_t want_type, int *fds, int 
 	return r;
 }
 
+/* A doorbell received from the peer, kept out of the application's fd range and made
+ * nonblocking: a peer passing a pipe that fills up must not block our writes. */
+static int bell_take(int fd)
+{
+	int fl = REAL(fcntl)(fd, F_GETFL);
+
+	if (fl >= 0 && !(fl & O_NONBLOCK))
+		REAL(fcntl)(fd, F_SETFL, fl | O_NONBLOCK);
+	return fd_park(fd);
+}
+
 /* Ring sizes are powers of two (RFC 7609 compresses them that way). */
 static uint32_t rmb_size_from(size_t want)
 {
@@ -113,8 +125,8 @@ void handshake_client(struct smc_conn *c, int ufd)
 	struct clc_sh_proposal *p = &prop.u.s_prop;
 	struct sockaddr_storage local, peer;
 	socklen_t llen = sizeof(local), plen = sizeof(peer);
-	int out[3] = { c->fd, c->rx_bell, c->tx_bell };
-	int in[4] = { -1, -1, -1, -1 };
+	int out[2] = { c->rx_bell, c->tx_bell };
+	int in[3] = { -1, -1, -1 }; /* memfd, the server's rx and tx bells */
 	struct shm_map map = { 0 };
 	enum smc_reason why = SMC_REASON_HANDSHAKE;
 	uint32_t diag = CLC_DECL_SYNCERR;
@@ -133,6 +145,13 @@ void handshake_client(struct smc_conn *c, int ufd)
 		diag = CLC_DECL_PEERDECL;
 		goto decline;
 	}
+	if (!rdv_peer_owns_tcp_peer(ufd, c->fd)) {
+		pthread_mutex_unlock(&c->lock);
+		log_warn("fd %d: the process on our rendezvous name does not own the server's "
+			 "socket: staying TCP", c->fd);
+		diag = CLC_DECL_SH_CRED;
+		goto decline;
+	}
 	if (REAL(getsockname)(c->fd, (struct sockaddr *)&local, &llen) < 0 ||
 	    REAL(getpeername)(c->fd, (struct sockaddr *)&peer, &plen) < 0 ||
 	    clc_sh_set_addrs(p, (struct sockaddr *)&local, llen, (struct sockaddr *)&peer, plen) < 0) {
@@ -146,9 +165,9 @@ void handshake_client(struct smc_conn *c, int ufd)
 		goto decline;
 	}
 	c->reserved = p->s2c_size;
-	r = hs_send(ufd, &prop, out, 3);
+	r = hs_send(ufd, &prop, out, 2);
 	pthread_mutex_unlock(&c->lock);
-	if (r < 0 || hs_recv(ufd, &acc, CLC_ACCEPT, in, 4) < 0)
+	if (r < 0 || hs_recv(ufd, &acc, CLC_ACCEPT, in, 3) < 0)
 		goto fail;
 	if (acc.type == CLC_DECLINE) {
 		why = reason_from_code(acc.u.s_decl.diag);
@@ -161,7 +180,7 @@ void handshake_client(struct smc_conn *c, int ufd)
 		log_warn("fd %d: invalid CLC Accept from the server: staying TCP", c->fd);
 		goto decline;
 	}
-	r = shm_attach(in[1], p->c2s_size, p->s2c_size, &map);
+	r = shm_attach(in[0], p->c2s_size, p->s2c_size, &map);
 	if (r < 0) {
 		log_warn("fd %d: server's RMB region rejected (%s)", c->fd, strerror(-r));
 		diag = CLC_DECL_SH_FDS;
@@ -174,20 +193,13 @@ void handshake_client(struct smc_conn *c, int ufd)
 		diag = CLC_DECL_PEERDECL;
 		goto decline;
 	}
-	if (!rdv_is_mirror_socket(in[0], c->fd)) {
-		pthread_mutex_unlock(&c->lock);
-		shm_detach(&map);
-		log_warn("fd %d: the server's proof socket is not our peer: staying TCP", c->fd);
-		diag = CLC_DECL_SH_FDS;
-		goto decline;
-	}
 	c->map = map;
-	c->peer_rx_bell = fd_park(in[2]);
-	c->peer_tx_bell = fd_park(in[3]);
-	in[2] = in[3] = -1;
+	c->peer_rx_bell = bell_take(in[1]);
+	c->peer_tx_bell = bell_take(in[2]);
+	in[1] = in[2] = -1;
 	conn_activate(c);
 	pthread_mutex_unlock(&c->lock);
-	close_fds(in, 2);
+	close_fds(in, 1);
 	conf.u.s_conf.client_token = p->client_token;
 	conf.u.s_conf.server_token = acc.u.s_acc.server_token;
 	/* If this is lost the server resets the TCP connection: both see it fail. */
@@ -196,7 +208,7 @@ void handshake_client(struct smc_conn *c, int ufd)
 decline:
 	hs_send_decline(ufd, diag);
 fail:
-	close_fds(in, 4);
+	close_fds(in, 3);
 	pthread_mutex_lock(&c->lock);
 	if (__atomic_load_n(&c->state, __ATOMIC_ACQUIRE) == CONN_PENDING)
 		conn_fallback(c, why);
@@ -211,12 +223,13 @@ int handshake_server(struct smc_conn *c, int ufd, enum smc_reason *why)
 	struct clc_sh_proposal *p = &prop.u.s_prop;
 	struct sockaddr_storage local, peer;
 	socklen_t llen = sizeof(local), plen = sizeof(peer);
-	int in[3] = { -1, -1, -1 };
+	int in[2] = { -1, -1 }; /* the client's rx and tx bells */
 	int memfd, r;
+	size_t reserve;
 
 	*why = SMC_REASON_HANDSHAKE;
 	hs_set_timeouts(ufd);
-	r = hs_recv(ufd, &prop, CLC_PROPOSAL, in, 3);
+	r = hs_recv(ufd, &prop, CLC_PROPOSAL, in, 2);
 	if (r < 0) {
 		/* EOF: the client went away (it closed or exited) before answering */
 		if (r == -ECONNRESET)
@@ -231,39 +244,46 @@ int handshake_server(struct smc_conn *c, int ufd, enum smc_reason *why)
 	}
 	if (REAL(getsockname)(c->fd, (struct sockaddr *)&local, &llen) < 0 ||
 	    REAL(getpeername)(c->fd, (struct sockaddr *)&peer, &plen) < 0 ||
-	    !clc_sh_addrs_match(p, (struct sockaddr *)&peer, plen, (struct sockaddr *)&local, llen) ||
-	    !rdv_is_mirror_socket(in[0], c->fd)) {
+	    !clc_sh_addrs_match(p, (struct sockaddr *)&peer, plen, (struct sockaddr *)&local, llen)) {
 		log_warn("fd %d: invalid CLC Proposal from the client: staying TCP", c->fd);
-		close_fds(in, 3);
+		close_fds(in, 2);
 		hs_send_decline(ufd, CLC_DECL_SH_ADDR);
 		return -EPROTO;
 	}
-	close_fds(in, 1);
-	if (shm_reserve(p->c2s_size) < 0) {
+	if (!rdv_peer_owns_tcp_peer(ufd, c->fd)) {
+		log_warn("fd %d: the process on the client's rendezvous name does not own the "
+			 "client's socket: staying TCP", c->fd);
+		close_fds(in, 2);
+		hs_send_decline(ufd, CLC_DECL_SH_CRED);
+		return -EPROTO;
+	}
+	/* the region holds both rings: all of it counts against our cap */
+	reserve = (size_t)p->c2s_size + p->s2c_size;
+	if (shm_reserve(reserve) < 0) {
 		*why = SMC_REASON_MEM_CAP;
-		close_fds(in, 3);
+		close_fds(in, 2);
 		hs_send_decline(ufd, CLC_DECL_MEM);
 		return -ENOMEM;
 	}
-	c->reserved = p->c2s_size;
+	c->reserved = reserve;
 	/* dir[0] (client->server) is the server's RMB */
 	memfd = shm_create(p->c2s_size, p->s2c_size, &c->map);
 	if (memfd < 0) {
 		*why = SMC_REASON_RESOURCES;
-		close_fds(in, 3);
+		close_fds(in, 2);
 		hs_send_decline(ufd, CLC_DECL_INTERR);
 		return memfd;
 	}
-	c->peer_rx_bell = fd_park(in[1]);
-	c->peer_tx_bell = fd_park(in[2]);
+	c->peer_rx_bell = bell_take(in[0]);
+	c->peer_tx_bell = bell_take(in[1]);
 	acc.u.s_acc.proto = CLC_SAMEHOST_PROTO;
 	acc.u.s_acc.c2s_size = p->c2s_size;
 	acc.u.s_acc.s2c_size = p->s2c_size;
 	acc.u.s_acc.server_token = random_token();
 	{
-		int out[4] = { c->fd, memfd, c->rx_bell, c->tx_bell };
+		int out[3] = { memfd, c->rx_bell, c->tx_bell };
 
-		r = hs_send(ufd, &acc, out, 4);
+		r = hs_send(ufd, &acc, out, 3);
 	}
 	REAL(close)(memfd);
 	if (r < 0)

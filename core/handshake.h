@@ -4,14 +4,16 @@
  *
  *   client (progress thread)                      server (inside accept)
  *                               <-- connect --    to the client's 4-tuple name
- *   Proposal{token, client RMB size}  + [client TCP fd, rx bell, tx bell]  -->
- *                  <--  Accept{token, both sizes} + [server TCP fd, memfd, rx bell, tx bell]
+ *   Proposal{tokens, RMB sizes, 4-tuple}  + [rx bell, tx bell]  -->
+ *                  <--  Accept{token, both sizes} + [memfd, rx bell, tx bell]
  *   (client maps the RMBs, goes ACTIVE)
- *   Confirm{token}                     -->        (server goes ACTIVE)
+ *   Confirm{both tokens}                 -->      (server goes ACTIVE)
  *
- * Either side may answer with a Decline{reason} instead; both then stay plain TCP. Each
- * side proves it holds the other end of the TCP connection by passing its socket, whose
- * addresses must mirror ours (rdv_is_mirror_socket). Every field is validated.
+ * Either side may answer with a Decline{reason} instead; both then stay plain TCP.
+ * Before handing anything over, each side checks that the process on the other end of
+ * the unix socket owns the other end of the TCP connection (rdv_peer_owns_tcp_peer),
+ * and the server that the Proposal's 4-tuple is its accepted connection's. Every field
+ * is validated.
  */
 #ifndef SMC_HANDSHAKE_H
 #define SMC_HANDSHAKE_H

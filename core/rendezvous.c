@@ -1,6 +1,10 @@
 /* SPDX-License-Identifier: GPL-2.0-only OR BSD-2-Clause */
+#include <dirent.h>
 #include <errno.h>
 #include <ifaddrs.h>
+#include <linux/inet_diag.h>
+#include <linux/netlink.h>
+#include <linux/sock_diag.h>
 #include <netinet/in.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -348,20 +352,120 @@ ssize_t rdv_recv(int ufd, void *buf, size_t cap, int *fds, int *nfds, int maxfds
 	return r;
 }
 
-bool rdv_is_mirror_socket(int theirs, int ours)
-{
-	struct sockaddr_storage tl, tp, ol, op;
-	socklen_t l1 = sizeof(tl), l2 = sizeof(tp), l3 = sizeof(ol), l4 = sizeof(op);
-	int type = 0;
-	socklen_t tlen = sizeof(type);
+/* ------------------------------------------------------------ credentials */
 
-	if (REAL(getsockopt)(theirs, SOL_SOCKET, SO_TYPE, &type, &tlen) < 0 || type != SOCK_STREAM)
+/* Owner uid of the TCP socket whose local end is (laddr, lport) and remote end (raddr,
+ * rport), through sock_diag (what `ss -e` reads; no privilege needed). */
+static int diag_tcp_owner(int family, const uint8_t *laddr, uint16_t lport, const uint8_t *raddr,
+			  uint16_t rport, uid_t *uid, unsigned *inode)
+{
+	struct {
+		struct nlmsghdr nlh;
+		struct inet_diag_req_v2 r;
+	} req;
+	union {
+		struct nlmsghdr h;
+		char buf[1024];
+	} resp;
+	size_t alen = family == AF_INET ? 4 : 16;
+	struct nlmsghdr *h;
+	ssize_t n;
+	int nl, rc = -ENOENT;
+
+	memset(&req, 0, sizeof(req));
+	req.nlh.nlmsg_len = sizeof(req);
+	req.nlh.nlmsg_type = SOCK_DIAG_BY_FAMILY;
+	req.nlh.nlmsg_flags = NLM_F_REQUEST;
+	req.r.sdiag_family = (uint8_t)family;
+	req.r.sdiag_protocol = IPPROTO_TCP;
+	req.r.idiag_states = ~0u;
+	req.r.id.idiag_sport = htons(lport);
+	req.r.id.idiag_dport = htons(rport);
+	memcpy(req.r.id.idiag_src, laddr, alen);
+	memcpy(req.r.id.idiag_dst, raddr, alen);
+	req.r.id.idiag_cookie[0] = INET_DIAG_NOCOOKIE;
+	req.r.id.idiag_cookie[1] = INET_DIAG_NOCOOKIE;
+	nl = REAL(socket)(AF_NETLINK, SOCK_DGRAM | SOCK_CLOEXEC, NETLINK_SOCK_DIAG);
+	if (nl < 0)
+		return -errno;
+	if (REAL(send)(nl, &req, sizeof(req), 0) != (ssize_t)sizeof(req)) {
+		rc = -errno;
+		goto out;
+	}
+	n = REAL(recv)(nl, resp.buf, sizeof(resp.buf), 0);
+	h = &resp.h;
+	if (n > 0 && NLMSG_OK(h, (unsigned)n) && h->nlmsg_type == SOCK_DIAG_BY_FAMILY &&
+	    h->nlmsg_len >= NLMSG_LENGTH(sizeof(struct inet_diag_msg))) {
+		*uid = ((struct inet_diag_msg *)NLMSG_DATA(h))->idiag_uid;
+		*inode = ((struct inet_diag_msg *)NLMSG_DATA(h))->idiag_inode;
+		rc = 0;
+	}
+out:
+	REAL(close)(nl);
+	return rc;
+}
+
+static bool pid_holds_socket(pid_t pid, unsigned inode)
+{
+	char dir[64], path[64 + 256], link[64], want[40];
+	struct dirent *d;
+	bool found = false;
+	DIR *dp;
+
+	snprintf(dir, sizeof(dir), "/proc/%d/fd", (int)pid);
+	snprintf(want, sizeof(want), "socket:[%u]", inode);
+	dp = opendir(dir);
+	if (!dp)
 		return false;
-	if (REAL(getsockname)(theirs, (struct sockaddr *)&tl, &l1) < 0 ||
-	    REAL(getpeername)(theirs, (struct sockaddr *)&tp, &l2) < 0 ||
-	    REAL(getsockname)(ours, (struct sockaddr *)&ol, &l3) < 0 ||
-	    REAL(getpeername)(ours, (struct sockaddr *)&op, &l4) < 0)
+	while (!found && (d = readdir(dp))) {
+		ssize_t n;
+
+		if (d->d_name[0] == '.')
+			continue;
+		if (snprintf(path, sizeof(path), "%s/%.255s", dir, d->d_name) >= (int)sizeof(path))
+			continue;
+		n = readlink(path, link, sizeof(link) - 1);
+		if (n > 0) {
+			link[n] = 0;
+			found = strcmp(link, want) == 0;
+		}
+	}
+	closedir(dp);
+	return found;
+}
+
+bool rdv_peer_owns_tcp_peer(int ufd, int tcp_fd)
+{
+	struct sockaddr_storage l, p;
+	socklen_t ll = sizeof(l), pl = sizeof(p);
+	struct endpoint el, ep;
+	struct ucred cred;
+	socklen_t cl = sizeof(cred);
+	uid_t owner;
+	unsigned inode = 0;
+	int r = -ENOENT;
+
+	if (REAL(getsockopt)(ufd, SOL_SOCKET, SO_PEERCRED, &cred, &cl) < 0 ||
+	    REAL(getsockname)(tcp_fd, (struct sockaddr *)&l, &ll) < 0 ||
+	    REAL(getpeername)(tcp_fd, (struct sockaddr *)&p, &pl) < 0 ||
+	    !endpoint_from((struct sockaddr *)&l, &el) || !endpoint_from((struct sockaddr *)&p, &ep))
 		return false;
-	return rdv_same_endpoint((struct sockaddr *)&tl, (struct sockaddr *)&op) &&
-	       rdv_same_endpoint((struct sockaddr *)&tp, (struct sockaddr *)&ol);
+	/* root can take any socket anyway; everyone else must own the peer's socket */
+	if (cred.uid == 0)
+		return true;
+	/* the peer's socket: its local end is our remote end. An IPv4 peer may hold an
+	 * AF_INET socket or a dual-stack AF_INET6 one. */
+	if (endpoint_is_v4(&ep) && endpoint_is_v4(&el))
+		r = diag_tcp_owner(AF_INET, &ep.addr[12], ep.port, &el.addr[12], el.port, &owner,
+				   &inode);
+	if (r < 0)
+		r = diag_tcp_owner(AF_INET6, ep.addr, ep.port, el.addr, el.port, &owner, &inode);
+	if (r < 0)
+		return false;
+	if (owner == cred.uid)
+		return true;
+	/* A socket created before a privilege drop (nginx's root master accepts for its
+	 * workers) keeps its creator's uid: look for it among the peer process's fds,
+	 * which we may read only when we may read that process anyway. */
+	return pid_holds_socket(cred.pid, inode);
 }

@@ -40,9 +40,11 @@ int rdv_send(int ufd, const void *buf, size_t len, const int *fds, int nfds);
  * descriptors beyond maxfds are closed and the message rejected. */
 ssize_t rdv_recv(int ufd, void *buf, size_t cap, int *fds, int *nfds, int maxfds);
 
-/* Proof that the peer of the rendezvous holds the other end of our TCP connection: the
- * descriptor it passed must be a TCP socket whose local/peer addresses mirror ours. */
-bool rdv_is_mirror_socket(int theirs, int ours);
+/* The process on the other end of rendezvous socket ufd (SO_PEERCRED) is root, runs as
+ * the user that owns the other end of TCP socket tcp_fd (sock_diag), or holds that
+ * socket among its fds. Checked before anything is handed over: abstract names are
+ * open to every local user. */
+bool rdv_peer_owns_tcp_peer(int ufd, int tcp_fd);
 
 /* Same address and port (IPv4-mapped IPv6 equals IPv4). */
 bool rdv_same_endpoint(const struct sockaddr *a, const struct sockaddr *b);

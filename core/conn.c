@@ -961,15 +961,28 @@ static void conn_linger(struct smc_conn *c)
 {
 	uint64_t deadline = now_ns() + (uint64_t)c->linger_s * 1000000000ull;
 
-	while (!c->aborted && !tx_dead(c) && tx_free(c) < (int64_t)c->tx_size) {
-		if (conn_wait(c, POLLOUT, deadline) < 0)
-			break;
-	}
+	/* conn_wait(POLLOUT) returns as soon as there is any room; the ring draining
+	 * completely is not a readiness event, so poll for it at a millisecond pace */
+	while (!c->aborted && !tx_dead(c) && tx_free(c) < (int64_t)c->tx_size && now_ns() < deadline)
+		REAL(poll)(NULL, 0, 1);
 }
 
 void conn_release_fd(struct smc_conn *c)
 {
-	if (conn_state(c) == CONN_ACTIVE) {
+	int st;
+
+	/* one decision under the lock: the handshake may end concurrently */
+	pthread_mutex_lock(&c->lock);
+	st = conn_state(c);
+	if (st == CONN_PENDING) {
+		/* Staged data must reach the peer before our FIN: give up SMC for it. */
+		if (c->pend_len)
+			conn_fallback(c, SMC_REASON_HANDSHAKE);
+		else
+			__atomic_store_n(&c->state, CONN_CLOSED, __ATOMIC_RELEASE);
+	}
+	pthread_mutex_unlock(&c->lock);
+	if (st == CONN_ACTIVE) {
 		uint32_t left = __atomic_sub_fetch(&c->map.hdr->side_refs[c->side], 1, __ATOMIC_ACQ_REL);
 
 		if (left == 0) {
@@ -995,14 +1008,5 @@ void conn_release_fd(struct smc_conn *c)
 			}
 		}
 	}
-	pthread_mutex_lock(&c->lock);
-	if (conn_state(c) == CONN_PENDING) {
-		/* Staged data must reach the peer before our FIN: give up SMC for it. */
-		if (c->pend_len)
-			conn_fallback(c, SMC_REASON_HANDSHAKE);
-		else
-			__atomic_store_n(&c->state, CONN_CLOSED, __ATOMIC_RELEASE);
-	}
-	pthread_mutex_unlock(&c->lock);
 	conn_wake_local(c);
 }

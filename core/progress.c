@@ -1,5 +1,6 @@
 /* SPDX-License-Identifier: GPL-2.0-only OR BSD-2-Clause */
 #include <errno.h>
+#include <poll.h>
 #include <event2/event.h>
 #include <event2/thread.h>
 #include <pthread.h>
@@ -74,17 +75,20 @@ static void on_rdv(evutil_socket_t fd, short what, void *arg)
 static void on_tcp(evutil_socket_t fd, short what, void *arg)
 {
 	struct pending *p = arg;
+	struct pollfd pfd = { .fd = fd, .events = POLLIN };
 	char b;
-	ssize_t r = REAL(recv)(fd, &b, 1, MSG_PEEK | MSG_DONTWAIT);
-	int err = 0;
-	socklen_t len = sizeof(err);
+	ssize_t r;
 
 	(void)what;
-	if (r < 0 && (errno == EAGAIN || errno == EINTR)) {
-		REAL(getsockopt)(fd, SOL_SOCKET, SO_ERROR, &err, &len);
-		if (!err)
-			return;
+	/* A failed connect leaves its error for the application's SO_ERROR: give up
+	 * without reading it (recv and getsockopt would clear it). */
+	if (REAL(poll)(&pfd, 1, 0) == 1 && (pfd.revents & (POLLERR | POLLNVAL))) {
+		pending_give_up(p, SMC_REASON_PEER_NOT_SMC);
+		return;
 	}
+	r = REAL(recv)(fd, &b, 1, MSG_PEEK | MSG_DONTWAIT);
+	if (r < 0 && (errno == EAGAIN || errno == EINTR))
+		return;
 	/* The server spoke TCP first, closed, or the connect failed: not SMC. */
 	pending_give_up(p, SMC_REASON_PEER_NOT_SMC);
 }
@@ -105,6 +109,13 @@ static void *progress_main(void *arg)
 	return NULL;
 }
 
+/* libevent's warnings (an fd the application closed before we registered it) belong in
+ * our log, not on the application's stderr. */
+static void progress_libevent_log(int severity, const char *msg)
+{
+	log_debug("libevent (%d): %s", severity, msg);
+}
+
 static struct event_base *progress_start(void)
 {
 	static bool threads_ready;
@@ -117,6 +128,7 @@ static struct event_base *progress_start(void)
 		goto out;
 	}
 	if (!threads_ready) {
+		event_set_log_callback(progress_libevent_log);
 		evthread_use_pthreads();
 		threads_ready = true;
 	}

@@ -30,11 +30,34 @@ struct smc_listener {
 	int refs;
 };
 
+/* Looking up an fd's connection and taking a reference must not interleave with
+ * another thread closing that fd (which drops the table's reference): one lock per
+ * stripe of fds, held only for the lookup. */
+#define FD_STRIPES 64
+static pthread_mutex_t fd_stripe[FD_STRIPES] = {
+	[0 ... FD_STRIPES - 1] = PTHREAD_MUTEX_INITIALIZER
+};
+
+static pthread_mutex_t *fd_lock(int fd)
+{
+	return &fd_stripe[(unsigned)fd % FD_STRIPES];
+}
+
+/* The connection of fd with a reference (conn_put it), or NULL. */
 static struct smc_conn *fd_conn(int fd)
 {
 	struct fd_entry *e = fdtab_peek(fd);
+	struct smc_conn *c = NULL;
 
-	return e && e->kind == FD_SMC ? e->obj : NULL;
+	if (!e || __atomic_load_n(&e->kind, __ATOMIC_ACQUIRE) != FD_SMC)
+		return NULL;
+	pthread_mutex_lock(fd_lock(fd));
+	if (e->kind == FD_SMC) {
+		c = e->obj;
+		conn_get(c);
+	}
+	pthread_mutex_unlock(fd_lock(fd));
+	return c;
 }
 
 static void conn_load_sockopts(struct smc_conn *c)
@@ -334,31 +357,63 @@ static ssize_t plain_send(int fd, const struct iovec *iov, int iovcnt, int flags
 ssize_t smc_sock_recv(int fd, const struct iovec *iov, int iovcnt, int flags)
 {
 	struct smc_conn *c = fd_conn(fd);
+	ssize_t r;
 	int err;
 
 	if (!c)
 		return plain_recv(fd, iov, iovcnt, flags);
 	if (!conn_ready_for_io(c, flags, &err)) {
-		if (err)
-			return errno = err, -1;
-		return plain_recv(fd, iov, iovcnt, flags);
+		r = err ? (errno = err, -1) : plain_recv(fd, iov, iovcnt, flags);
+	} else {
+		r = conn_recv(c, iov, iovcnt, flags);
 	}
-	return conn_recv(c, iov, iovcnt, flags);
+	err = errno;
+	conn_put(c);
+	errno = err;
+	return r;
 }
 
-ssize_t smc_sock_send(int fd, const struct iovec *iov, int iovcnt, int flags)
+/* The tail of an iovec array after `skip` bytes, into out (at most iovcnt entries). */
+static int iov_skip(const struct iovec *iov, int iovcnt, size_t skip, struct iovec *out)
 {
-	struct smc_conn *c = fd_conn(fd);
+	int n = 0;
+
+	for (int i = 0; i < iovcnt; i++) {
+		if (skip >= iov[i].iov_len) {
+			skip -= iov[i].iov_len;
+			continue;
+		}
+		out[n].iov_base = (char *)iov[i].iov_base + skip;
+		out[n].iov_len = iov[i].iov_len - skip;
+		skip = 0;
+		n++;
+	}
+	return n;
+}
+
+static ssize_t conn_sock_send(struct smc_conn *c, int fd, const struct iovec *iov, int iovcnt,
+			      int flags)
+{
+	ssize_t staged = 0, r;
 	int err;
 
-	if (!c)
-		return plain_send(fd, iov, iovcnt, flags);
 	if (__atomic_load_n(&c->state, __ATOMIC_ACQUIRE) == CONN_PENDING && !(flags & MSG_OOB)) {
 		/* TCP takes data right after connect(): so do we */
-		ssize_t n = conn_send_pending(c, iov, iovcnt);
+		staged = conn_send_pending(c, iov, iovcnt);
+		if (staged < 0)
+			staged = 0;
+		/* a nonblocking send may stop there; a blocking one sends everything */
+		if (staged > 0 && (c->nonblock || (flags & MSG_DONTWAIT)))
+			return staged;
+	}
+	if (staged > 0) {
+		struct iovec rest[iovcnt > 0 ? iovcnt : 1];
+		int n = iov_skip(iov, iovcnt, (size_t)staged, rest);
 
-		if (n > 0)
-			return n;
+		if (n == 0)
+			return staged;
+		r = conn_sock_send(c, fd, rest, n, flags);
+		return r < 0 ? staged : staged + r;
 	}
 	if (!conn_ready_for_io(c, flags, &err)) {
 		if (err)
@@ -368,23 +423,46 @@ ssize_t smc_sock_send(int fd, const struct iovec *iov, int iovcnt, int flags)
 	return conn_send(c, iov, iovcnt, flags);
 }
 
-int smc_sock_shutdown(int fd, int how)
+ssize_t smc_sock_send(int fd, const struct iovec *iov, int iovcnt, int flags)
 {
 	struct smc_conn *c = fd_conn(fd);
+	ssize_t r;
 	int err;
 
 	if (!c)
+		return plain_send(fd, iov, iovcnt, flags);
+	r = conn_sock_send(c, fd, iov, iovcnt, flags);
+	err = errno;
+	conn_put(c);
+	errno = err;
+	return r;
+}
+
+int smc_sock_shutdown(int fd, int how)
+{
+	struct smc_conn *c = fd_conn(fd);
+	int r, err = 0;
+
+	if (!c)
 		return REAL(shutdown)(fd, how);
-	if (!conn_ready_for_io(c, 0, &err)) {
-		if (err == EAGAIN)
-			return errno = ENOTCONN, -1;
-		if (err)
-			return errno = err, -1;
-		return REAL(shutdown)(fd, how);
+	/* TCP accepts a shutdown right after connect(): wait for the (bounded) handshake
+	 * even on a nonblocking socket, so the half close lands after the staged data */
+	r = conn_wait_pending(c, false);
+	if (r < 0) {
+		err = -r;
+		r = -1;
+	} else if (__atomic_load_n(&c->state, __ATOMIC_ACQUIRE) == CONN_ACTIVE) {
+		/* Not propagated to TCP: the TCP channel stays open so that its EOF keeps
+		 * meaning "the peer closed or died". */
+		r = conn_shutdown(c, how);
+		err = errno;
+	} else {
+		r = REAL(shutdown)(fd, how);
+		err = errno;
 	}
-	/* Not propagated to TCP: the TCP channel stays open so that its EOF keeps meaning
-	 * "the peer closed or died". */
-	return conn_shutdown(c, how);
+	conn_put(c);
+	errno = err;
+	return r;
 }
 
 /* ------------------------------------------------------------ fd bookkeeping */
@@ -420,7 +498,9 @@ void smc_sock_before_close(int fd)
 	switch (e->kind) {
 	case FD_SMC:
 		epoll_emul_forget_fd(fd);
+		pthread_mutex_lock(fd_lock(fd));
 		fdtab_clear(fd);
+		pthread_mutex_unlock(fd_lock(fd));
 		conn_drop_fd(obj, fd);
 		break;
 	case FD_LISTEN: {
@@ -479,26 +559,33 @@ void smc_sock_set_nonblock(int fd, bool on)
 {
 	struct smc_conn *c = fd_conn(fd);
 
-	if (c)
+	if (c) {
 		c->nonblock = on;
+		conn_put(c);
+	}
 }
 
 int smc_sock_ioctl(int fd, unsigned long req, void *arg)
 {
 	struct smc_conn *c = fd_conn(fd);
-	int err;
+	int err, r = 0;
 
 	if (c && (req == FIONREAD || req == SIOCOUTQ) && arg &&
-	    conn_ready_for_io(c, MSG_DONTWAIT, &err)) {
+	    conn_ready_for_io(c, MSG_DONTWAIT, &err))
 		*(int *)arg = req == FIONREAD ? conn_rx_available(c) : conn_tx_queued(c);
-		return 0;
-	}
-	return REAL(ioctl)(fd, req, arg);
+	else
+		r = REAL(ioctl)(fd, req, arg);
+	err = errno;
+	if (c)
+		conn_put(c);
+	errno = err;
+	return r;
 }
 
 int smc_sock_getsockopt(int fd, int level, int name, void *val, socklen_t *len)
 {
 	struct smc_conn *c = fd_conn(fd);
+	int r = 0, err;
 
 	if (c && level == SOL_SOCKET && name == SO_ERROR && c->aborted &&
 	    __atomic_load_n(&c->state, __ATOMIC_ACQUIRE) == CONN_ACTIVE && val && len &&
@@ -506,9 +593,14 @@ int smc_sock_getsockopt(int fd, int level, int name, void *val, socklen_t *len)
 		*(int *)val = c->pending_error ? 0 : ECONNRESET;
 		c->pending_error = 1; /* reported once, as the kernel clears sk_err */
 		*len = sizeof(int);
-		return 0;
+	} else {
+		r = REAL(getsockopt)(fd, level, name, val, len);
 	}
-	return REAL(getsockopt)(fd, level, name, val, len);
+	err = errno;
+	if (c)
+		conn_put(c);
+	errno = err;
+	return r;
 }
 
 int smc_sock_setsockopt(int fd, int level, int name, const void *val, socklen_t len)
@@ -518,8 +610,10 @@ int smc_sock_setsockopt(int fd, int level, int name, const void *val, socklen_t 
 
 	if (r == 0 && level == SOL_SOCKET &&
 	    (name == SO_RCVTIMEO || name == SO_SNDTIMEO || name == SO_LINGER) &&
-	    (c = fd_conn(fd)))
+	    (c = fd_conn(fd))) {
 		conn_load_sockopts(c);
+		conn_put(c);
+	}
 	return r;
 }
 

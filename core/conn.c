@@ -521,20 +521,24 @@ static void sleeper_del(uint32_t *sleepers, uint32_t *mine)
 		__atomic_sub_fetch(sleepers, 1, __ATOMIC_RELEASE);
 }
 
-uint32_t conn_prepare_sleep(struct smc_conn *c, uint32_t events, unsigned drained_bells)
+uint32_t conn_prepare_sleep(struct smc_conn *c, uint32_t events, unsigned drained_bells,
+			    uint32_t *armed)
 {
-	uint32_t m;
+	uint32_t m, a = 0;
 
 	if (drained_bells & CONN_BELL_RX)
 		bell_drain(c->rx_bell);
 	if (drained_bells & CONN_BELL_TX)
 		bell_drain(c->tx_bell);
 	if (conn_state(c) == CONN_ACTIVE) {
+		a = events & (POLLIN | POLLOUT);
 		if (events & POLLIN)
 			sleeper_add(&c->rx->r_sleepers, &c->rx->r_seq, &c->asleep_rx);
 		if (events & POLLOUT)
 			sleeper_add(&c->tx->w_sleepers, &c->tx->w_seq, &c->asleep_tx);
 	}
+	if (armed)
+		*armed = a;
 	__atomic_thread_fence(__ATOMIC_SEQ_CST);
 	m = conn_poll_mask(c);
 	/* Another waiter may sleep on the bell we just emptied: ring it again for the
@@ -637,11 +641,12 @@ static int conn_wait(struct smc_conn *c, uint32_t events, uint64_t deadline)
 		struct pollfd pfd[3];
 		unsigned tags[3];
 		struct timespec ts, *tsp = NULL;
+		uint32_t armed;
 		int n, r;
 
-		conn_prepare_sleep(c, events, drained);
+		conn_prepare_sleep(c, events, drained, &armed);
 		if (conn_wait_done(c, want, for_handshake)) {
-			conn_end_sleep(c, events);
+			conn_end_sleep(c, armed);
 			return 0;
 		}
 		drained = 0;
@@ -649,7 +654,7 @@ static int conn_wait(struct smc_conn *c, uint32_t events, uint64_t deadline)
 			uint64_t now = now_ns();
 
 			if (now >= deadline) {
-				conn_end_sleep(c, events);
+				conn_end_sleep(c, armed);
 				return -EAGAIN;
 			}
 			ts.tv_sec = (time_t)((deadline - now) / 1000000000ull);
@@ -669,7 +674,7 @@ static int conn_wait(struct smc_conn *c, uint32_t events, uint64_t deadline)
 		}
 		n = conn_wait_fds(c, for_handshake ? events | POLLIN : events, pfd, tags);
 		r = REAL(ppoll)(pfd, (nfds_t)n, tsp, NULL);
-		conn_end_sleep(c, events);
+		conn_end_sleep(c, armed);
 		if (r < 0)
 			return -errno;
 		for (int i = 0; i < n; i++) {

@@ -140,9 +140,11 @@ int conn_tx_queued(struct smc_conn *c);
 #define CONN_BELL_RX 0x1u
 #define CONN_BELL_TX 0x2u
 #define CONN_MASK_FALLBACK 0x80000000u
-uint32_t conn_prepare_sleep(struct smc_conn *c, uint32_t events, unsigned drained_bells);
+uint32_t conn_prepare_sleep(struct smc_conn *c, uint32_t events, unsigned drained_bells,
+			    uint32_t *armed);
 /* After the sleep that followed conn_prepare_sleep (whatever woke it): the peer stops
- * ringing for this waiter. Each prepare is paired with one end. */
+ * ringing for this waiter. Pass the events that prepare reported in *armed (a waiter
+ * prepared while the handshake ran armed nothing, and must end nothing). */
 void conn_end_sleep(struct smc_conn *c, uint32_t events);
 /* Fills up to 3 pollfds: rx bell (if POLLIN wanted), tx bell (if POLLOUT wanted) and the
  * TCP socket (POLLIN|POLLRDHUP, until its EOF was seen) which reports a dead peer.

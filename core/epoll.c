@@ -604,8 +604,7 @@ static uint32_t watch_arm(struct smc_ep_reg *w)
 
 	if (w->asleep)
 		conn_end_sleep(w->conn, w->asleep);
-	m = conn_prepare_sleep(w->conn, w->interest, w->fired);
-	w->asleep = w->interest;
+	m = conn_prepare_sleep(w->conn, w->interest, w->fired, &w->asleep);
 	w->fired = 0;
 	return m;
 }

@@ -194,6 +194,7 @@ struct entry {
 	struct smc_conn *c;      /* ENTRY_SMC: referenced */
 	unsigned drained;        /* bells seen readable while sleeping: drain next prepare */
 	short report;            /* revents bits that make this entry count as ready */
+	uint32_t armed;          /* what conn_prepare_sleep armed: given back after the sleep */
 };
 
 struct poll_call {
@@ -359,7 +360,7 @@ static bool prepare_all(struct poll_call *pc)
 
 		if (e->kind == ENTRY_SMC) {
 			uint32_t m = conn_prepare_sleep(e->c, poll_interest(pc->fds[i].events),
-							e->drained);
+							e->drained, &e->armed);
 
 			e->drained = 0;
 			if (m & CONN_MASK_FALLBACK) {
@@ -381,8 +382,10 @@ static bool prepare_all(struct poll_call *pc)
 static void end_sleep_all(struct poll_call *pc)
 {
 	for (nfds_t i = 0; i < pc->n; i++)
-		if (pc->ent[i].kind == ENTRY_SMC)
-			conn_end_sleep(pc->ent[i].c, poll_interest(pc->fds[i].events));
+		if (pc->ent[i].kind == ENTRY_SMC && pc->ent[i].armed) {
+			conn_end_sleep(pc->ent[i].c, pc->ent[i].armed);
+			pc->ent[i].armed = 0;
+		}
 }
 
 /* One full evaluation: state + zero-timeout kernel. Returns ready count or -1. */

@@ -621,7 +621,10 @@ static int conn_wait(struct smc_conn *c, uint32_t events, uint64_t deadline)
 {
 	uint32_t want = events | POLLERR | POLLHUP | CONN_MASK_FALLBACK;
 	bool for_handshake = conn_state(c) == CONN_PENDING;
-	uint64_t spin_ns = conn_peer_on_my_cpu(c) ? 0 : (uint64_t)smc_cfg.spin_us * 1000u;
+	/* a handshake takes two cross-process round trips through the progress thread:
+	 * spinning for it only takes a CPU away from that thread */
+	uint64_t spin_ns = for_handshake || conn_peer_on_my_cpu(c) ? 0
+							  : (uint64_t)smc_cfg.spin_us * 1000u;
 	uint64_t spin_end = now_ns() + spin_ns;
 	unsigned drained = 0;
 

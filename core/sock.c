@@ -479,8 +479,21 @@ static void conn_drop_fd(struct smc_conn *c, int fd)
 			break;
 		}
 	}
-	if (c->fd == fd && left > 0 && c->ndups > 0)
-		c->fd = c->dup_fds[--c->ndups];
+	if (c->fd == fd && left > 0) {
+		if (c->ndups > 0) {
+			c->fd = c->dup_fds[--c->ndups];
+		} else {
+			/* more dups than dup_fds holds: find one in the table (rare, slow) */
+			for (int f = fdtab_next_tracked(0); f >= 0; f = fdtab_next_tracked(f + 1)) {
+				struct fd_entry *e = fdtab_peek(f);
+
+				if (f != fd && e && e->kind == FD_SMC && e->obj == c) {
+					c->fd = f;
+					break;
+				}
+			}
+		}
+	}
 	pthread_mutex_unlock(&c->lock);
 	if (left == 0)
 		conn_release_fd(c);
@@ -496,13 +509,20 @@ void smc_sock_before_close(int fd)
 		return;
 	obj = e->obj;
 	switch (e->kind) {
-	case FD_SMC:
+	case FD_SMC: {
+		bool mine;
+
 		epoll_emul_forget_fd(fd);
+		/* two threads closing one fd: only one drops the table's reference */
 		pthread_mutex_lock(fd_lock(fd));
-		fdtab_clear(fd);
+		mine = e->kind == FD_SMC && e->obj == obj;
+		if (mine)
+			fdtab_clear(fd);
 		pthread_mutex_unlock(fd_lock(fd));
-		conn_drop_fd(obj, fd);
+		if (mine)
+			conn_drop_fd(obj, fd);
 		break;
+	}
 	case FD_LISTEN: {
 		struct smc_listener *l = obj;
 

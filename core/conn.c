@@ -400,37 +400,35 @@ static inline uint32_t peer_rflags(struct smc_conn *c)
 /* After a fork, this side of the connection may be driven by several processes in
  * turn (a parent hands a connection to its child, or takes it back): our cursors are
  * then the ones in the shared control block, not our private copies. */
-static bool rx_resync(struct smc_conn *c)
+static void rx_resync(struct smc_conn *c)
 {
 	smc_cursor cons = __atomic_load_n(&c->rx->cons, __ATOMIC_ACQUIRE);
 
 	if (!c->fork_shared || cons == c->rx_cons)
-		return true;
+		return;
 	if (!cursor_valid(cons, c->rx_size)) {
-		conn_abort_protocol(c, "consumer cursor");
-		return false;
+		conn_abort_protocol(c, "consumer cursor"); /* the caller meets c->aborted */
+		return;
 	}
 	__atomic_store_n(&c->rx_cons, cons, __ATOMIC_RELAXED);
 	c->rx_prod_seen = cons;
-	return true;
 }
 
-static bool tx_resync(struct smc_conn *c)
+static void tx_resync(struct smc_conn *c)
 {
 	smc_cursor prod = __atomic_load_n(&c->tx->prod, __ATOMIC_ACQUIRE);
 	smc_cursor cons = __atomic_load_n(&c->tx->cons, __ATOMIC_ACQUIRE);
 	int64_t used;
 
 	if (!c->fork_shared || prod == c->tx_prod)
-		return true;
+		return;
 	used = cursor_diff(prod, cons, c->tx_size);
 	if (!cursor_valid(prod, c->tx_size) || used < 0 || used > c->tx_size) {
-		conn_abort_protocol(c, "producer cursor");
-		return false;
+		conn_abort_protocol(c, "producer cursor"); /* the caller meets c->aborted */
+		return;
 	}
 	__atomic_store_n(&c->tx_prod, prod, __ATOMIC_RELAXED);
 	c->tx_cons_seen = cons;
-	return true;
 }
 
 /* Readiness checks from any thread, without the reader's or writer's lock: they never

@@ -72,7 +72,7 @@ struct smc_conn {
 	bool tcp_eof;               /* the TCP socket saw FIN/RST: peer closed or died */
 	bool aborted;               /* protocol error or peer abort: ECONNRESET */
 	bool fork_shared;           /* another process may drive this side too (fork) */
-	int pending_error;          /* SO_ERROR to report once */
+	bool reset_reported;        /* SO_ERROR gave ECONNRESET once, as the kernel clears it */
 
 	uint64_t bytes_sent, bytes_received; /* for smcpstat / stats at close */
 
@@ -80,7 +80,6 @@ struct smc_conn {
 	int rdv_listen_fd;          /* per-connection rendezvous listener, -1 when none */
 	uint8_t *pend_buf;          /* sent while PENDING (under tx_lock) */
 	size_t pend_len;
-	uint64_t deadline_ns;       /* PENDING -> FALLBACK after this */
 
 	struct smc_ep_reg *regs;    /* epoll registrations of this connection */
 };

@@ -610,8 +610,8 @@ int smc_sock_getsockopt(int fd, int level, int name, void *val, socklen_t *len)
 	if (c && level == SOL_SOCKET && name == SO_ERROR && c->aborted &&
 	    __atomic_load_n(&c->state, __ATOMIC_ACQUIRE) == CONN_ACTIVE && val && len &&
 	    *len >= sizeof(int)) {
-		*(int *)val = c->pending_error ? 0 : ECONNRESET;
-		c->pending_error = 1; /* reported once, as the kernel clears sk_err */
+		*(int *)val = c->reset_reported ? 0 : ECONNRESET;
+		c->reset_reported = true;
 		*len = sizeof(int);
 	} else {
 		r = REAL(getsockopt)(fd, level, name, val, len);

@@ -159,6 +159,15 @@ smc_init() {
 	smc_log "expect=$SMC_TEST_EXPECT transport=${SMC_TRANSPORT:-default} lib=$SMC_PRELOAD_LIB tmp=$SMC_TMP"
 }
 
+# smc_make_www LABEL: sets www to a fresh document root holding big.bin (1 MiB of random
+# bytes) and small.txt, for the HTTP server tests.
+smc_make_www() {
+	www=$SMC_TMP/www
+	mkdir -p "$www" || smc_hard_error "mkdir $www"
+	head -c 1048576 /dev/urandom >"$www/big.bin"
+	printf 'smc-preload %s test\n' "$1" >"$www/small.txt"
+}
+
 # ------------------------------------------------------------------ ports
 
 declare -A _smc_ports_given=()

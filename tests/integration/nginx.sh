@@ -13,10 +13,7 @@ smc_init
 smc_free_port port
 srv=$(smc_stats_dir server)
 cli=$(smc_stats_dir client)
-www=$SMC_TMP/www
-mkdir -p "$www"
-head -c 1048576 /dev/urandom >"$www/big.bin"
-printf 'smc-preload nginx test\n' >"$www/small.txt"
+smc_make_www nginx
 
 # Workers run as the current user so they can read $www and write their stats.
 cat >"$SMC_TMP/nginx.conf" <<CONF

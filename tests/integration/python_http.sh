@@ -14,10 +14,7 @@ smc_init
 smc_free_port port
 srv=$(smc_stats_dir server)
 cli=$(smc_stats_dir client)
-www=$SMC_TMP/www
-mkdir -p "$www"
-head -c 1048576 /dev/urandom >"$www/big.bin"
-printf 'smc-preload python http test\n' >"$www/small.txt"
+smc_make_www "python http"
 
 # -u: unbuffered, so the request log is complete when we read it.
 smc_start_server http "$srv" python3 -u -m http.server --bind 127.0.0.1 --directory "$www" "$port"

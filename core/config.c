@@ -45,6 +45,11 @@ struct smc_config smc_cfg = {
 	.spin_us = 20,
 	.mem_cap = 1 * GIB,
 	.handshake_timeout_ms = 2000,
+	.bpf_dir = "/sys/fs/bpf/smc_preload",
+	.rdv_dir = "/run/smc-preload",
+	.ib_dev = NULL,
+	.ib_port = 1,
+	.ib_gid_index = -1,
 	.transport = SMC_TRANSPORT_AUTO,
 };
 
@@ -60,6 +65,9 @@ _Static_assert(SMC_TRANSPORT_AUTO == 0 && SMC_TRANSPORT_SHM == 1 && SMC_TRANSPOR
  * cannot pull the memory from under us. */
 static char log_file_buf[SMC_CFG_STRING_MAX];
 static char stats_file_buf[SMC_CFG_STRING_MAX];
+static char bpf_dir_buf[SMC_CFG_STRING_MAX];
+static char rdv_dir_buf[SMC_CFG_STRING_MAX];
+static char ib_dev_buf[SMC_CFG_STRING_MAX];
 
 /* Store functions: `value` points to an unsigned long long (size, uint), a bool, an int
  * (enum: choice index) or a const char * (string; NULL = not set). */
@@ -97,6 +105,36 @@ static void store_stats_file(const void *v)
 	smc_cfg.stats_file = copy_string(stats_file_buf, *(const char *const *)v);
 }
 
+/* An empty directory value keeps the default: these are never "off". */
+static void store_bpf_dir(const void *v)
+{
+	const char *s = copy_string(bpf_dir_buf, *(const char *const *)v);
+
+	smc_cfg.bpf_dir = s ? s : "/sys/fs/bpf/smc_preload";
+}
+
+static void store_rdv_dir(const void *v)
+{
+	const char *s = copy_string(rdv_dir_buf, *(const char *const *)v);
+
+	smc_cfg.rdv_dir = s ? s : "/run/smc-preload";
+}
+
+static void store_ib_dev(const void *v)
+{
+	smc_cfg.ib_dev = copy_string(ib_dev_buf, *(const char *const *)v);
+}
+
+static void store_ib_port(const void *v) { smc_cfg.ib_port = (unsigned)*(const unsigned long long *)v; }
+
+/* GID indexes are 0..255; the table's extra value 256 means "choose automatically". */
+static void store_ib_gid_index(const void *v)
+{
+	unsigned long long x = *(const unsigned long long *)v;
+
+	smc_cfg.ib_gid_index = x > 255 ? -1 : (int)x;
+}
+
 /* Index of each variable; the designated initializers below keep the table and the
  * effective-value printer (config_value_text) in step. */
 enum cfg_index {
@@ -110,6 +148,11 @@ enum cfg_index {
 	CFG_MEM_CAP,
 	CFG_HANDSHAKE_TIMEOUT_MS,
 	CFG_TRANSPORT,
+	CFG_BPF_DIR,
+	CFG_RDV_DIR,
+	CFG_IB_DEV,
+	CFG_IB_PORT,
+	CFG_IB_GID_INDEX,
 	CFG_NVARS
 };
 
@@ -170,6 +213,33 @@ const struct smc_cfg_var smc_cfg_vars[CFG_NVARS] = {
 		.choices = transport_choices,
 		.doc = "auto (shm on one host, else ib), shm, ib, or tcp = never upgrade",
 		.store = store_transport,
+	},
+	[CFG_BPF_DIR] = {
+		.name = "SMC_BPF_DIR", .type = SMC_CFG_STRING, .def = "/sys/fs/bpf/smc_preload",
+		.doc = "bpffs directory where smc_preload.sh --setup pinned the TCP-option program and map",
+		.store = store_bpf_dir,
+	},
+	[CFG_RDV_DIR] = {
+		.name = "SMC_RDV_DIR", .type = SMC_CFG_STRING, .def = "/run/smc-preload",
+		.doc = "directory shared by all network namespaces for the path-based rendezvous",
+		.store = store_rdv_dir,
+	},
+	[CFG_IB_DEV] = {
+		.name = "SMC_IB_DEV", .type = SMC_CFG_STRING, .def = "",
+		.doc = "RDMA device for SMC-R (e.g. rxe0); empty = the first active RoCE device",
+		.store = store_ib_dev,
+	},
+	[CFG_IB_PORT] = {
+		.name = "SMC_IB_PORT", .type = SMC_CFG_UINT, .def = "1",
+		.min = 1, .max = 255,
+		.doc = "port number on the RDMA device",
+		.store = store_ib_port,
+	},
+	[CFG_IB_GID_INDEX] = {
+		.name = "SMC_IB_GID_INDEX", .type = SMC_CFG_UINT, .def = "256",
+		.min = 0, .max = 256,
+		.doc = "GID table index; 256 = automatic (the first RoCE v2 GID of the port)",
+		.store = store_ib_gid_index,
 	},
 };
 
@@ -515,6 +585,13 @@ static void config_value_text(enum cfg_index i, char *buf, size_t len)
 	case CFG_MEM_CAP: format_size(buf, len, smc_cfg.mem_cap); break;
 	case CFG_HANDSHAKE_TIMEOUT_MS: snprintf(buf, len, "%u", smc_cfg.handshake_timeout_ms); break;
 	case CFG_TRANSPORT: snprintf(buf, len, "%s", choice_name(var, (int)smc_cfg.transport)); break;
+	case CFG_BPF_DIR: snprintf(buf, len, "%s", smc_cfg.bpf_dir); break;
+	case CFG_RDV_DIR: snprintf(buf, len, "%s", smc_cfg.rdv_dir); break;
+	case CFG_IB_DEV: snprintf(buf, len, "%s", smc_cfg.ib_dev ? smc_cfg.ib_dev : ""); break;
+	case CFG_IB_PORT: snprintf(buf, len, "%u", smc_cfg.ib_port); break;
+	case CFG_IB_GID_INDEX:
+		snprintf(buf, len, "%d", smc_cfg.ib_gid_index < 0 ? 256 : smc_cfg.ib_gid_index);
+		break;
 	case CFG_NVARS: buf[0] = '\0'; break;
 	}
 }

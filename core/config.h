@@ -31,6 +31,11 @@ struct smc_config {
 	size_t mem_cap;            /* SMC_MEM_CAP: all RMBs of this process; past it -> TCP */
 	unsigned handshake_timeout_ms; /* SMC_HANDSHAKE_TIMEOUT_MS */
 	enum smc_transport_pref transport; /* SMC_TRANSPORT */
+	const char *bpf_dir;       /* SMC_BPF_DIR: where --setup pinned the TCP-option map */
+	const char *rdv_dir;       /* SMC_RDV_DIR: path rendezvous shared across namespaces */
+	const char *ib_dev;        /* SMC_IB_DEV: RDMA device name; NULL = automatic */
+	unsigned ib_port;          /* SMC_IB_PORT: port number on that device */
+	int ib_gid_index;          /* SMC_IB_GID_INDEX: -1 = automatic (a RoCE v2 GID) */
 };
 
 extern struct smc_config smc_cfg;

@@ -164,7 +164,7 @@ END_TEST
 
 START_TEST(table_is_sane)
 {
-	ck_assert_uint_eq(smc_cfg_nvars, 10);
+	ck_assert_uint_eq(smc_cfg_nvars, 15);
 	for (size_t i = 0; i < smc_cfg_nvars; i++) {
 		const struct smc_cfg_var *v = &smc_cfg_vars[i];
 

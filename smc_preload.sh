@@ -4,19 +4,25 @@
 # smc_preload.sh: run a program with libsmc_preload.so preloaded, so its TCP connections
 # to other preloaded processes are upgraded to SMC. Options mirror smc_run's -d/-r/-t;
 # they only set environment variables (see libsmc_preload(7)) and exec the command.
+# --setup / --teardown / --status manage the eBPF program that puts the SMC TCP option
+# on the wire (bpf/smc_tcpopt.bpf.c); see smc_preload(8).
 
 # `make install` rewrites this line with the installed library path: keep it one line.
 SMC_INSTALLED_LIB="/usr/local/lib/smc-preload/libsmc_preload.so"
+# The same for the eBPF object that --setup loads.
+SMC_INSTALLED_BPF_OBJ="/usr/local/lib/smc-preload/smc_tcpopt.bpf.o"
 
 SMC_PRELOAD_VERSION="0.1.0"
 prog=${0##*/}
 verbose=0
 print_config=0
+action=run
 
 usage() {
 	cat <<EOF
 Usage: $prog [-d] [-r SIZE] [-t SIZE] [-v] [--] COMMAND [ARGS...]
        $prog [-d] [-r SIZE] [-t SIZE] --print-config
+       $prog [-v] --setup | --teardown | --status
        $prog -h | --help | --version
 
 Run COMMAND with libsmc_preload.so preloaded: its TCP connections to other
@@ -30,10 +36,17 @@ hosts); connections to anyone else stay plain TCP.
   -h, --help      this help
   --print-config  show every SMC_* variable with its effective value and exit
   --version       show the version and exit
+  --setup         (root, once per boot) load, pin and attach the eBPF program
+                  that puts the SMC TCP option on the wire; idempotent
+  --teardown      (root) detach and unpin it; idempotent
+  --status        is it loaded and attached? exit 0 yes, 3 not set up,
+                  4 set up partly
 
 SIZE: bytes, or with a k, m or g suffix (1k = 1024). Other settings are read
 from SMC_* environment variables: see libsmc_preload(7) or --print-config.
 Library: \$SMC_PRELOAD_LIB, else the build tree, else $SMC_INSTALLED_LIB.
+eBPF object: \$SMC_BPF_OBJ, else the build tree, else $SMC_INSTALLED_BPF_OBJ;
+pinned under \$SMC_BPF_DIR (default /sys/fs/bpf/smc_preload).
 EOF
 }
 
@@ -61,6 +74,280 @@ set_var() {
 	say "$1=$2"
 }
 
+# ------------------------------------------------------------------ the TCP option (eBPF)
+# Names shared with the library (core/tcpopt.c) and the program (bpf/smc_tcpopt.bpf.c).
+bpf_init_paths() {
+	bpf_dir=${SMC_BPF_DIR:-/sys/fs/bpf/smc_preload}
+	rdv_dir=${SMC_RDV_DIR:-/run/smc-preload}
+	case $bpf_dir in /?*) ;; *) die "SMC_BPF_DIR=$bpf_dir: not an absolute path" ;; esac
+	case $rdv_dir in /?*) ;; *) die "SMC_RDV_DIR=$rdv_dir: not an absolute path" ;; esac
+	bpf_dir=${bpf_dir%/}
+	prog_pin=$bpf_dir/smc_tcpopt
+	map_pin=$bpf_dir/smc_peer
+}
+
+find_bpf_obj() {
+	local here
+	if [ -n "${SMC_BPF_OBJ:-}" ]; then
+		bpf_obj=$SMC_BPF_OBJ
+		[ -f "$bpf_obj" ] || die "SMC_BPF_OBJ=$bpf_obj: no such file"
+		return
+	fi
+	here=$(dirname -- "$0")
+	if [ -f "$here/bpf/smc_tcpopt.bpf.o" ]; then
+		bpf_obj=$here/bpf/smc_tcpopt.bpf.o
+		return
+	fi
+	bpf_obj=$SMC_INSTALLED_BPF_OBJ
+	[ -f "$bpf_obj" ] || die "eBPF object not found: $bpf_obj (set SMC_BPF_OBJ)"
+}
+
+fs_type() {
+	stat -fc %T -- "$1" 2>/dev/null
+}
+
+need_root() {
+	[ "$(id -u)" = 0 ] && return 0
+	die "$1 needs root: it loads an eBPF program and attaches it to the cgroup-v2 root.
+Run it as root once per boot; applications then need no privilege. Without it the
+library still works, without the TCP option (same-host rendezvous, else plain TCP)."
+}
+
+need_bpftool() {
+	command -v bpftool >/dev/null 2>&1 ||
+		die "bpftool not found (Debian: apt-get install bpftool)"
+}
+
+# Sets cg to the root of the cgroup-v2 hierarchy where it is mounted, or fails.
+find_cgroup2() {
+	if [ "$(fs_type /sys/fs/cgroup)" = cgroup2fs ]; then
+		cg=/sys/fs/cgroup
+		return 0
+	fi
+	cg=$(awk '$3 == "cgroup2" { print $2; exit }' /proc/self/mounts)
+	[ -n "$cg" ]
+}
+
+# Mounts the cgroup-v2 hierarchy when no mount shows it (a system with cgroup v1 only):
+# where systemd's hybrid layout has it, else under /run.
+mount_cgroup2() {
+	local m
+	for m in /sys/fs/cgroup/unified /run/smc-preload-cgroup2; do
+		if mkdir -p "$m" 2>/dev/null && mount -t cgroup2 cgroup2 "$m" 2>/dev/null; then
+			say "mounted cgroup2 at $m"
+			cg=$m
+			return 0
+		fi
+	done
+	die "no cgroup-v2 hierarchy is mounted and mounting one failed"
+}
+
+# The id of the pinned program / map: "" when not pinned (or not readable).
+pinned_prog_id() {
+	bpftool prog show pinned "$prog_pin" 2>/dev/null | sed -n '1s/^\([0-9][0-9]*\):.*/\1/p'
+}
+
+pinned_map_id() {
+	bpftool map show pinned "$map_pin" 2>/dev/null | sed -n '1s/^\([0-9][0-9]*\):.*/\1/p'
+}
+
+# The ids of the maps the pinned program uses, space separated.
+prog_map_ids() {
+	bpftool prog show pinned "$prog_pin" 2>/dev/null |
+		sed -n 's/.*map_ids \([0-9,]*\).*/\1/p' | tr ',' ' '
+}
+
+# Is program id $1 attached to cgroup $cg for sock_ops? (bpftool names the attach type
+# "sock_ops" or "cgroup_sock_ops" depending on its version.)
+prog_attached() {
+	bpftool cgroup show "$cg" 2>/dev/null |
+		awk -v id="$1" '$1 == id && $2 ~ /sock_ops$/ { found = 1 } END { exit !found }'
+}
+
+# Do the pinned program and map belong together? (A half-finished earlier run may have
+# left only one of them, or a map of another load under the name.)
+pins_consistent() {
+	local pid mid
+	pid=$(pinned_prog_id)
+	mid=$(pinned_map_id)
+	[ -n "$pid" ] && [ -n "$mid" ] || return 1
+	case " $(prog_map_ids) " in *" $mid "*) return 0 ;; esac
+	return 1
+}
+
+# Every directory from the bpf file system's root down to $bpf_dir must be searchable by
+# others, or unprivileged applications cannot open the map (systemd mounts /sys/fs/bpf
+# with mode 0700). Only the search bit is added: nobody can list the directories.
+open_bpf_path() {
+	local d=$bpf_dir perms
+	while [ "$d" != / ] && [ "$(fs_type "$d")" = bpf_fs ]; do
+		perms=$(stat -c %A -- "$d")
+		case ${perms:9:1} in
+		x | t) ;;
+		*)
+			chmod o+x -- "$d" || die "cannot make $d searchable for unprivileged users"
+			say "made $d searchable (o+x) so unprivileged applications reach the map" ;;
+		esac
+		d=$(dirname -- "$d")
+	done
+}
+
+# The sock_ops programs attached to $cg that use map id $1 (a program whose pin was
+# removed by hand is still attached, and still ours: it uses our map).
+progs_using_map() {
+	local id
+	for id in $(bpftool cgroup show "$cg" 2>/dev/null | awk '$2 ~ /sock_ops$/ { print $1 }'); do
+		case " $(bpftool prog show id "$id" 2>/dev/null |
+			sed -n 's/.*map_ids \([0-9,]*\).*/\1/p' | tr ',' ' ') " in
+		*" $1 "*) echo "$id" ;;
+		esac
+	done
+}
+
+# Detaches our program (the pinned one, and any attached program using the pinned map)
+# and removes our two pins; anything else in the directory stays, and so does the
+# directory unless it is empty.
+bpf_unpin_all() {
+	local pid mid id ids=""
+	pid=$(pinned_prog_id)
+	mid=$(pinned_map_id)
+	if find_cgroup2; then
+		[ -n "$pid" ] && prog_attached "$pid" && ids=$pid
+		[ -n "$mid" ] && ids="$ids $(progs_using_map "$mid")"
+	fi
+	# shellcheck disable=SC2086 # ids: numbers, split on purpose
+	for id in $(printf '%s\n' $ids | sort -u); do
+		bpftool cgroup detach "$cg" sock_ops id "$id" ||
+			die "cannot detach program $id from $cg"
+		say "detached program $id from $cg"
+	done
+	rm -f -- "$prog_pin" "$map_pin" || die "cannot remove the pins under $bpf_dir"
+	rmdir -- "$bpf_dir" 2>/dev/null
+	return 0
+}
+
+# One --setup / --teardown at a time.
+bpf_lock() {
+	exec 9>>/run/smc_preload.lock || die "cannot open /run/smc_preload.lock"
+	flock 9 || die "cannot lock /run/smc_preload.lock"
+}
+
+do_setup() {
+	local pid
+	need_root --setup
+	need_bpftool
+	bpf_init_paths
+	find_bpf_obj
+	bpf_lock
+	if [ "$(fs_type /sys/fs/bpf)" != bpf_fs ]; then
+		mkdir -p /sys/fs/bpf && mount -t bpf bpf /sys/fs/bpf ||
+			die "cannot mount the bpf file system at /sys/fs/bpf"
+		say "mounted the bpf file system at /sys/fs/bpf"
+	fi
+	if ! mkdir -p -- "$bpf_dir"; then
+		case ${bpf_dir#/sys/fs/bpf} in
+		*.*) die "cannot create $bpf_dir: names on the bpf file system may not contain a dot" ;;
+		esac
+		die "cannot create $bpf_dir"
+	fi
+	[ "$(fs_type "$bpf_dir")" = bpf_fs ] || die "$bpf_dir is not on a bpf file system"
+	find_cgroup2 || mount_cgroup2
+
+	if [ -e "$prog_pin" ] || [ -e "$map_pin" ]; then
+		if pins_consistent; then
+			say "already loaded: $prog_pin"
+		else
+			say "removing a partial setup under $bpf_dir"
+			bpf_unpin_all
+			mkdir -p -- "$bpf_dir" || die "cannot create $bpf_dir"
+		fi
+	fi
+	if [ ! -e "$prog_pin" ]; then
+		bpftool prog load "$bpf_obj" "$prog_pin" type sockops pinmaps "$bpf_dir" ||
+			die "cannot load $bpf_obj (needs a kernel >= 5.10 with BPF sock_ops header options)"
+		say "loaded $bpf_obj, pinned under $bpf_dir"
+	fi
+	pid=$(pinned_prog_id)
+	[ -n "$pid" ] || die "the program pinned at $prog_pin cannot be read back"
+	if prog_attached "$pid"; then
+		say "program $pid already attached to $cg"
+	else
+		# multi: other programs attached to the root (and below it) keep running
+		bpftool cgroup attach "$cg" sock_ops id "$pid" multi ||
+			die "cannot attach program $pid to $cg"
+		say "attached program $pid to $cg (sock_ops, multi)"
+	fi
+	chmod 0755 -- "$bpf_dir" && chmod 0600 -- "$prog_pin" && chmod 0666 -- "$map_pin" ||
+		die "cannot set the modes under $bpf_dir"
+	open_bpf_path
+	if [ -L "$rdv_dir" ] || { [ -e "$rdv_dir" ] && [ ! -d "$rdv_dir" ]; }; then
+		die "$rdv_dir exists and is not a directory"
+	fi
+	mkdir -p -- "$rdv_dir" && chmod 1777 -- "$rdv_dir" || die "cannot create $rdv_dir"
+	printf '%s: SMC TCP option set up: program %s attached to %s, map %s\n' \
+		"$prog" "$prog_pin" "$cg" "$map_pin"
+}
+
+do_teardown() {
+	need_root --teardown
+	need_bpftool
+	bpf_init_paths
+	bpf_lock
+	if [ ! -e "$prog_pin" ] && [ ! -e "$map_pin" ]; then
+		printf '%s: SMC TCP option: nothing set up under %s\n' "$prog" "$bpf_dir"
+		return 0
+	fi
+	bpf_unpin_all
+	printf '%s: SMC TCP option removed from %s\n' "$prog" "$bpf_dir"
+}
+
+map_access() {
+	local mode unpriv
+	mode=$(stat -c %a -- "$map_pin" 2>/dev/null)
+	unpriv=$(cat /proc/sys/kernel/unprivileged_bpf_disabled 2>/dev/null)
+	printf 'mode %s, kernel.unprivileged_bpf_disabled=%s' "${mode:-?}" "${unpriv:-?}"
+}
+
+# Exit 0: loaded and attached; 3: nothing set up; 4: set up partly, or not attached.
+do_status() {
+	local pid mid
+	bpf_init_paths
+	if [ ! -e "$prog_pin" ] && [ ! -e "$map_pin" ]; then
+		printf 'SMC TCP option: not loaded (nothing pinned under %s)\n' "$bpf_dir"
+		exit 3
+	fi
+	if [ "$(id -u)" != 0 ] || ! command -v bpftool >/dev/null 2>&1; then
+		# Without root (or bpftool) only the pins can be seen, not the attachment.
+		if [ -e "$prog_pin" ] && [ -e "$map_pin" ]; then
+			printf 'SMC TCP option: loaded (pinned under %s; the attachment is only checked as root with bpftool)\n' "$bpf_dir"
+			printf '  map        %s (%s)\n' "$map_pin" "$(map_access)"
+			exit 0
+		fi
+		printf 'SMC TCP option: set up partly under %s; run --setup or --teardown as root\n' "$bpf_dir"
+		exit 4
+	fi
+	pid=$(pinned_prog_id)
+	mid=$(pinned_map_id)
+	if ! pins_consistent; then
+		printf 'SMC TCP option: set up partly under %s (program %s, map %s); run --setup or --teardown\n' \
+			"$bpf_dir" "${pid:-missing}" "${mid:-missing}"
+		exit 4
+	fi
+	if ! find_cgroup2 || ! prog_attached "$pid"; then
+		printf 'SMC TCP option: loaded under %s but not attached to the cgroup-v2 root; run --setup\n' "$bpf_dir"
+		exit 4
+	fi
+	printf 'SMC TCP option: loaded and attached\n'
+	printf '  program    %s (id %s), sock_ops at %s\n' "$prog_pin" "$pid" "$cg"
+	printf '  map        %s (id %s, %s)\n' "$map_pin" "$mid" "$(map_access)"
+	if [ -d "$rdv_dir" ]; then
+		printf '  rendezvous %s (mode %s)\n' "$rdv_dir" "$(stat -c %a -- "$rdv_dir")"
+	else
+		printf '  rendezvous %s missing\n' "$rdv_dir"
+	fi
+	exit 0
+}
+
 # ------------------------------------------------------------------ options
 while [ $# -gt 0 ]; do
 	case $1 in
@@ -68,6 +355,9 @@ while [ $# -gt 0 ]; do
 	--help) usage; exit 0 ;;
 	--version) printf 'smc-preload %s\n' "$SMC_PRELOAD_VERSION"; exit 0 ;;
 	--print-config) print_config=1; shift ;;
+	--setup) action=setup; shift ;;
+	--teardown) action=teardown; shift ;;
+	--status) action=status; shift ;;
 	--*) die_usage "unknown option: $1" ;;
 	-r | -t)
 		[ $# -ge 2 ] || die_usage "option $1 needs a SIZE"
@@ -91,6 +381,13 @@ while [ $# -gt 0 ]; do
 	*) break ;;
 	esac
 done
+
+if [ "$action" != run ]; then
+	[ $# -eq 0 ] || die_usage "--$action takes no COMMAND"
+	[ "$print_config" = 0 ] || die_usage "--$action and --print-config exclude each other"
+	"do_$action"
+	exit 0
+fi
 
 # ------------------------------------------------------------------ the library
 find_library() {

@@ -20,8 +20,8 @@
  *            20 client token(be64) 28 family(4|6) 29 reserved 30 client port(be16)
  *            32 server port(be16) 34 reserved(2) 36 client addr(16) 52 server addr(16)
  *            68 trailer
- *  Accept (32): 8 proto(be16) 10 reserved(2) 12 c2s size 16 s2c size
- *            20 server token(be64) 28 trailer
+ *  Accept (40): 8 proto(be16) 10 reserved(2) 12 c2s size 16 s2c size
+ *            20 server token(be64) 28 proof(be64) 36 trailer
  *  Confirm (28): 8 client token(be64) 16 server token(be64) 24 trailer
  *  Decline (20): 8 diagnosis(be32) 12 reserved(4) 16 trailer
  */
@@ -92,7 +92,7 @@ static bool all_zero(const uint8_t *p, size_t n)
 #define R_ACCEPT_LEN 68u
 #define R_DECLINE_LEN 28u
 #define SH_PROP_LEN 72u
-#define SH_ACCEPT_LEN 32u
+#define SH_ACCEPT_LEN 40u
 #define SH_CONFIRM_LEN 28u
 #define SH_DECLINE_LEN 20u
 
@@ -311,6 +311,7 @@ static void encode_sh_accept(uint8_t *b, const struct clc_sh_accept *a)
 	put32(b + 12, a->c2s_size);
 	put32(b + 16, a->s2c_size);
 	put64(b + 20, a->server_token);
+	put64(b + 28, a->proof);
 }
 
 ssize_t clc_encode(const struct clc_msg *m, uint8_t *buf, size_t cap)
@@ -376,7 +377,7 @@ int clc_peek_header(const uint8_t *buf, size_t len, enum clc_variant *variant,
 	else if (eye == CLC_EYECATCHER_SAMEHOST)
 		*variant = CLC_SAMEHOST;
 	else if (eye == CLC_EYECATCHER_SMCD)
-		return -EPROTONOSUPPORT;
+		*variant = CLC_SMCD;
 	else
 		return -EBADMSG;
 	if (buf[4] < CLC_PROPOSAL || buf[4] > CLC_DECLINE)
@@ -499,6 +500,7 @@ static int decode_sh(const uint8_t *b, size_t len, struct clc_msg *out)
 		out->u.s_acc.c2s_size = get32(b + 12);
 		out->u.s_acc.s2c_size = get32(b + 16);
 		out->u.s_acc.server_token = get64(b + 20);
+		out->u.s_acc.proof = get64(b + 28);
 		return 0;
 	case CLC_CONFIRM:
 		out->u.s_conf.client_token = get64(b + 8);
@@ -521,6 +523,8 @@ int clc_decode(const uint8_t *buf, size_t len, struct clc_msg *out)
 
 	if (rc < 0)
 		return rc;
+	if (variant == CLC_SMCD)
+		return -EPROTONOSUPPORT;
 	if (len < total)
 		return -ENODATA;
 	if (len > total)
@@ -542,6 +546,71 @@ int clc_decode(const uint8_t *buf, size_t len, struct clc_msg *out)
 	return clc_validate(out);
 }
 
+/* ------------------------------------------------------------------ stream framing */
+
+static bool kernel_eyecatcher(uint32_t eye)
+{
+	return eye == CLC_EYECATCHER_SMCR || eye == CLC_EYECATCHER_SMCD;
+}
+
+int clc_frame(const uint8_t *buf, size_t len, struct clc_frame *f)
+{
+	uint16_t total;
+	int rc = clc_peek_header(buf, len, &f->variant, &f->type, &total);
+
+	if (rc < 0)
+		return rc;
+	if (len != total)
+		return len < total ? -ENODATA : -EMSGSIZE;
+	f->version = buf[7] >> 4;
+	f->flags = buf[7] & 0x0F;
+	/* the kernel ends SMC-D v2 messages with either eyecatcher */
+	if (f->variant == CLC_SAMEHOST ? get32(buf + len - CLC_TRL_LEN) != CLC_EYECATCHER_SAMEHOST
+				       : !kernel_eyecatcher(get32(buf + len - CLC_TRL_LEN)))
+		return -EBADMSG;
+	return 0;
+}
+
+uint32_t clc_frame_decline_diag(const uint8_t *buf, size_t len)
+{
+	/* v1 and v2 Declines both carry the diagnosis right after the peer id */
+	return len >= R_DECLINE_LEN ? get32(buf + 16) : 0;
+}
+
+/* ------------------------------------------------------------------ in-band block */
+
+#define BLK_MAGIC CLC_EYECATCHER_SAMEHOST
+#define BLK_LEN CLC_MAX_IPAREA_OFFSET
+
+void clc_block_put(struct clc_smcr_proposal *p, const struct clc_block *b)
+{
+	uint8_t *g = p->iparea_gap;
+
+	p->iparea_offset = BLK_LEN;
+	memset(g, 0, BLK_LEN);
+	put32(g, BLK_MAGIC);
+	g[4] = b->version;
+	g[5] = b->flags;
+	put64(g + 12, b->host_id);
+	put64(g + 20, b->rdv_name);
+	put64(g + 28, b->rdv_key);
+}
+
+int clc_block_get(const struct clc_smcr_proposal *p, struct clc_block *b)
+{
+	const uint8_t *g = p->iparea_gap;
+
+	if (p->iparea_offset != BLK_LEN || get32(g) != BLK_MAGIC)
+		return -ENOENT;
+	memset(b, 0, sizeof(*b));
+	b->version = g[4];
+	b->flags = g[5];
+	b->host_id = get64(g + 12);
+	b->rdv_name = get64(g + 20);
+	b->rdv_key = get64(g + 28);
+	return 0;
+}
+
 /* ------------------------------------------------------------------ reasons */
 
 const char *clc_decline_reason_str(uint32_t diag)
@@ -558,6 +627,7 @@ const char *clc_decline_reason_str(uint32_t diag)
 		{ CLC_DECL_PEERNOSMC, "peer did not indicate SMC" },
 		{ CLC_DECL_IPSEC, "IPsec" },
 		{ CLC_DECL_NOSMCDEV, "no SMC device" },
+		{ CLC_DECL_NOSMCDDEV, "no SMC-D device" },
 		{ CLC_DECL_NOSMCRDEV, "no SMC-R device" },
 		{ CLC_DECL_MODEUNSUPP, "SMC modes do not match" },
 		{ CLC_DECL_DIFFPREFIX, "IP prefix mismatch" },
@@ -570,6 +640,7 @@ const char *clc_decline_reason_str(uint32_t diag)
 		{ CLC_DECL_SH_SIZE, "ring size mismatch" },
 		{ CLC_DECL_SH_TOKEN, "token mismatch" },
 		{ CLC_DECL_SH_FDS, "ring descriptors missing" },
+		{ CLC_DECL_SH_RDV, "rendezvous unreachable" },
 	};
 	static const struct {
 		uint8_t cls;

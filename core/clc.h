@@ -34,11 +34,13 @@
 #include <sys/types.h>
 
 #define CLC_EYECATCHER_SMCR 0xE2D4C3D9u /* "SMCR" in EBCDIC */
-#define CLC_EYECATCHER_SMCD 0xE2D4C3C4u /* "SMCD" in EBCDIC (recognised, not supported) */
+#define CLC_EYECATCHER_SMCD 0xE2D4C3C4u /* "SMCD" in EBCDIC (framed and declined, not decoded) */
 #define CLC_EYECATCHER_SAMEHOST 0xE2D4C3E4u /* "SMCU" in EBCDIC: smc-preload same host */
 
 enum clc_type { CLC_PROPOSAL = 1, CLC_ACCEPT = 2, CLC_CONFIRM = 3, CLC_DECLINE = 4 };
-enum clc_variant { CLC_SMCR = 1, CLC_SAMEHOST = 2 };
+/* CLC_SMCD is only reported by clc_peek_header / clc_frame (a kernel SMC-D message is
+ * framed, consumed and declined); encode and decode know SMCR and SAMEHOST. */
+enum clc_variant { CLC_SMCR = 1, CLC_SAMEHOST = 2, CLC_SMCD = 3 };
 
 #define CLC_HDR_LEN 8
 #define CLC_TRL_LEN 4
@@ -131,6 +133,7 @@ struct clc_sh_accept {
 	uint32_t c2s_size; /* must equal the proposal: see clc_sh_check_accept */
 	uint32_t s2c_size;
 	uint64_t server_token; /* != 0 */
+	uint64_t proof;        /* in-band negotiation: the key of the TCP Proposal; else 0 */
 };
 
 struct clc_sh_confirm {
@@ -170,6 +173,7 @@ enum clc_decline_reason {
 	CLC_DECL_PEERNOSMC = 0x03010000,  /* peer did not indicate SMC */
 	CLC_DECL_IPSEC = 0x03020000,      /* IPsec in use */
 	CLC_DECL_NOSMCDEV = 0x03030000,   /* no SMC device */
+	CLC_DECL_NOSMCDDEV = 0x03030001,  /* no SMC-D device */
 	CLC_DECL_NOSMCRDEV = 0x03030002,  /* no SMC-R device */
 	CLC_DECL_MODEUNSUPP = 0x03040000, /* SMC modes do not match */
 	CLC_DECL_DIFFPREFIX = 0x03070000, /* IP prefix / subnet mismatch */
@@ -182,6 +186,7 @@ enum clc_decline_reason {
 	CLC_DECL_SH_SIZE = 0x7F030000,    /* accepted ring sizes differ from the proposal */
 	CLC_DECL_SH_TOKEN = 0x7F040000,   /* token mismatch */
 	CLC_DECL_SH_FDS = 0x7F050000,     /* ring/doorbell fds missing or invalid */
+	CLC_DECL_SH_RDV = 0x7F060000,     /* the client's rendezvous socket is unreachable */
 };
 
 /* Short text for logs, stats and smcpstat ("memory", "timeout", ...); "unknown" for
@@ -204,6 +209,57 @@ int clc_decode(const uint8_t *buf, size_t len, struct clc_msg *out);
  * only, so a reader can always consume a whole message before deciding about it. */
 int clc_peek_header(const uint8_t *buf, size_t len, enum clc_variant *variant,
 		    uint8_t *type, uint16_t *total_len);
+
+/* ------------------------------------------------------------------ stream framing */
+
+/* A whole message as read from a TCP stream, judged only by its frame: a known
+ * eyecatcher (SMCR, SMCD or SMCU), a type 1..4, a length field equal to len and within
+ * [CLC_MIN_LEN, CLC_MAX_LEN], and a trailer that is an SMCR or SMCD eyecatcher (SMCU:
+ * SMCU). Enough to decide what to answer to a peer whose message we do not decode (a
+ * kernel's SMC v2 Proposal, an SMC-D Accept). */
+struct clc_frame {
+	enum clc_variant variant;
+	uint8_t type;
+	uint8_t version; /* high nibble of byte 7 */
+	uint8_t flags;   /* low nibble of byte 7 */
+};
+/* 0, -ENODATA / -EMSGSIZE (length field differs from len or is out of bounds),
+ * -EBADMSG (eyecatcher, type or trailer). */
+int clc_frame(const uint8_t *buf, size_t len, struct clc_frame *f);
+/* Diagnosis code of a framed SMCR/SMCD Decline (v1 or v2 layout), 0 if too short. */
+uint32_t clc_frame_decline_diag(const uint8_t *buf, size_t len);
+
+/* ------------------------------------------------------------------ in-band block
+ *
+ * smc-preload's in-band Proposal is a valid SMC-R v1 Proposal (so a kernel AF_SMC
+ * server parses it and declines, or accepts and receives our Decline). What only
+ * another smc-preload reads travels in the area between the fixed part and the IP
+ * prefix, which the IP-area offset field skips (the kernel puts SMC-D data there and
+ * reads it only when SMC-D is offered, except the SMC v2 extension offset, which stays
+ * zero). With an offset of CLC_MAX_IPAREA_OFFSET (40):
+ *
+ *   gap 0 magic "SMCU" EBCDIC(4)  4 block version(1)  5 flags(1)  6 reserved(4)
+ *      10 zero(2): the kernel's v2 extension offset
+ *      12 host id(be64)  20 rendezvous name(be64)  28 rendezvous key(be64)
+ *      36 reserved(4)
+ */
+#define CLC_BLOCK_VERSION 1
+#define CLC_BLOCK_RDV_PATH 0x01 /* rendezvous: a path socket under SMC_RDV_DIR (else an
+				 * abstract name) */
+
+struct clc_block {
+	uint8_t version;
+	uint8_t flags;
+	uint64_t host_id;  /* same value: same kernel (boot), see negotiate.c */
+	uint64_t rdv_name; /* names the client's rendezvous socket */
+	uint64_t rdv_key;  /* secret: the server proves it read the Proposal */
+};
+
+/* Stores b into an SMC-R Proposal's opaque area (sets iparea_offset). */
+void clc_block_put(struct clc_smcr_proposal *p, const struct clc_block *b);
+/* 0 when the Proposal carries our block (any version: the caller checks it), -ENOENT
+ * when it does not (a kernel's or another implementation's Proposal). */
+int clc_block_get(const struct clc_smcr_proposal *p, struct clc_block *b);
 
 /* ------------------------------------------------------------------ helpers */
 

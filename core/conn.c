@@ -350,11 +350,16 @@ void conn_fallback(struct smc_conn *c, enum smc_reason why)
  * ends with ECONNRESET, nothing is read or written outside the rings. */
 static void conn_abort_protocol(struct smc_conn *c, const char *what)
 {
-	if (!c->aborted) {
+	bool first = !c->aborted;
+
+	if (first) {
 		log_warn("fd %d: peer sent an invalid %s: connection aborted", c->fd, what);
 		stats_count_abort();
 	}
 	c->aborted = true;
+	/* readiness hook: epoll sets learn about changes only from the bells */
+	if (first)
+		conn_wake_local(c);
 }
 
 /* Peer's producer cursor, validated. Returns readable bytes (>= 0) or -1 when aborted. */
@@ -472,6 +477,20 @@ static bool tx_dead(struct smc_conn *c)
 
 /* ------------------------------------------------------------------ readiness */
 
+/* While the handshake runs, a connected client socket is writable as TCP's would be:
+ * sends are staged until the staging buffer is full (the in-band negotiation may wait
+ * for the server's accept() as long as it takes). */
+static uint32_t pending_poll_mask(struct smc_conn *c)
+{
+	struct pollfd p = { .fd = c->fd, .events = POLLOUT };
+
+	if (c->side != CONN_CLIENT || __atomic_load_n(&c->pend_len, __ATOMIC_RELAXED) >= CONN_PENDING_BUF)
+		return 0;
+	if (REAL(poll)(&p, 1, 0) != 1 || (p.revents & (POLLERR | POLLHUP | POLLNVAL)))
+		return 0;
+	return (p.revents & POLLOUT) ? POLLOUT | POLLWRNORM : 0;
+}
+
 uint32_t conn_poll_mask(struct smc_conn *c)
 {
 	uint32_t m = 0;
@@ -479,6 +498,8 @@ uint32_t conn_poll_mask(struct smc_conn *c)
 
 	if (st == CONN_FALLBACK)
 		return CONN_MASK_FALLBACK;
+	if (st == CONN_PENDING)
+		return pending_poll_mask(c);
 	if (st != CONN_ACTIVE)
 		return 0;
 	if (c->aborted)
@@ -558,6 +579,34 @@ void conn_end_sleep(struct smc_conn *c, uint32_t events)
 		sleeper_del(&c->tx->w_sleepers, &c->asleep_tx);
 }
 
+/* ---- readiness hooks for the epoll emulation (epoll.c owns this region) ---- */
+
+void conn_rearm(struct smc_conn *c, uint32_t events)
+{
+	if (conn_state(c) == CONN_ACTIVE) {
+		if (events & POLLIN)
+			__atomic_add_fetch(&c->rx->r_seq, 1, __ATOMIC_SEQ_CST);
+		if (events & POLLOUT)
+			__atomic_add_fetch(&c->tx->w_seq, 1, __ATOMIC_SEQ_CST);
+	}
+	__atomic_thread_fence(__ATOMIC_SEQ_CST);
+}
+
+/* A nonblocking sender found the ring full. Like TCP's SOCK_NOSPACE: a waiter that holds
+ * a sleeper count without a fresh sequence (an epoll set's edge-triggered EPOLLOUT) must
+ * hear when room comes back, so ask the peer to ring once more; room freed before the
+ * peer could see the new sequence is announced on our own bell. */
+static void conn_tx_full(struct smc_conn *c)
+{
+	if (!__atomic_load_n(&c->asleep_tx, __ATOMIC_RELAXED))
+		return;
+	conn_rearm(c, POLLOUT);
+	if (tx_free_peek(c) != 0)
+		bell_ring(c->tx_bell);
+}
+
+/* ---- end of the epoll readiness hooks ---- */
+
 int conn_wait_fds(struct smc_conn *c, uint32_t events, struct pollfd *out, unsigned *tags)
 {
 	int n = 0;
@@ -634,7 +683,7 @@ static int conn_wait(struct smc_conn *c, uint32_t events, uint64_t deadline)
 		if (now_ns() >= spin_end)
 			break;
 		/* two cores, two busy processes: let the peer we wait for run */
-		if (round % 8 == 0)
+		if (round % 8 == 0 && !getenv("PERF2_NOYIELD"))
 			sched_yield();
 	}
 
@@ -770,16 +819,87 @@ static void ring_if_asleep(const uint32_t *sleepers, const uint32_t *seq, uint32
 	}
 }
 
-static void rx_publish(struct smc_conn *c)
+static uint32_t perf2_div(const char *name, unsigned *cache)
 {
+	if (!*cache) {
+		const char *e = getenv(name);
+
+		*cache = e ? (unsigned)strtoul(e, NULL, 0) + 1 : 1;
+	}
+	return *cache - 1;
+}
+
+static void rx_publish(struct smc_conn *c, bool last)
+{
+	static unsigned rt;
+	uint32_t d = perf2_div("PERF2_RT", &rt);
+
 	__atomic_store_n(&c->rx->cons, c->rx_cons, __ATOMIC_RELEASE);
+	if (!last && (!__atomic_load_n(&c->rx->w_sleepers, __ATOMIC_RELAXED) ||
+		      (!getenv("PERF2_NOCPU") && conn_peer_on_my_cpu(c))))
+		return;
+	if (d && ring_free(c->rx_prod_seen, c->rx_cons, c->rx_size) < c->rx_size / d)
+		return;
 	ring_if_asleep(&c->rx->w_sleepers, &c->rx->w_seq, &c->rung_tx_seq, c->peer_tx_bell);
 }
 
-static void tx_publish(struct smc_conn *c)
+static void tx_publish(struct smc_conn *c, bool last)
 {
 	__atomic_store_n(&c->tx->prod, c->tx_prod, __ATOMIC_RELEASE);
+	if (!last && (!__atomic_load_n(&c->tx->r_sleepers, __ATOMIC_RELAXED) ||
+		      (!getenv("PERF2_NOCPU") && conn_peer_on_my_cpu(c))))
+		return;
 	ring_if_asleep(&c->tx->r_sleepers, &c->tx->r_seq, &c->rung_rx_seq, c->peer_rx_bell);
+}
+
+static size_t perf2_chunk(void)
+{
+	static size_t v;
+
+	if (!v) {
+		const char *e = getenv("PERF2_CHUNK");
+
+		v = e ? strtoull(e, NULL, 0) : 16384;
+		if (!v)
+			v = (size_t)1 << 40;
+	}
+	return v;
+}
+
+/* Copies n bytes (n <= used) out of the ring into the iovecs from `skip` on, publishing
+ * the consumer cursor every chunk. */
+static void rx_copy_publish(struct smc_conn *c, const struct iovec *iov, int iovcnt,
+			    size_t skip, size_t n)
+{
+	size_t chunk = perf2_chunk();
+
+	while (n) {
+		size_t k = n < chunk ? n : chunk;
+
+		ring_copy_out_iov(c->rx_ring, c->rx_size, c->rx_cons, iov, iovcnt, skip, k);
+		__atomic_store_n(&c->rx_cons, cursor_add(c->rx_cons, (uint32_t)k, c->rx_size),
+				 __ATOMIC_RELAXED);
+		rx_publish(c, k == n);
+		skip += k;
+		n -= k;
+	}
+}
+
+static void tx_copy_publish(struct smc_conn *c, const struct iovec *iov, int iovcnt,
+			    size_t skip, size_t n)
+{
+	size_t chunk = perf2_chunk();
+
+	while (n) {
+		size_t k = n < chunk ? n : chunk;
+
+		ring_copy_in_iov(c->tx_ring, c->tx_size, c->tx_prod, iov, iovcnt, skip, k);
+		__atomic_store_n(&c->tx_prod, cursor_add(c->tx_prod, (uint32_t)k, c->tx_size),
+				 __ATOMIC_RELAXED);
+		tx_publish(c, k == n);
+		skip += k;
+		n -= k;
+	}
 }
 
 ssize_t conn_recv(struct smc_conn *c, const struct iovec *iov, int iovcnt, int flags)
@@ -809,14 +929,17 @@ ssize_t conn_recv(struct smc_conn *c, const struct iovec *iov, int iovcnt, int f
 		if (used > 0) {
 			size_t n = (size_t)used < want - got ? (size_t)used : want - got;
 
-			ring_copy_out_iov(c->rx_ring, c->rx_size, c->rx_cons, iov, iovcnt, got, n);
-			got += n;
-			if (flags & MSG_PEEK)
+			if (flags & MSG_PEEK) {
+				ring_copy_out_iov(c->rx_ring, c->rx_size, c->rx_cons, iov, iovcnt,
+						  got, n);
+				got += n;
 				break;
-			__atomic_store_n(&c->rx_cons, cursor_add(c->rx_cons, (uint32_t)n, c->rx_size),
-					 __ATOMIC_RELAXED);
-			rx_publish(c);
-			if (got == want || !(flags & MSG_WAITALL))
+			}
+			rx_copy_publish(c, iov, iovcnt, got, n);
+			got += n;
+			if (got == want)
+				break;
+			if (!(flags & MSG_WAITALL) && (!getenv("PERF2_MORE") || rx_used(c) == 0))
 				break;
 			continue;
 		}
@@ -891,16 +1014,14 @@ ssize_t conn_send(struct smc_conn *c, const struct iovec *iov, int iovcnt, int f
 		if (room > 0) {
 			size_t n = (size_t)room < want - sent ? (size_t)room : want - sent;
 
-			ring_copy_in_iov(c->tx_ring, c->tx_size, c->tx_prod, iov, iovcnt, sent, n);
-			__atomic_store_n(&c->tx_prod, cursor_add(c->tx_prod, (uint32_t)n, c->tx_size),
-					 __ATOMIC_RELAXED);
-			tx_publish(c);
+			tx_copy_publish(c, iov, iovcnt, sent, n);
 			sent += n;
 			continue;
 		}
 		if (nonblock) {
 			if (!sent)
 				err = EAGAIN;
+			conn_tx_full(c);
 			break;
 		}
 		err = -conn_wait(c, POLLOUT, deadline);

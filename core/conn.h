@@ -145,6 +145,11 @@ uint32_t conn_prepare_sleep(struct smc_conn *c, uint32_t events, unsigned draine
  * ringing for this waiter. Pass the events that prepare reported in *armed (a waiter
  * prepared while the handshake ran armed nothing, and must end nothing). */
 void conn_end_sleep(struct smc_conn *c, uint32_t events);
+/* For a waiter that keeps its sleeper counts across sleeps (the epoll emulation: armed
+ * with conn_prepare_sleep, released with conn_end_sleep): asks the peer to ring once
+ * more for `events` (bumps the sequence), then a full barrier; re-check the state after
+ * it. A nonblocking send that finds the ring full does the same for POLLOUT by itself. */
+void conn_rearm(struct smc_conn *c, uint32_t events);
 /* Fills up to 3 pollfds: rx bell (if POLLIN wanted), tx bell (if POLLOUT wanted) and the
  * TCP socket (POLLIN|POLLRDHUP, until its EOF was seen) which reports a dead peer.
  * Returns how many; tags[i] says which (CONN_BELL_RX, CONN_BELL_TX or CONN_WAIT_TCP). */

@@ -5,29 +5,64 @@
  * Objects:
  *   struct smc_epoll   one per application epoll fd that holds SMC fds (FD_EPOLL)
  *   struct smc_ep_reg  a "watch": one connection (or one nested emulated set) in one
- *                      set; owns the shadow entries and a reference; linked from
- *                      c->regs (under c->lock) so it is found again for dup'ed fds
+ *                      set; owns the shadow entries, a reference and sleeper counts;
+ *                      linked from c->regs (under c->lock) so it is found again for
+ *                      dup'ed fds
  *   struct ep_fdreg    one application fd registered in the set: events, data, and
  *                      the edge/one-shot bookkeeping
  *
- * Shadow entries carry (slot generation, slot index, tag) rather than a pointer: an
- * event that was already queued in the shadow when its watch went away (or that comes
+ * Ready list (why this design). epoll_wait must cost O(ready connections), not
+ * O(registered): a server with many idle or slow connections otherwise spends its CPU
+ * re-reading every connection's shared cursors on every call. Only two things can tell
+ * a process which connections changed: a scan of shared memory (the cost we remove) or
+ * the kernel. So the kernel's own ready list is the "dirty list":
+ *   - each watch holds its sleeper counts for as long as it has enabled registrations
+ *     (not only while a thread sleeps), so the peer rings our doorbell after a change;
+ *     the peer rings at most once per sequence number (conn.c ring_if_asleep), and we
+ *     bump the sequence (conn_rearm) only when a watch leaves our ready list, so a
+ *     connection costs at most one ring per "became ready" transition, like a TCP
+ *     wakeup, and nothing while it stays ready;
+ *   - the doorbells sit in the shadow epoll edge-triggered: every ring queues the
+ *     watch once, nothing has to read the eventfd, and the shadow's ready list names
+ *     exactly the connections that changed (harvested with one epoll_wait);
+ *   - our own ready list holds the watches to evaluate: those harvested, those added or
+ *     modified by epoll_ctl (the kernel re-polls on ADD/MOD), and those still ready
+ *     after a level-triggered report (the kernel re-queues them too). A watch leaves
+ *     the list only after conn_rearm() + a full barrier + one more look found nothing
+ *     to report (Dekker with the peer's cursor store + barrier + sequence load), so a
+ *     change is either seen by that look or rung by the peer.
+ *   - local changes that no peer announces ring our own bells (conn_wake_local in
+ *     conn.c: handshake end, fallback, shutdown, TCP EOF, protocol abort); the own
+ *     send filling the ring bumps the send sequence (conn_tx_full, TCP's SOCK_NOSPACE)
+ *     so an edge-triggered EPOLLOUT hears when room comes back. EPOLLOUT is otherwise
+ *     not re-armed while there is room: wakeups for consumed bytes nobody waits for
+ *     would cost the peer a syscall per message.
+ * A per-process dirty list in shared memory would avoid the peer's eventfd write, but
+ * needs a mapping shared by all of a process's peers (a handshake change); the
+ * eventfd write is cheaper than the TCP send it replaces.
+ *
+ * Sets shared across fork: the kernel objects (application set, shadow, bells) are
+ * shared, our lists are not. Entries carry an owner byte (per process); a process that
+ * harvests an entry of another process, and every forked child's copy of a set, switch
+ * the set to "shared" mode: watches never leave the list (every call scans them, the
+ * cost of the old design), a harvest of bells kicks the set so the other processes
+ * rescan, and sleeps are sliced (EP_SHARED_SLICE_MS) because a kick can be consumed by
+ * the process that wrote it. A forked child drops the sleeper counts it inherited (they
+ * are the parent's) and takes its own when it evaluates a watch.
+ *
+ * Shadow entries carry (slot generation, owner, slot index, tag) rather than a pointer:
+ * an event that was already queued in the shadow when its watch went away (or that comes
  * from a socket whose fd number was closed under a dup) finds a stale generation and is
  * ignored instead of touching freed memory.
  *
  * epoll_emul_wait (per call):
- *   1. report SMC registrations ready from state (LT: while ready; ET: when the state
- *      changed since the last report; ONESHOT: then disabled until MOD), then fill up
- *      with the kernel's ready events (zero timeout, cookie removed);
- *   2. otherwise spin up to SMC_SPIN_US re-checking state, asking the kernel every few
- *      rounds;
- *   3. prepare: drain the shadow (which bells fired, TCP events), re-sync the wait fds
- *      of connections whose state changed, conn_prepare_sleep() each connection;
- *   4. sleep in the real epoll_pwait2 on the application's fd; when the cookie fired,
- *      drain the shadow and add the SMC events now ready; loop until something is
- *      reported or the timeout expires.
- * Every call scans all registrations of the set (O(registrations)); the scan is in
- * ep_collect() so a ready list fed from c->regs can replace it without touching the rest.
+ *   1. report the listed watches that are ready (LT: while ready; ET: when the state
+ *      changed since the last report; ONESHOT: then disabled until MOD); ask the kernel
+ *      (zero timeout) for its events; when our cookie was among them, harvest the
+ *      shadow into the list and report those too;
+ *   2. otherwise spin up to SMC_SPIN_US repeating 1, yielding every few rounds;
+ *   3. evaluate the list once more (watches leave it armed), then sleep in the real
+ *      epoll_pwait2 on the application's fd; when the cookie fired, harvest and report.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -52,12 +87,21 @@
 #define TAG_TCP    CONN_WAIT_TCP /* 4 */
 #define TAG_BITS   3
 #define TAG_MASK   ((1u << TAG_BITS) - 1)
+/* Shadow data layout: slot generation (24 bits) | owner (8) | slot (29) | tag (3). */
+#define DATA_GEN_SHIFT   40
+#define DATA_OWNER_SHIFT 32
+#define DATA_GEN_MASK    0xffffffu
 /* Shadow data of the set's own eventfd (no slot has this index). */
 #define EP_KICK_DATA UINT64_MAX
+/* Kick values: 1 = "a registration changed, evaluate the list"; this one = "another
+ * waiter harvested what we may need: evaluate every watch". */
+#define EP_KICK_RESCAN (1ull << 32)
+/* A set shared with another process sleeps at most this long between scans. */
+#define EP_SHARED_SLICE_MS 10
 
 #define EP_MAX_WAIT 3                 /* conn_wait_fds() fills at most 3 */
 #define EP_DRAIN_BATCH 64
-#define EP_SPIN_KERNEL_EVERY 8
+#define EP_SPIN_YIELD_EVERY 8
 #define EP_MAX_EVENTS ((int)(INT_MAX / sizeof(struct epoll_event)))
 
 /* Bits an application may be told about (everything but the behaviour flags). */
@@ -78,9 +122,12 @@ struct smc_ep_reg {
 	struct smc_epoll *inner;        /* nested emulated set (referenced) or NULL */
 	int inner_fd;
 	struct smc_ep_reg *conn_next;   /* c->regs chain, under c->lock */
-	struct smc_ep_reg *next;        /* ep->watches; ep->dead after release */
+	struct smc_ep_reg *next;        /* ep->watches; ep->dead_watches after release */
+	struct smc_ep_reg *rnext, *rprev; /* ep's ready list while `listed` */
+	bool listed;
 	struct ep_fdreg *fdregs;        /* application fds using this watch */
 	uint32_t slot;
+	uint8_t owner;                  /* owner byte of its shadow entries */
 	/* shadow entries currently installed */
 	int nwait;
 	int wait_fd[EP_MAX_WAIT];
@@ -88,12 +135,13 @@ struct smc_ep_reg {
 	uint32_t interest;              /* POLLIN/POLLOUT the entries were chosen for */
 	uint32_t fds_gen;
 	bool synced;
-	unsigned fired;                 /* bells seen readable; drained by next prepare */
-	uint32_t asleep;                /* interest counted as a sleeper (conn_prepare_sleep) */
-	/* per-scan cache */
+	uint32_t arm_want;              /* POLLIN/POLLOUT of the enabled registrations */
+	uint32_t armed;                 /* sleeper counts held (conn_prepare_sleep) */
+	/* last evaluation */
 	uint64_t scan;
 	uint32_t mask;
 	uint64_t rx_gen, tx_gen;
+	uint64_t reported;              /* ep->call of the last report */
 };
 
 struct ep_fdreg {
@@ -102,7 +150,7 @@ struct ep_fdreg {
 	uint64_t data;
 	struct smc_ep_reg *w;           /* NULL: detached, see ep_convert_watch() */
 	struct ep_fdreg *wnext;         /* w->fdregs chain */
-	struct ep_fdreg *next, *prev;   /* ep scan order */
+	struct ep_fdreg *next, *prev;   /* every registration of the set */
 	bool disabled;                  /* EPOLLONESHOT fired, waiting for MOD */
 	uint32_t last;                  /* ET: bits reported last and still set since */
 	uint64_t rx_gen, tx_gen;        /* ET: generations at the last report */
@@ -115,17 +163,20 @@ struct smc_epoll {
 	int refs;                       /* global list + callers; under eps_lock */
 	bool dead;                      /* application closed epfd */
 	bool inherited;                 /* a forked child's copy: the kernel objects are shared */
+	bool shared;                    /* another process waits on it too: see the top */
 	bool kernel_turn;               /* max == 1: alternate SMC and kernel events */
-	uint64_t scan;
+	uint64_t scan, call;
 	struct ep_fdreg *head, *tail;
 	struct smc_ep_reg *watches;
+	struct smc_ep_reg *rhead, *rtail; /* ready list */
+	struct smc_ep_reg *last_reported; /* spin heuristic */
 	struct smc_ep_reg *dead_watches; /* released under lock, freed after unlock */
 	struct ep_fdreg **by_fd;
 	size_t by_fd_len;
 	struct smc_ep_reg **slots;
 	uint32_t *slot_gen, *free_slots;
 	uint32_t nslots, nfree, slots_cap;
-	int nentries;                   /* shadow entries, bounds the drain loop */
+	int nentries;                   /* shadow entries, bounds the harvest loop */
 	int nsleeping;                  /* threads in the kernel wait on this set */
 	struct smc_epoll *gnext, *gprev;
 };
@@ -134,11 +185,12 @@ static pthread_mutex_t eps_lock = PTHREAD_MUTEX_INITIALIZER;
 static struct smc_epoll *eps_head;
 static int eps_count;                /* atomic reads: forget_fd's fast path */
 static uint64_t ep_cookie;
+static uint8_t ep_owner;             /* this process's owner byte */
 static pthread_once_t ep_cookie_once = PTHREAD_ONCE_INIT;
 
-static int ep_collect(struct smc_epoll *ep, struct epoll_event *out, int max);
 static void reg_arm_now(struct smc_epoll *ep, struct ep_fdreg *r);
 static void watch_disarm(struct smc_ep_reg *w);
+static void ep_convert_watch(struct smc_epoll *ep, struct smc_ep_reg *w);
 
 /* ------------------------------------------------------------------ small helpers */
 
@@ -149,6 +201,7 @@ static void cookie_init(void)
 	if (getrandom(&v, sizeof(v), GRND_NONBLOCK) != (ssize_t)sizeof(v))
 		v = wait_now_ns() ^ ((uint64_t)getpid() << 32) ^ (uint64_t)(uintptr_t)&v;
 	ep_cookie = v ? v : 0x534d43636f6f6b69ull;
+	ep_owner = (uint8_t)(ep_cookie >> 56);
 }
 
 static bool grow(void **arr, size_t *cap, size_t need, size_t elem)
@@ -218,6 +271,11 @@ static int strip_cookie(struct epoll_event *ev, int n, bool *seen)
 	return out;
 }
 
+static void ep_kick(struct smc_epoll *ep, uint64_t what)
+{
+	if (REAL(write)(ep->kick, &what, sizeof(what)) < 0)
+		log_debug("epoll: kick of %d failed: %d", ep->epfd, errno);
+}
 /* ------------------------------------------------------------------ set lifetime */
 
 static struct smc_epoll *ep_get(int epfd)
@@ -373,7 +431,7 @@ static bool slot_alloc(struct smc_epoll *ep, struct smc_ep_reg *w)
 	if (ep->nfree) {
 		idx = ep->free_slots[--ep->nfree];
 	} else {
-		if (ep->nslots >= (1u << (32 - TAG_BITS)) - 1)
+		if (ep->nslots >= (1u << (DATA_OWNER_SHIFT - TAG_BITS)) - 1)
 			return false;
 		if (ep->nslots == ep->slots_cap) {
 			size_t c1 = ep->slots_cap, c2 = ep->slots_cap, c3 = ep->slots_cap;
@@ -388,6 +446,7 @@ static bool slot_alloc(struct smc_epoll *ep, struct smc_ep_reg *w)
 	}
 	ep->slots[idx] = w;
 	w->slot = idx;
+	w->owner = ep_owner;
 	return true;
 }
 
@@ -400,17 +459,26 @@ static void slot_free(struct smc_epoll *ep, struct smc_ep_reg *w)
 
 static uint64_t slot_data(struct smc_epoll *ep, struct smc_ep_reg *w, unsigned tag)
 {
-	return ((uint64_t)ep->slot_gen[w->slot] << 32) | ((uint64_t)w->slot << TAG_BITS) | tag;
+	return ((uint64_t)(ep->slot_gen[w->slot] & DATA_GEN_MASK) << DATA_GEN_SHIFT) |
+	       ((uint64_t)w->owner << DATA_OWNER_SHIFT) | ((uint64_t)w->slot << TAG_BITS) | tag;
 }
 
-static struct smc_ep_reg *slot_lookup(struct smc_epoll *ep, uint64_t data, unsigned *tag)
+/* The watch an event belongs to, or NULL: stale, or (*foreign) another process's. */
+static struct smc_ep_reg *slot_lookup(struct smc_epoll *ep, uint64_t data, unsigned *tag,
+				      bool *foreign)
 {
-	uint32_t idx = (uint32_t)data >> TAG_BITS;
+	uint32_t idx = ((uint32_t)data) >> TAG_BITS;
+	uint8_t owner = (uint8_t)(data >> DATA_OWNER_SHIFT);
+	struct smc_ep_reg *w;
 
 	*tag = (unsigned)data & TAG_MASK;
-	if (idx >= ep->nslots || !ep->slots[idx] || ep->slot_gen[idx] != (uint32_t)(data >> 32))
-		return NULL;
-	return ep->slots[idx];
+	w = idx < ep->nslots ? ep->slots[idx] : NULL;
+	if (w && (ep->slot_gen[idx] & DATA_GEN_MASK) == (uint32_t)(data >> DATA_GEN_SHIFT) &&
+	    w->owner == owner)
+		return w;
+	if (owner != ep_owner)
+		*foreign = true;
+	return NULL;
 }
 
 /* A forked child shares the shadow with its parent (like the application's epoll fd
@@ -430,7 +498,46 @@ static void watch_clear_shadow(struct smc_epoll *ep, struct smc_ep_reg *w)
 	w->nwait = 0;
 }
 
-/* Removes one shadow entry (fd, tag) of w; w is re-synced at the next prepare. */
+/* ------------------------------------------------------------------ the ready list */
+
+static void watch_list(struct smc_epoll *ep, struct smc_ep_reg *w)
+{
+	if (w->listed)
+		return;
+	w->listed = true;
+	w->rnext = NULL;
+	w->rprev = ep->rtail;
+	if (ep->rtail)
+		ep->rtail->rnext = w;
+	else
+		ep->rhead = w;
+	ep->rtail = w;
+}
+
+static void watch_unlist(struct smc_epoll *ep, struct smc_ep_reg *w)
+{
+	if (!w->listed)
+		return;
+	if (w->rprev)
+		w->rprev->rnext = w->rnext;
+	else
+		ep->rhead = w->rnext;
+	if (w->rnext)
+		w->rnext->rprev = w->rprev;
+	else
+		ep->rtail = w->rprev;
+	w->rnext = w->rprev = NULL;
+	w->listed = false;
+}
+
+static void ep_list_all(struct smc_epoll *ep)
+{
+	for (struct smc_ep_reg *w = ep->watches; w; w = w->next)
+		if (w->fdregs)
+			watch_list(ep, w);
+}
+
+/* Removes one shadow entry (fd, tag) of w; w is re-synced when next evaluated. */
 static void watch_drop_entry(struct smc_epoll *ep, struct smc_ep_reg *w, int fd, unsigned tag)
 {
 	for (int i = 0; i < w->nwait; i++) {
@@ -442,79 +549,134 @@ static void watch_drop_entry(struct smc_epoll *ep, struct smc_ep_reg *w, int fd,
 		w->wait_tag[i] = w->wait_tag[w->nwait];
 		ep->nentries--;
 		w->synced = false;
+		watch_list(ep, w);
 		return;
 	}
 }
 
-static bool watch_enabled(const struct smc_ep_reg *w)
+/* ------------------------------------------------------------------ sleeper counts */
+
+/* Makes the sleeper counts w holds match its enabled registrations. A new count also
+ * bumps the sequence (conn_prepare_sleep): the watch is listed to be looked at again. */
+static void watch_arm_sync(struct smc_epoll *ep, struct smc_ep_reg *w)
 {
-	for (const struct ep_fdreg *r = w->fdregs; r; r = r->wnext)
-		if (!r->disabled)
+	uint32_t drop = w->armed & ~w->arm_want, add = w->arm_want & ~w->armed;
+
+	if (!w->conn)
+		return;
+	if (drop) {
+		conn_end_sleep(w->conn, drop);
+		w->armed &= ~drop;
+	}
+	if (add) {
+		uint32_t got = 0;
+
+		conn_prepare_sleep(w->conn, add, 0, &got);
+		w->armed |= got;
+		watch_list(ep, w);
+	}
+}
+
+static void watch_disarm(struct smc_ep_reg *w)
+{
+	if (w->conn && w->armed) {
+		conn_end_sleep(w->conn, w->armed);
+		w->armed = 0;
+	}
+}
+
+static bool watch_has_entry(const struct smc_ep_reg *w, int fd, unsigned tag)
+{
+	for (int i = 0; i < w->nwait; i++)
+		if (w->wait_fd[i] == fd && w->wait_tag[i] == tag)
 			return true;
 	return false;
 }
 
-/* Makes the shadow entries of w match what its enabled registrations need. Returns -1
+/* Adds one shadow entry; -1 (errno) when a doorbell or nested set cannot be watched. */
+static int watch_add_entry(struct smc_epoll *ep, struct smc_ep_reg *w, int fd, unsigned tag)
+{
+	/* doorbells edge-triggered: every ring queues the watch once, and nobody has to
+	 * empty the eventfd (see the top) */
+	struct epoll_event ev = {
+		.events = tag == TAG_NESTED ? EPOLLIN
+		       : tag == TAG_TCP ? (EPOLLIN | EPOLLRDHUP | EPOLLET) : (EPOLLIN | EPOLLET),
+		.data.u64 = slot_data(ep, w, tag),
+	};
+	int r = REAL(epoll_ctl)(ep->shadow, EPOLL_CTL_ADD, fd, &ev);
+
+	/* a forked child cannot delete the entries it shares: update them */
+	if (r < 0 && errno == EEXIST && ep->inherited)
+		r = REAL(epoll_ctl)(ep->shadow, EPOLL_CTL_MOD, fd, &ev);
+	if (r == 0 && w->nwait < EP_MAX_WAIT) {
+		w->wait_fd[w->nwait] = fd;
+		w->wait_tag[w->nwait] = tag;
+		w->nwait++;
+		ep->nentries++;
+		return 0;
+	}
+	/* the TCP socket is only a liveness hint (it may be closed under a dup) */
+	return tag == TAG_TCP ? 0 : -1;
+}
+
+/* Makes the shadow entries and sleeper counts of w match its registrations. Entries
+ * only grow while the watch lives (a doorbell nobody armed rings rarely, while
+ * epoll_ctl costs a syscall): applications that switch between EPOLLIN and EPOLLOUT,
+ * re-arm one-shot registrations or DEL and ADD again per request cost none. Returns -1
  * (errno set) when a doorbell or nested set could not be added. */
 static int watch_sync(struct smc_epoll *ep, struct smc_ep_reg *w)
 {
 	struct pollfd want[EP_MAX_WAIT];
 	unsigned tags[EP_MAX_WAIT];
-	uint32_t interest = 0, gen = 0;
-	bool enabled = false, same;
+	uint32_t interest = w->interest, arm = 0, gen = 0;
 	int n = 0, rc = 0, err = 0;
 
 	for (struct ep_fdreg *r = w->fdregs; r; r = r->wnext) {
-		if (!r->disabled) {
-			enabled = true;
-			interest |= ev_interest(r->events);
-		}
+		interest |= ev_interest(r->events);
+		if (!r->disabled)
+			arm |= ev_interest(r->events);
 	}
-	if (enabled && w->inner) {
+	if (w->inner) {
 		want[0] = (struct pollfd){ .fd = w->inner_fd, .events = POLLIN };
 		tags[0] = TAG_NESTED;
 		n = 1;
-	} else if (enabled) {
+	} else {
 		gen = wait_fds_generation(w->conn);
 		n = conn_wait_fds(w->conn, interest, want, tags);
 		if (n > EP_MAX_WAIT)
 			n = EP_MAX_WAIT;
 	}
-	if (!enabled)
-		w->fired = 0;
-
-	same = w->synced && n == w->nwait;
-	for (int i = 0; same && i < n; i++)
-		same = want[i].fd == w->wait_fd[i] && tags[i] == w->wait_tag[i];
+	w->arm_want = arm;
 	w->interest = interest;
 	w->fds_gen = gen;
-	w->synced = true;
-	if (same)
-		return 0;
+	/* entries the state no longer lists (the TCP socket after EOF, a closed fd) */
+	for (int i = 0; i < w->nwait;) {
+		bool keep = false;
 
-	watch_clear_shadow(ep, w);
-	for (int i = 0; i < n; i++) {
-		struct epoll_event ev = {
-			.events = tags[i] == TAG_TCP ? (EPOLLIN | EPOLLRDHUP | EPOLLET) : EPOLLIN,
-			.data.u64 = slot_data(ep, w, tags[i]),
-		};
-
-		if (REAL(epoll_ctl)(ep->shadow, EPOLL_CTL_ADD, want[i].fd, &ev) == 0) {
-			w->wait_fd[w->nwait] = want[i].fd;
-			w->wait_tag[w->nwait] = tags[i];
-			w->nwait++;
-			ep->nentries++;
-		} else if (tags[i] != TAG_TCP) {
-			/* the TCP socket is only a liveness hint (it may be closed under a dup);
-			 * a doorbell or nested set we cannot watch is an error */
+		for (int j = 0; j < n && !keep; j++)
+			keep = want[j].fd == w->wait_fd[i] && tags[j] == w->wait_tag[i];
+		if (keep) {
+			i++;
+			continue;
+		}
+		shadow_del(ep, w->wait_fd[i]);
+		w->nwait--;
+		w->wait_fd[i] = w->wait_fd[w->nwait];
+		w->wait_tag[i] = w->wait_tag[w->nwait];
+		ep->nentries--;
+	}
+	for (int j = 0; j < n; j++) {
+		if (watch_has_entry(w, want[j].fd, tags[j]))
+			continue;
+		if (watch_add_entry(ep, w, want[j].fd, tags[j]) < 0) {
 			err = errno;
 			rc = -1;
 		}
 	}
-	if (rc < 0) {
-		w->synced = false;
+	w->synced = rc == 0;
+	watch_arm_sync(ep, w);
+	if (rc < 0)
 		errno = err;
-	}
 	return rc;
 }
 
@@ -574,7 +736,10 @@ static void watch_release(struct smc_epoll *ep, struct smc_ep_reg *w)
 
 	watch_disarm(w);
 	watch_clear_shadow(ep, w);
+	watch_unlist(ep, w);
 	slot_free(ep, w);
+	if (ep->last_reported == w)
+		ep->last_reported = NULL;
 	for (pp = &ep->watches; *pp; pp = &(*pp)->next) {
 		if (*pp == w) {
 			*pp = w->next;
@@ -595,37 +760,18 @@ static void watch_release(struct smc_epoll *ep, struct smc_ep_reg *w)
 	ep->dead_watches = w;
 }
 
-/* Arms w: the peer rings its bells while we sleep. The sleeper count taken here is given
- * back by watch_disarm once no thread sleeps on the set any more, so a busy peer writes
- * into an awake set without ringing. */
-static uint32_t watch_arm(struct smc_ep_reg *w)
-{
-	uint32_t m;
-
-	if (w->asleep)
-		conn_end_sleep(w->conn, w->asleep);
-	m = conn_prepare_sleep(w->conn, w->interest, w->fired, &w->asleep);
-	w->fired = 0;
-	return m;
-}
-
-static void watch_disarm(struct smc_ep_reg *w)
-{
-	if (w->conn && w->asleep) {
-		conn_end_sleep(w->conn, w->asleep);
-		w->asleep = 0;
-	}
-}
-
-static void ep_disarm_all(struct smc_epoll *ep)
-{
-	for (struct smc_ep_reg *w = ep->watches; w; w = w->next)
-		watch_disarm(w);
-}
-
 /* Connection state (cached per scan) as a poll mask, CONN_MASK_FALLBACK, or for a nested
  * set POLLIN when it has something to report. */
 static uint32_t nested_mask(struct smc_ep_reg *w);
+
+static void watch_read_state(struct smc_ep_reg *w)
+{
+	/* generations first: a change racing with the mask read then shows as an edge at
+	 * the next evaluation instead of being lost */
+	w->rx_gen = wait_rx_generation(w->conn);
+	w->tx_gen = wait_tx_generation(w->conn);
+	w->mask = wait_conn_mask(w->conn);
+}
 
 static uint32_t watch_eval(struct smc_epoll *ep, struct smc_ep_reg *w)
 {
@@ -635,13 +781,14 @@ static uint32_t watch_eval(struct smc_epoll *ep, struct smc_ep_reg *w)
 	if (w->inner) {
 		w->mask = nested_mask(w);
 		w->rx_gen = w->tx_gen = 0;
-	} else {
-		/* generations first: a change racing with the mask read then shows as an
-		 * edge at the next scan instead of being lost */
-		w->rx_gen = wait_rx_generation(w->conn);
-		w->tx_gen = wait_tx_generation(w->conn);
-		w->mask = wait_conn_mask(w->conn);
+		return w->mask;
 	}
+	/* the wait fds follow the state (handshake end, TCP EOF, the tracked fd closed) */
+	if (!w->synced || wait_fds_generation(w->conn) != w->fds_gen)
+		watch_sync(ep, w);
+	else if (w->armed != w->arm_want)
+		watch_arm_sync(ep, w);
+	watch_read_state(w);
 	return w->mask;
 }
 
@@ -694,8 +841,12 @@ static void reg_detach_from_watch(struct ep_fdreg *r)
 	r->wnext = NULL;
 }
 
-/* Drops registration r entirely; the watch goes too when r was its last user. */
-static void reg_remove(struct smc_epoll *ep, struct ep_fdreg *r)
+/* Drops registration r entirely. When r was the last user of its watch, the watch goes
+ * too, or with `park` (EPOLL_CTL_DEL of a connection that stays open) it stays without
+ * sleeper counts, keeping its shadow entries for the next ADD: event loops that DEL and
+ * ADD around every request (redis-benchmark's ae) then cost no epoll_ctl. A parked
+ * watch goes when its fd is closed (ep_forget_in) or the set is. */
+static void reg_remove(struct smc_epoll *ep, struct ep_fdreg *r, bool park)
 {
 	struct smc_ep_reg *w = r->w;
 
@@ -705,10 +856,13 @@ static void reg_remove(struct smc_epoll *ep, struct ep_fdreg *r)
 	free(r);
 	if (!w)
 		return;
-	if (!w->fdregs)
-		watch_release(ep, w);
-	else
+	if (w->fdregs || (park && w->conn)) {
 		watch_sync(ep, w);
+		if (!w->fdregs)
+			watch_unlist(ep, w);
+	} else {
+		watch_release(ep, w);
+	}
 }
 
 static void reg_arm(struct ep_fdreg *r, const struct epoll_event *ev)
@@ -761,7 +915,7 @@ static int reg_add(struct smc_epoll *ep, int fd, struct smc_conn *c, struct smc_
 	if (watch_sync(ep, w) < 0) {
 		int saved = errno;
 
-		reg_remove(ep, r);
+		reg_remove(ep, r, false);
 		errno = saved;
 		return -1;
 	}
@@ -769,10 +923,10 @@ static int reg_add(struct smc_epoll *ep, int fd, struct smc_conn *c, struct smc_
 	return 0;
 }
 
-/* A registration was added or re-armed while other threads may already sleep in the
- * kernel on the application's epoll fd (a one-shot MOD from a worker thread is the
- * classic case). Linux wakes them when the new entry is ready: arm the connection so
- * its next change rings a bell, and kick the shadow when it is ready already. */
+/* A registration was added or re-armed: the next evaluation reports what is ready now
+ * (the kernel's re-poll). Other threads may already sleep in the kernel on the
+ * application's epoll fd (a one-shot MOD from a worker thread is the classic case):
+ * Linux wakes them when the new entry is ready, so kick the shadow then. */
 static void reg_arm_now(struct smc_epoll *ep, struct ep_fdreg *r)
 {
 	struct smc_ep_reg *w = r->w;
@@ -780,19 +934,15 @@ static void reg_arm_now(struct smc_epoll *ep, struct ep_fdreg *r)
 
 	if (!w || r->disabled)
 		return;
-	if (w->inner) {
+	watch_list(ep, w);
+	if (ep->nsleeping <= 0)
+		return;
+	if (w->inner)
 		m = epoll_emul_prepare_sleep(w->inner_fd);
-	} else if (ep->nsleeping > 0) {
-		m = wait_expand_mask(watch_arm(w));
-	} else {
+	else
 		m = wait_expand_mask(conn_poll_mask(w->conn));
-	}
-	if ((m & CONN_MASK_FALLBACK) || (m & ((r->events & EV_REPORTABLE) | EPOLLERR | EPOLLHUP))) {
-		uint64_t one = 1;
-
-		if (REAL(write)(ep->kick, &one, sizeof(one)) < 0)
-			log_debug("epoll: kick of %d failed: %d", ep->epfd, errno);
-	}
+	if ((m & CONN_MASK_FALLBACK) || (m & ((r->events & EV_REPORTABLE) | EPOLLERR | EPOLLHUP)))
+		ep_kick(ep, 1);
 }
 
 /* The connection of w went back to plain TCP: its registrations move to the kernel's
@@ -820,17 +970,6 @@ static void ep_convert_watch(struct smc_epoll *ep, struct smc_ep_reg *w)
 	}
 	watch_release(ep, w);
 	errno = saved;
-}
-
-static void ep_convert_fallbacks(struct smc_epoll *ep)
-{
-	struct smc_ep_reg *w = ep->watches, *next;
-
-	for (; w; w = next) {
-		next = w->next;
-		if (w->conn && w->scan == ep->scan && (w->mask & CONN_MASK_FALLBACK))
-			ep_convert_watch(ep, w);
-	}
 }
 
 /* ------------------------------------------------------------------ readiness */
@@ -871,151 +1010,171 @@ static void reg_reported(struct smc_epoll *ep, struct ep_fdreg *r, uint32_t bits
 		r->disabled = true;
 		watch_sync(ep, w);
 	}
-	/* round robin, like the kernel re-queues level-triggered items at the tail */
-	reg_unlink(ep, r);
-	reg_link_tail(ep, r);
 }
 
-/* Fills out[] with up to max SMC events ready from state and consumes them. */
+/* Some enabled registration of w would report something for mask m. `lt_only`: only a
+ * level-triggered one (it stays listed after a report, as the kernel re-queues it). */
+static bool watch_reportable(struct smc_ep_reg *w, uint32_t m, bool lt_only)
+{
+	for (struct ep_fdreg *r = w->fdregs; r; r = r->wnext) {
+		if (r->disabled || (lt_only && (r->events & EPOLLET)))
+			continue;
+		if (reg_bits(r, w, m))
+			return true;
+	}
+	return false;
+}
+
+/* w has nothing (more) to report: ask the peer to ring for the next change (the send
+ * side only while it is full: room is announced only to a writer that waits for it),
+ * then look once more. True when w must stay listed. */
+static bool watch_settle(struct smc_epoll *ep, struct smc_ep_reg *w)
+{
+	uint32_t bump;
+
+	if (w->inner)
+		return true; /* nested sets are asked on every evaluation */
+	bump = w->armed & POLLIN;
+	if ((w->armed & POLLOUT) && !(w->mask & POLLOUT))
+		bump |= POLLOUT;
+	conn_rearm(w->conn, bump);
+	watch_read_state(w);
+	if (w->mask & CONN_MASK_FALLBACK)
+		return true;
+	return ep->shared || watch_reportable(w, w->mask, false);
+}
+
+/* Fills out[] with up to max events of listed watches and consumes them; watches with
+ * nothing to report leave the list armed. Never reports a watch twice in one call. */
 static int ep_collect(struct smc_epoll *ep, struct epoll_event *out, int max)
 {
-	struct ep_fdreg *r, *next, *last = ep->tail;
-	bool fallback = false;
+	struct smc_ep_reg *w, *next, *last = ep->rtail;
 	int n = 0;
 
-	if (max <= 0 || !ep->head)
+	if (max <= 0 || !last)
 		return 0;
 	ep->scan++;
-	for (r = ep->head; r && n < max; r = next) {
-		uint32_t m, bits;
+	for (w = ep->rhead; w && n < max; w = next) {
+		bool done = w == last, full = false, any = false;
+		uint32_t m;
 
-		next = r == last ? NULL : r->next;
-		if (r->disabled || !r->w)
-			continue;
-		m = watch_eval(ep, r->w);
-		if (m & CONN_MASK_FALLBACK) {
-			fallback = true;
+		next = w->rnext;
+		if (w->reported == ep->call) {
+			if (done)
+				break;
 			continue;
 		}
-		bits = reg_bits(r, r->w, m);
-		if (!bits)
+		m = watch_eval(ep, w);
+		if (m & CONN_MASK_FALLBACK) {
+			ep_convert_watch(ep, w);
+			if (done)
+				break;
 			continue;
-		out[n].events = bits;
-		out[n].data.u64 = r->data;
-		n++;
-		reg_reported(ep, r, bits);
+		}
+		for (struct ep_fdreg *r = w->fdregs; r; r = r->wnext) {
+			uint32_t bits;
+
+			if (r->disabled)
+				continue;
+			bits = reg_bits(r, w, m);
+			if (!bits)
+				continue;
+			if (n == max) {
+				full = true;
+				break;
+			}
+			out[n].events = bits;
+			out[n].data.u64 = r->data;
+			n++;
+			reg_reported(ep, r, bits);
+			any = true;
+		}
+		if (any) {
+			/* round robin, like the kernel re-queues level-triggered items */
+			w->reported = ep->call;
+			ep->last_reported = w;
+			watch_unlist(ep, w);
+			watch_list(ep, w);
+		}
+		if (!full && !watch_reportable(w, m, true) && !watch_settle(ep, w))
+			watch_unlist(ep, w);
+		if (done)
+			break;
 	}
-	if (fallback)
-		ep_convert_fallbacks(ep);
 	return n;
 }
 
-/* True when ep_collect would report something (fallbacks are converted here). */
+/* True when ep_collect would report something now; listed watches with nothing to
+ * report leave the list armed (what a sleep needs). Fallbacks are converted. */
 static bool ep_any_ready(struct smc_epoll *ep)
 {
-	bool fallback = false, ready = false;
+	struct smc_ep_reg *w, *next;
 
 	ep->scan++;
-	for (struct ep_fdreg *r = ep->head; r && !ready; r = r->next) {
+	for (w = ep->rhead; w; w = next) {
 		uint32_t m;
 
-		if (r->disabled || !r->w)
+		next = w->rnext;
+		m = watch_eval(ep, w);
+		if (m & CONN_MASK_FALLBACK) {
+			ep_convert_watch(ep, w);
 			continue;
-		m = watch_eval(ep, r->w);
-		if (m & CONN_MASK_FALLBACK)
-			fallback = true;
-		else if (reg_bits(r, r->w, m))
-			ready = true;
+		}
+		if (watch_reportable(w, m, false))
+			return true;
+		if (!watch_settle(ep, w))
+			watch_unlist(ep, w);
+		else if (watch_reportable(w, w->mask, false))
+			return true;
 	}
-	if (fallback)
-		ep_convert_fallbacks(ep);
-	return ready;
+	return false;
 }
 
-/* Reads what the shadow has: fired bells are remembered for the next prepare, TCP
- * socket events go to the connection at once. */
-static void ep_drain_shadow(struct smc_epoll *ep)
+/* Moves what the shadow queued onto the ready list: rung doorbells, TCP socket events
+ * (given to the connection at once), kicks. */
+static void ep_harvest(struct smc_epoll *ep)
 {
 	struct epoll_event buf[EP_DRAIN_BATCH];
-	int rounds = ep->nentries / EP_DRAIN_BATCH + 1;
+	/* nested entries are level-triggered and come back on every call: bound the rounds */
+	int rounds = ep->nentries / EP_DRAIN_BATCH + 2;
+	bool rescan = false, foreign = false, bells = false;
 
-	/* level-triggered entries come back on every call: bound the rounds */
 	while (rounds-- > 0) {
 		int k = REAL(epoll_wait)(ep->shadow, buf, EP_DRAIN_BATCH, 0);
 
 		for (int i = 0; i < k; i++) {
-			unsigned tag;
 			struct smc_ep_reg *w;
+			unsigned tag;
 
 			if (buf[i].data.u64 == EP_KICK_DATA) {
-				uint64_t v;
-				/* reset it; EAGAIN when another drain got there first */
-				ssize_t rr = REAL(read)(ep->kick, &v, sizeof(v));
+				uint64_t v = 0;
 
-				(void)rr;
+				/* reset it; EAGAIN when another harvest got there first */
+				if (REAL(read)(ep->kick, &v, sizeof(v)) == (ssize_t)sizeof(v) &&
+				    v >= EP_KICK_RESCAN)
+					rescan = true;
 				continue;
 			}
-			w = slot_lookup(ep, buf[i].data.u64, &tag);
-
+			w = slot_lookup(ep, buf[i].data.u64, &tag, &foreign);
 			if (!w)
 				continue;
-			if (tag == TAG_RX || tag == TAG_TX)
-				w->fired |= tag;
-			else if (tag == TAG_TCP && w->conn)
+			if (tag == TAG_TCP && w->conn)
 				conn_tcp_event(w->conn);
+			if (tag != TAG_NESTED)
+				bells = true;
+			if (w->fdregs) /* a parked watch has nobody to tell */
+				watch_list(ep, w);
 		}
 		if (k < EP_DRAIN_BATCH)
 			break;
 	}
-}
-
-static bool watch_any_reg_ready(struct smc_ep_reg *w, uint32_t m)
-{
-	for (struct ep_fdreg *r = w->fdregs; r; r = r->wnext)
-		if (!r->disabled && reg_bits(r, w, m))
-			return true;
-	return false;
-}
-
-/* Step 3 of a wait: after this, any change the registrations care about rings a bell
- * in the shadow. True when something is ready already (do not sleep). */
-static bool ep_prepare(struct smc_epoll *ep)
-{
-	bool ready = false;
-
-	ep_drain_shadow(ep);
-	ep->scan++;
-	for (struct smc_ep_reg *w = ep->watches; w; w = w->next) {
-		uint32_t m;
-
-		if (!watch_enabled(w))
-			continue;
-		if (w->inner) {
-			m = epoll_emul_prepare_sleep(w->inner_fd);
-		} else {
-			if (!w->synced || wait_fds_generation(w->conn) != w->fds_gen)
-				watch_sync(ep, w);
-			w->rx_gen = wait_rx_generation(w->conn);
-			w->tx_gen = wait_tx_generation(w->conn);
-			m = wait_expand_mask(watch_arm(w));
-		}
-		w->scan = ep->scan;
-		w->mask = m;
-		if ((m & CONN_MASK_FALLBACK) || watch_any_reg_ready(w, m))
-			ready = true;
-	}
-	return ready;
-}
-
-/* Drains the shadow and re-arms connections whose bells fired, so the kernel's view
- * of the application's epoll fd no longer includes doorbells already accounted for. */
-static void ep_settle(struct smc_epoll *ep)
-{
-	ep_drain_shadow(ep);
-	for (struct smc_ep_reg *w = ep->watches; w; w = w->next) {
-		if (w->conn && w->fired)
-			watch_arm(w);
-	}
+	if (foreign)
+		ep->shared = true;
+	if (rescan || foreign)
+		ep_list_all(ep);
+	/* another process may need what we just took out of the shared shadow */
+	if (ep->shared && (bells || foreign))
+		ep_kick(ep, EP_KICK_RESCAN);
 }
 
 static uint32_t nested_mask(struct smc_ep_reg *w)
@@ -1030,7 +1189,9 @@ static uint32_t nested_mask(struct smc_ep_reg *w)
 	return 0;
 }
 
-uint32_t epoll_emul_poll_mask(int epfd)
+/* For poll/select on the set's fd and for an outer set: harvest, then is anything
+ * ready? Leaves every quiet watch armed, so the caller may sleep on the fd. */
+static uint32_t ep_check_fd(int epfd)
 {
 	struct smc_epoll *ep = ep_get(epfd);
 	bool ready = false;
@@ -1039,7 +1200,7 @@ uint32_t epoll_emul_poll_mask(int epfd)
 		return 0;
 	ep_lock(ep);
 	if (!ep->dead) {
-		ep_settle(ep);
+		ep_harvest(ep);
 		ready = ep_any_ready(ep);
 	}
 	ep_unlock(ep);
@@ -1047,88 +1208,68 @@ uint32_t epoll_emul_poll_mask(int epfd)
 	return ready ? POLLIN : 0;
 }
 
+uint32_t epoll_emul_poll_mask(int epfd)
+{
+	return ep_check_fd(epfd);
+}
+
 uint32_t epoll_emul_prepare_sleep(int epfd)
 {
-	struct smc_epoll *ep = ep_get(epfd);
-	bool ready = false;
-
-	if (!ep)
-		return 0;
-	ep_lock(ep);
-	if (!ep->dead)
-		ready = ep_prepare(ep);
-	ep_unlock(ep);
-	ep_put(ep);
-	return ready ? POLLIN : 0;
+	return ep_check_fd(epfd);
 }
 
 /* ------------------------------------------------------------------ epoll_wait */
 
-/* Zero-timeout kernel events into ev (cookie removed; a fired cookie drains the shadow). */
-static int kernel_now(struct smc_epoll *ep, struct epoll_event *ev, int max)
-{
-	bool seen = false;
-	int k;
-
-	if (max <= 0)
-		return 0;
-	k = REAL(epoll_wait)(ep->epfd, ev, max, 0);
-	if (k < 0)
-		return -1;
-	k = strip_cookie(ev, k, &seen);
-	if (seen) {
-		ep_lock(ep);
-		if (!ep->dead)
-			ep_drain_shadow(ep);
-		ep_unlock(ep);
-	}
-	return k;
-}
-
 #define EP_DEAD (-2)
 
-/* SMC events ready from state, then (when some were ready, or `kernel`) the kernel's
- * ready events. With max > 1 one slot is kept for the kernel so level-triggered SMC
- * readiness cannot starve kernel fds; with max == 1 the two take turns. */
-static int ep_try(struct smc_epoll *ep, struct epoll_event *ev, int max, bool kernel)
+/* Listed SMC events, the kernel's ready events, then the SMC events the shadow had
+ * (harvested when the kernel reported our cookie). With max > 1 one slot is kept for the
+ * kernel so level-triggered SMC readiness cannot starve kernel fds; with max == 1 the
+ * two take turns. */
+static int ep_try(struct smc_epoll *ep, struct epoll_event *ev, int max)
 {
 	int slots, n, k, more = 0;
+	bool seen = false;
 
 	ep_lock(ep);
 	if (ep->dead) {
 		ep_unlock(ep);
 		return EP_DEAD;
 	}
+	ep->call++;
 	if (max > 1)
 		slots = max - 1;
 	else
 		slots = (ep->kernel_turn = !ep->kernel_turn) ? 0 : 1;
 	n = ep_collect(ep, ev, slots);
 	ep_unlock(ep);
-	if (n == 0 && slots > 0 && !kernel)
-		return 0;
-	k = kernel_now(ep, ev + n, max - n);
+	k = REAL(epoll_wait)(ep->epfd, ev + n, max - n, 0);
 	if (k < 0)
 		return n > 0 ? n : -1;
-	/* more SMC events only if the slot limit cut the first pass short (a second pass
-	 * would report level-triggered registrations twice in one call) */
-	if (n == slots && n + k < max) {
-		ep_lock(ep);
-		if (!ep->dead)
-			more = ep_collect(ep, ev + n + k, max - n - k);
-		ep_unlock(ep);
+	k = strip_cookie(ev + n, k, &seen);
+	/* the first pass looked at the whole list unless the slots cut it short */
+	if (!seen && n < slots)
+		return n + k;
+	ep_lock(ep);
+	if (!ep->dead) {
+		if (seen)
+			ep_harvest(ep);
+		more = ep_collect(ep, ev + n + k, max - n - k);
 	}
+	ep_unlock(ep);
 	return n + k + more;
 }
 
-/* Spinning helps only while some peer runs on another CPU (a nested set: assume so). */
+/* Spinning helps only while the peer runs on another CPU: judged by the connection that
+ * reported last (a nested set or no history: assume so). */
 static bool ep_spin_useful(struct smc_epoll *ep)
 {
-	bool useful = false;
+	struct smc_ep_reg *w;
+	bool useful;
 
 	ep_lock(ep);
-	for (struct smc_ep_reg *w = ep->watches; w && !useful; w = w->next)
-		useful = !w->conn || !conn_peer_on_my_cpu(w->conn);
+	w = ep->last_reported;
+	useful = !w || !w->conn || !conn_peer_on_my_cpu(w->conn);
 	ep_unlock(ep);
 	return useful;
 }
@@ -1141,17 +1282,31 @@ static int ep_spin(struct smc_epoll *ep, struct epoll_event *ev, int max, uint64
 	if (end > deadline)
 		end = deadline;
 	while (wait_now_ns() < end) {
-		bool kernel = ++round % EP_SPIN_KERNEL_EVERY == 0;
-		int n = ep_try(ep, ev, max, kernel);
+		int n = ep_try(ep, ev, max);
 
 		if (n != 0)
 			return n;
-		if (kernel)
+		if (++round % EP_SPIN_YIELD_EVERY == 0)
 			wait_spin_yield();
 		else
 			wait_cpu_relax();
 	}
 	return 0;
+}
+
+/* The sleep's timeout: a shared set wakes up every slice to rescan (see the top). */
+static const struct timespec *ep_sleep_time(struct smc_epoll *ep, uint64_t deadline,
+					    struct timespec *ts)
+{
+	const struct timespec *left = wait_remaining(deadline, ts);
+
+	if (!__atomic_load_n(&ep->shared, __ATOMIC_RELAXED))
+		return left;
+	if (!left || left->tv_sec > 0 || left->tv_nsec > EP_SHARED_SLICE_MS * 1000000L) {
+		ts->tv_sec = 0;
+		ts->tv_nsec = EP_SHARED_SLICE_MS * 1000000L;
+	}
+	return ts;
 }
 
 static int ep_wait(struct smc_epoll *ep, struct epoll_event *ev, int max,
@@ -1162,8 +1317,7 @@ static int ep_wait(struct smc_epoll *ep, struct epoll_event *ev, int max,
 	struct timespec left;
 
 	for (;;) {
-		static const struct timespec zero = { 0, 0 };
-		bool expired = wait_now_ns() >= deadline, seen = false, ready = false, dead;
+		bool seen = false, ready = false, dead;
 		int n;
 
 		if (!__atomic_load_n(&ep->head, __ATOMIC_RELAXED)) {
@@ -1172,21 +1326,22 @@ static int ep_wait(struct smc_epoll *ep, struct epoll_event *ev, int max,
 			if (n <= 0)
 				return n;
 			n = strip_cookie(ev, n, &seen);
-			if (seen) { /* a kick or a late bell: consume it or it fires forever */
+			if (seen) { /* a kick or a late bell: consume it */
 				ep_lock(ep);
 				if (!ep->dead)
-					ep_drain_shadow(ep);
+					ep_harvest(ep);
 				ep_unlock(ep);
 			}
 			if (n != 0 || wait_now_ns() >= deadline)
 				return n;
 			continue;
 		}
-		n = ep_try(ep, ev, max, false);
-
+		n = ep_try(ep, ev, max);
 		if (n != 0)
 			return n;
-		if (!expired && !spun) {
+		if (wait_now_ns() >= deadline)
+			return 0;
+		if (!spun) {
 			spun = true;
 			n = ep_spin_useful(ep) ? ep_spin(ep, ev, max, deadline) : 0;
 			if (n != 0)
@@ -1194,33 +1349,32 @@ static int ep_wait(struct smc_epoll *ep, struct epoll_event *ev, int max,
 		}
 		ep_lock(ep);
 		dead = ep->dead;
-		if (!expired && !dead) {
-			ready = ep_prepare(ep);
-			ep->nsleeping++;
+		if (!dead) {
+			ready = ep_any_ready(ep);
+			if (!ready)
+				ep->nsleeping++;
 		}
 		ep_unlock(ep);
 		if (dead)
 			return EP_DEAD;
-		if (!ready)
-			n = real_pwait(ep->epfd, ev, max,
-				       expired ? &zero : wait_remaining(deadline, &left), mask);
-		ep_lock(ep);
-		if (!expired && --ep->nsleeping == 0 && !ep->dead)
-			ep_disarm_all(ep);
-		ep_unlock(ep);
 		if (ready)
 			continue;
+		n = real_pwait(ep->epfd, ev, max, ep_sleep_time(ep, deadline, &left), mask);
+		ep_lock(ep);
+		ep->nsleeping--;
+		ep_unlock(ep);
 		if (n < 0)
 			return -1;
 		n = strip_cookie(ev, n, &seen);
 		ep_lock(ep);
 		if (!ep->dead) {
+			ep->call++;
 			if (seen)
-				ep_drain_shadow(ep);
+				ep_harvest(ep);
 			n += ep_collect(ep, ev + n, max - n);
 		}
 		ep_unlock(ep);
-		if (n != 0 || expired)
+		if (n != 0)
 			return n;
 	}
 }
@@ -1287,13 +1441,13 @@ static int ctl_registered(struct smc_epoll *ep, struct ep_fdreg *r, int op, int 
 	case EPOLL_CTL_ADD:
 		return fail(EEXIST);
 	case EPOLL_CTL_DEL:
-		reg_remove(ep, r);
+		reg_remove(ep, r, true);
 		return 0;
 	default: /* EPOLL_CTL_MOD */
 		if (r->events & EPOLLEXCLUSIVE)
 			return fail(EINVAL);
 		if (!r->w) { /* detached one-shot of a fallen-back connection */
-			reg_remove(ep, r);
+			reg_remove(ep, r, false);
 			return REAL(epoll_ctl)(ep->epfd, EPOLL_CTL_ADD, fd, ev);
 		}
 		reg_arm(r, ev);
@@ -1413,9 +1567,13 @@ static void ep_forget_in(struct smc_epoll *ep, int fd, struct smc_conn *c)
 		w = r->w;
 		if (w && w->fdregs == r && !r->wnext)
 			w = NULL;
-		reg_remove(ep, r);
+		reg_remove(ep, r, false);
 	} else if (c) {
 		w = watch_find_conn(ep, c);
+		if (w && !w->fdregs) { /* parked by a DEL: goes with the fd */
+			watch_release(ep, w);
+			w = NULL;
+		}
 	}
 	if (w)
 		watch_drop_entry(ep, w, fd, TAG_TCP);
@@ -1466,7 +1624,7 @@ void epoll_emul_close_epfd(int epfd)
 		ep_lock(ep);
 		ep->dead = true;
 		while (ep->head)
-			reg_remove(ep, ep->head);
+			reg_remove(ep, ep->head, false);
 		while (ep->watches) /* detached leftovers cannot exist without regs */
 			watch_release(ep, ep->watches);
 		ep_unlock(ep);
@@ -1478,10 +1636,25 @@ void epoll_emul_close_epfd(int epfd)
 
 void epoll_emul_atfork_child(void)
 {
+	uint8_t parent = ep_owner;
+
 	/* Only the forking thread survives: a lock another thread held is stuck. */
 	pthread_mutex_init(&eps_lock, NULL);
+	/* entries this process adds from now on must be told apart from the parent's */
+	ep_owner = (uint8_t)(((uint32_t)getpid() * 2654435761u) >> 24);
+	if (ep_owner == parent)
+		ep_owner++;
 	for (struct smc_epoll *ep = eps_head; ep; ep = ep->gnext) {
 		pthread_mutex_init(&ep->lock, NULL);
 		ep->inherited = true;
+		ep->shared = true;
+		ep->nsleeping = 0;
+		for (struct smc_ep_reg *w = ep->watches; w; w = w->next) {
+			/* the sleeper counts are the parent's: it gives them back, not us; ours
+			 * are taken when the watch is next evaluated */
+			w->armed = 0;
+			if (w->fdregs)
+				watch_list(ep, w);
+		}
 	}
 }

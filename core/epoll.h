@@ -5,15 +5,19 @@
  * An application epoll fd that holds SMC fds gets a struct smc_epoll (fdtab kind
  * FD_EPOLL) with a private "shadow" epoll fd. The shadow is added once to the
  * application's epoll set under a process-random cookie; it watches the connections'
- * wait fds (doorbells, level-triggered; the TCP socket, edge-triggered, which reports a
- * dead peer). Readiness itself is computed from connection state, with TCP's level,
- * edge, one-shot, RDHUP and HUP semantics; non-SMC fds stay in the kernel's set.
+ * wait fds (doorbells and the TCP socket, which reports a dead peer; both
+ * edge-triggered). Readiness itself is computed from connection state, with TCP's level,
+ * edge, one-shot, RDHUP and HUP semantics; non-SMC fds stay in the kernel's set. Only
+ * connections on the set's ready list are evaluated (those whose doorbell rang, that
+ * epoll_ctl touched, or that a level-triggered report left ready): a call costs
+ * O(ready), not O(registered); epoll.c explains the design.
  *
  * Per (epoll set, connection) there is one "watch" holding the shadow entries and a
  * connection reference; each application fd registered in the set is a registration
  * pointing to its watch (two dup'ed fds of one connection share a watch, since a fd can
  * sit only once in the shadow). The core keeps its own index (an fd-indexed array per
- * set plus a global list of sets); struct smc_conn's regs field is not used.
+ * set plus a global list of sets); struct smc_conn's regs field links the watches of a
+ * connection.
  *
  * Lock order: global list lock -> outer set -> inner set (nested) -> connection.
  * No lock is held while sleeping in the kernel.
@@ -47,11 +51,11 @@ void epoll_emul_atfork_child(void);
 /* ---- for wait.c: an emulated set inside poll/select ---- */
 
 /* POLLIN when an SMC registration of the set is ready now (does not consume edges or
- * one-shot registrations). Also drains the shadow so that the kernel's readiness of
+ * one-shot registrations). Also harvests the shadow so that the kernel's readiness of
  * the epoll fd no longer includes doorbells already accounted for. */
 uint32_t epoll_emul_poll_mask(int epfd);
-/* Arms every connection of the set before the caller sleeps on epfd in the kernel;
- * returns POLLIN when something became ready meanwhile. */
+/* Before the caller sleeps on epfd in the kernel: the same check, after which every
+ * quiet connection of the set is armed (its next change makes epfd readable). */
 uint32_t epoll_emul_prepare_sleep(int epfd);
 
 #endif

@@ -14,6 +14,7 @@
 #include "core/fdpark.h"
 #include "core/handshake.h"
 #include "core/log.h"
+#include "core/negotiate.h"
 #include "core/real.h"
 #include "core/rendezvous.h"
 #include "core/shm.h"
@@ -118,18 +119,77 @@ static uint64_t random_token(void)
 
 /* ------------------------------------------------------------ client */
 
-void handshake_client(struct smc_conn *c, int ufd)
+/* Fills the Proposal's addresses; under c->lock with the state PENDING. By key the
+ * server proves itself in its Accept, before we hand anything over or decide anything;
+ * otherwise its owner is checked here. 0 or the reason to decline with. */
+static uint32_t client_prepare(struct smc_conn *c, int ufd, const struct hs_auth *auth,
+			       struct clc_sh_proposal *p)
+{
+	struct sockaddr_storage local, peer;
+	socklen_t llen = sizeof(local), plen = sizeof(peer);
+
+	if (!auth->by_key && !rdv_peer_owns_tcp_peer(ufd, c->fd)) {
+		log_warn("fd %d: the process on our rendezvous name does not own the server's "
+			 "socket: staying TCP", c->fd);
+		return CLC_DECL_SH_CRED;
+	}
+	if (REAL(getsockname)(c->fd, (struct sockaddr *)&local, &llen) < 0 ||
+	    REAL(getpeername)(c->fd, (struct sockaddr *)&peer, &plen) < 0 ||
+	    clc_sh_set_addrs(p, (struct sockaddr *)&local, llen, (struct sockaddr *)&peer, plen) < 0)
+		return CLC_DECL_SYNCERR;
+	return 0;
+}
+
+/* Our share of the memory cap: the ring we read. 0 or CLC_DECL_MEM. */
+static uint32_t client_reserve(struct smc_conn *c, const struct clc_sh_proposal *p)
+{
+	uint32_t diag = 0;
+
+	pthread_mutex_lock(&c->lock);
+	if (shm_reserve(p->s2c_size) < 0)
+		diag = CLC_DECL_MEM;
+	else
+		c->reserved = p->s2c_size;
+	pthread_mutex_unlock(&c->lock);
+	return diag;
+}
+
+/* Sends the Proposal (with our doorbells unless by key). 0, a reason to decline with,
+ * or UINT32_MAX when the application closed the connection meanwhile. */
+static uint32_t client_propose(struct smc_conn *c, int ufd, const struct hs_auth *auth,
+			       struct clc_msg *prop)
+{
+	int bells[2] = { c->rx_bell, c->tx_bell };
+	uint32_t diag;
+
+	/* c->fd is the application's: under c->lock it cannot be closed (and its number
+	 * reused) while we read its addresses and its owner. */
+	pthread_mutex_lock(&c->lock);
+	if (__atomic_load_n(&c->state, __ATOMIC_ACQUIRE) != CONN_PENDING) {
+		pthread_mutex_unlock(&c->lock);
+		return UINT32_MAX;
+	}
+	diag = client_prepare(c, ufd, auth, &prop->u.s_prop);
+	pthread_mutex_unlock(&c->lock);
+	if (!diag && !auth->by_key)
+		diag = client_reserve(c, &prop->u.s_prop);
+	if (diag)
+		return diag;
+	if (hs_send(ufd, prop, auth->by_key ? NULL : bells, auth->by_key ? 0 : 2) < 0)
+		return CLC_DECL_SYNCERR;
+	return 0;
+}
+
+int handshake_client(struct smc_conn *c, int ufd, const struct hs_auth *auth)
 {
 	struct clc_msg prop = { .variant = CLC_SAMEHOST, .type = CLC_PROPOSAL }, acc;
 	struct clc_msg conf = { .variant = CLC_SAMEHOST, .type = CLC_CONFIRM };
 	struct clc_sh_proposal *p = &prop.u.s_prop;
-	struct sockaddr_storage local, peer;
-	socklen_t llen = sizeof(local), plen = sizeof(peer);
-	int out[2] = { c->rx_bell, c->tx_bell };
+	int bells[2] = { c->rx_bell, c->tx_bell };
 	int in[3] = { -1, -1, -1 }; /* memfd, the server's rx and tx bells */
 	struct shm_map map = { 0 };
 	enum smc_reason why = SMC_REASON_HANDSHAKE;
-	uint32_t diag = CLC_DECL_SYNCERR;
+	uint32_t diag;
 	int r;
 
 	hs_set_timeouts(ufd);
@@ -137,43 +197,37 @@ void handshake_client(struct smc_conn *c, int ufd)
 	p->c2s_size = rmb_size_from(smc_cfg.sndbuf);
 	p->s2c_size = rmb_size_from(smc_cfg.rcvbuf);
 	p->client_token = random_token();
-	/* c->fd is the application's: under c->lock it cannot be closed (and its number
-	 * reused) while we read its addresses and pass it as our proof. */
-	pthread_mutex_lock(&c->lock);
-	if (__atomic_load_n(&c->state, __ATOMIC_ACQUIRE) != CONN_PENDING) {
-		pthread_mutex_unlock(&c->lock);
-		diag = CLC_DECL_PEERDECL;
+	diag = client_propose(c, ufd, auth, &prop);
+	if (diag == UINT32_MAX) {
+		diag = CLC_DECL_PEERDECL; /* the application closed it: nothing to decide */
 		goto decline;
 	}
-	if (!rdv_peer_owns_tcp_peer(ufd, c->fd)) {
-		pthread_mutex_unlock(&c->lock);
-		log_warn("fd %d: the process on our rendezvous name does not own the server's "
-			 "socket: staying TCP", c->fd);
-		diag = CLC_DECL_SH_CRED;
+	if (diag == CLC_DECL_SYNCERR && auth->by_key)
+		goto not_the_server; /* nobody listens on ufd any more */
+	if (diag) {
+		why = diag == CLC_DECL_MEM ? SMC_REASON_MEM_CAP : SMC_REASON_HANDSHAKE;
 		goto decline;
 	}
-	if (REAL(getsockname)(c->fd, (struct sockaddr *)&local, &llen) < 0 ||
-	    REAL(getpeername)(c->fd, (struct sockaddr *)&peer, &plen) < 0 ||
-	    clc_sh_set_addrs(p, (struct sockaddr *)&local, llen, (struct sockaddr *)&peer, plen) < 0) {
-		pthread_mutex_unlock(&c->lock);
-		goto decline;
+	r = hs_recv(ufd, &acc, CLC_ACCEPT, in, 3);
+	/* by key, only an Accept with the proof comes from the server: a failure or a
+	 * Decline here may be anybody's, and the server will answer on TCP */
+	if (auth->by_key && (r < 0 || acc.type != CLC_ACCEPT || acc.u.s_acc.proof != auth->key)) {
+		if (r == 0 && acc.type == CLC_ACCEPT)
+			log_warn("fd %d: a process that did not read our TCP Proposal answered on "
+				 "our rendezvous socket: ignored", c->fd);
+		goto not_the_server;
 	}
-	if (shm_reserve(p->s2c_size) < 0) {
-		pthread_mutex_unlock(&c->lock);
-		why = SMC_REASON_MEM_CAP;
-		diag = CLC_DECL_MEM;
-		goto decline;
-	}
-	c->reserved = p->s2c_size;
-	r = hs_send(ufd, &prop, out, 2);
-	pthread_mutex_unlock(&c->lock);
-	if (r < 0 || hs_recv(ufd, &acc, CLC_ACCEPT, in, 3) < 0)
+	if (r < 0)
 		goto fail;
 	if (acc.type == CLC_DECLINE) {
 		why = reason_from_code(acc.u.s_decl.diag);
 		log_debug("fd %d: server declined SMC: %s", c->fd,
 			  clc_decline_reason_str(acc.u.s_decl.diag));
 		goto fail;
+	}
+	if (auth->by_key && (diag = client_reserve(c, p)) != 0) {
+		why = SMC_REASON_MEM_CAP;
+		goto decline;
 	}
 	diag = clc_sh_check_accept(p, &acc.u.s_acc);
 	if (diag) {
@@ -203,8 +257,11 @@ void handshake_client(struct smc_conn *c, int ufd)
 	conf.u.s_conf.client_token = p->client_token;
 	conf.u.s_conf.server_token = acc.u.s_acc.server_token;
 	/* If this is lost the server resets the TCP connection: both see it fail. */
-	(void)hs_send(ufd, &conf, NULL, 0);
-	return;
+	(void)hs_send(ufd, &conf, auth->by_key ? bells : NULL, auth->by_key ? 2 : 0);
+	return 0;
+not_the_server:
+	close_fds(in, 3);
+	return -EACCES;
 decline:
 	hs_send_decline(ufd, diag);
 fail:
@@ -213,27 +270,67 @@ fail:
 	if (__atomic_load_n(&c->state, __ATOMIC_ACQUIRE) == CONN_PENDING)
 		conn_fallback(c, why);
 	pthread_mutex_unlock(&c->lock);
+	return 0;
 }
 
 /* ------------------------------------------------------------ server */
 
-int handshake_server(struct smc_conn *c, int ufd, enum smc_reason *why)
+/* Before our Accept, a client negotiating by key trusts nothing that arrives on the
+ * rendezvous socket: refusals go on the TCP connection, where it listens too. */
+static void server_refuse(struct smc_conn *c, int ufd, const struct hs_auth *auth, uint32_t diag)
+{
+	if (auth->by_key)
+		(void)neg_send_decline(c->fd, diag);
+	else
+		hs_send_decline(ufd, diag);
+}
+
+/* The Proposal came from the client: under abstract names by its addresses and its
+ * owner; by key, by the name the TCP Proposal gave (rdv_token_listen). */
+static bool server_trusts_proposal(struct smc_conn *c, int ufd, const struct hs_auth *auth,
+				   const struct clc_sh_proposal *p, uint32_t *diag)
+{
+	struct sockaddr_storage local, peer;
+	socklen_t llen = sizeof(local), plen = sizeof(peer);
+
+	if (auth->by_key)
+		return true;
+	if (REAL(getsockname)(c->fd, (struct sockaddr *)&local, &llen) < 0 ||
+	    REAL(getpeername)(c->fd, (struct sockaddr *)&peer, &plen) < 0 ||
+	    !clc_sh_addrs_match(p, (struct sockaddr *)&peer, plen, (struct sockaddr *)&local, llen)) {
+		log_warn("fd %d: invalid CLC Proposal from the client: staying TCP", c->fd);
+		*diag = CLC_DECL_SH_ADDR;
+		return false;
+	}
+	if (!rdv_peer_owns_tcp_peer(ufd, c->fd)) {
+		log_warn("fd %d: the process on the client's rendezvous name does not own the "
+			 "client's socket: staying TCP", c->fd);
+		*diag = CLC_DECL_SH_CRED;
+		return false;
+	}
+	return true;
+}
+
+int handshake_server(struct smc_conn *c, int ufd, const struct hs_auth *auth,
+		     enum smc_reason *why)
 {
 	struct clc_msg prop, acc = { .variant = CLC_SAMEHOST, .type = CLC_ACCEPT }, conf;
 	struct clc_sh_proposal *p = &prop.u.s_prop;
-	struct sockaddr_storage local, peer;
-	socklen_t llen = sizeof(local), plen = sizeof(peer);
-	int in[2] = { -1, -1 }; /* the client's rx and tx bells */
+	int bells[2] = { -1, -1 }; /* the client's rx and tx bells */
+	int nbells = auth->by_key ? 0 : 2; /* with the Proposal; by key with the Confirm */
+	uint32_t diag = CLC_DECL_INTERR;
 	int memfd, r;
 	size_t reserve;
 
 	*why = SMC_REASON_HANDSHAKE;
 	hs_set_timeouts(ufd);
-	r = hs_recv(ufd, &prop, CLC_PROPOSAL, in, 2);
+	r = hs_recv(ufd, &prop, CLC_PROPOSAL, bells, nbells);
 	if (r < 0) {
 		/* EOF: the client went away (it closed or exited) before answering */
 		if (r == -ECONNRESET)
 			*why = SMC_REASON_PEER_CLOSED;
+		if (auth->by_key)
+			(void)neg_send_decline(c->fd, CLC_DECL_SYNCERR);
 		return -EPROTO;
 	}
 	if (prop.type == CLC_DECLINE) {
@@ -242,27 +339,17 @@ int handshake_server(struct smc_conn *c, int ufd, enum smc_reason *why)
 			 clc_decline_reason_str(prop.u.s_decl.diag));
 		return -ECONNREFUSED;
 	}
-	if (REAL(getsockname)(c->fd, (struct sockaddr *)&local, &llen) < 0 ||
-	    REAL(getpeername)(c->fd, (struct sockaddr *)&peer, &plen) < 0 ||
-	    !clc_sh_addrs_match(p, (struct sockaddr *)&peer, plen, (struct sockaddr *)&local, llen)) {
-		log_warn("fd %d: invalid CLC Proposal from the client: staying TCP", c->fd);
-		close_fds(in, 2);
-		hs_send_decline(ufd, CLC_DECL_SH_ADDR);
-		return -EPROTO;
-	}
-	if (!rdv_peer_owns_tcp_peer(ufd, c->fd)) {
-		log_warn("fd %d: the process on the client's rendezvous name does not own the "
-			 "client's socket: staying TCP", c->fd);
-		close_fds(in, 2);
-		hs_send_decline(ufd, CLC_DECL_SH_CRED);
+	if (!server_trusts_proposal(c, ufd, auth, p, &diag)) {
+		close_fds(bells, 2);
+		server_refuse(c, ufd, auth, diag);
 		return -EPROTO;
 	}
 	/* the region holds both rings: all of it counts against our cap */
 	reserve = (size_t)p->c2s_size + p->s2c_size;
 	if (shm_reserve(reserve) < 0) {
 		*why = SMC_REASON_MEM_CAP;
-		close_fds(in, 2);
-		hs_send_decline(ufd, CLC_DECL_MEM);
+		close_fds(bells, 2);
+		server_refuse(c, ufd, auth, CLC_DECL_MEM);
 		return -ENOMEM;
 	}
 	c->reserved = reserve;
@@ -270,36 +357,43 @@ int handshake_server(struct smc_conn *c, int ufd, enum smc_reason *why)
 	memfd = shm_create(p->c2s_size, p->s2c_size, &c->map);
 	if (memfd < 0) {
 		*why = SMC_REASON_RESOURCES;
-		close_fds(in, 2);
-		hs_send_decline(ufd, CLC_DECL_INTERR);
+		close_fds(bells, 2);
+		server_refuse(c, ufd, auth, CLC_DECL_INTERR);
 		return memfd;
 	}
-	c->peer_rx_bell = bell_take(in[0]);
-	c->peer_tx_bell = bell_take(in[1]);
 	acc.u.s_acc.proto = CLC_SAMEHOST_PROTO;
 	acc.u.s_acc.c2s_size = p->c2s_size;
 	acc.u.s_acc.s2c_size = p->s2c_size;
 	acc.u.s_acc.server_token = random_token();
+	acc.u.s_acc.proof = auth->by_key ? auth->key : 0;
 	{
 		int out[3] = { memfd, c->rx_bell, c->tx_bell };
 
 		r = hs_send(ufd, &acc, out, 3);
 	}
 	REAL(close)(memfd);
-	if (r < 0)
+	if (r < 0) {
+		close_fds(bells, 2);
+		if (auth->by_key)
+			(void)neg_send_decline(c->fd, CLC_DECL_SYNCERR);
 		return -ECONNREFUSED; /* the client never saw the Accept: plain TCP */
-	r = hs_recv(ufd, &conf, CLC_CONFIRM, NULL, 0);
+	}
+	r = hs_recv(ufd, &conf, CLC_CONFIRM, auth->by_key ? bells : NULL, auth->by_key ? 2 : 0);
 	if (r == 0 && conf.type == CLC_DECLINE) {
 		*why = reason_from_code(conf.u.s_decl.diag);
 		log_info("fd %d: client declined SMC after our Accept: %s", c->fd,
 			 clc_decline_reason_str(conf.u.s_decl.diag));
+		close_fds(bells, 2);
 		return -ECONNREFUSED; /* the client stays TCP: so do we */
 	}
 	if (r < 0 || clc_sh_check_confirm(p, &acc.u.s_acc, &conf.u.s_conf) != 0) {
 		log_warn("fd %d: no valid CLC Confirm from the client: resetting the connection",
 			 c->fd);
+		close_fds(bells, 2);
 		return -ECONNABORTED;
 	}
+	c->peer_rx_bell = bell_take(bells[0]);
+	c->peer_tx_bell = bell_take(bells[1]);
 	*why = SMC_REASON_NONE;
 	return 0;
 }

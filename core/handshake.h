@@ -10,25 +10,47 @@
  *   Confirm{both tokens}                 -->      (server goes ACTIVE)
  *
  * Either side may answer with a Decline{reason} instead; both then stay plain TCP.
- * Before handing anything over, each side checks that the process on the other end of
- * the unix socket owns the other end of the TCP connection (rdv_peer_owns_tcp_peer),
- * and the server that the Proposal's 4-tuple is its accepted connection's. Every field
- * is validated.
+ *
+ * Who is on the other end of the unix socket:
+ *  - same-host rendezvous (abstract 4-tuple names, no TCP option): before handing
+ *    anything over, each side checks that the process on the other end owns the other
+ *    end of the TCP connection (rdv_peer_owns_tcp_peer, sock_diag: one network
+ *    namespace), and the server that the Proposal's 4-tuple is its accepted
+ *    connection's;
+ *  - in-band negotiation (TCP option, struct hs_auth by_key): the client named its
+ *    rendezvous socket and a secret key in the TCP Proposal, which only the TCP peer
+ *    read. The server connects to that name (a socket nobody else can bind or replace,
+ *    see rdv_token_listen) and proves itself by echoing the key in its Accept; the
+ *    client hands nothing over before that proof: its Proposal carries no descriptor,
+ *    its doorbells travel with the Confirm. Addresses are not compared (NAT between
+ *    containers changes them). Works across network namespaces.
+ * Every field is validated.
  */
 #ifndef SMC_HANDSHAKE_H
 #define SMC_HANDSHAKE_H
 
 #include "core/stats.h"
 
+#include <stdbool.h>
+#include <stdint.h>
+
 struct smc_conn;
 
-/* Client side, on the progress thread, with ufd the accepted rendezvous socket. Leaves
- * the connection ACTIVE or FALLBACK (unless the application closed it meanwhile). */
-void handshake_client(struct smc_conn *c, int ufd);
+struct hs_auth {
+	bool by_key;  /* in-band negotiation: the key authenticates the server */
+	uint64_t key; /* the TCP Proposal's rendezvous key */
+};
+
+/* Client side, on the progress thread, with ufd the accepted rendezvous socket. Returns
+ * 0 and leaves the connection ACTIVE or FALLBACK (unless the application closed it
+ * meanwhile); or, with auth->by_key only, -EACCES when the process on ufd did not prove
+ * it is the server: nothing was handed over nor decided, wait for the next one. */
+int handshake_client(struct smc_conn *c, int ufd, const struct hs_auth *auth);
 
 /* Server side. 0: c is ready to activate. Otherwise -errno and *why; -ECONNABORTED
  * means the client may already consider the connection upgraded, so the TCP connection
  * must be reset rather than used as plain TCP. */
-int handshake_server(struct smc_conn *c, int ufd, enum smc_reason *why);
+int handshake_server(struct smc_conn *c, int ufd, const struct hs_auth *auth,
+		     enum smc_reason *why);
 
 #endif

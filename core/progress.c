@@ -13,8 +13,10 @@
 #include "core/fdtab.h"
 #include "core/handshake.h"
 #include "core/log.h"
+#include "core/negotiate.h"
 #include "core/progress.h"
 #include "core/real.h"
+#include "core/tcpopt.h"
 
 static pthread_mutex_t progress_lock = PTHREAD_MUTEX_INITIALIZER;
 static struct event_base *progress_base;
@@ -24,21 +26,32 @@ static pid_t progress_pid;
 struct pending {
 	struct smc_conn *c;
 	struct event *ev_rdv, *ev_tcp, *ev_deadline;
+	bool inband;          /* negotiation through the TCP option (negotiate.h) */
+	struct neg_client nc; /* inband: rendezvous name and key */
 };
+
+static void event_drop(struct event **ev)
+{
+	if (*ev)
+		event_free(*ev);
+	*ev = NULL;
+}
 
 static void pending_finish(struct pending *p)
 {
 	struct smc_conn *c = p->c;
 
-	event_free(p->ev_rdv);
-	event_free(p->ev_tcp);
-	event_free(p->ev_deadline);
+	event_drop(&p->ev_rdv);
+	event_drop(&p->ev_tcp);
+	event_drop(&p->ev_deadline);
 	pthread_mutex_lock(&c->lock);
 	if (c->rdv_listen_fd >= 0) {
 		REAL(close)(c->rdv_listen_fd);
 		c->rdv_listen_fd = -1;
 	}
 	pthread_mutex_unlock(&c->lock);
+	if (p->inband)
+		neg_client_cleanup(&p->nc);
 	conn_put(c);
 	free(p);
 }
@@ -55,20 +68,52 @@ static void pending_give_up(struct pending *p, enum smc_reason why)
 	pending_finish(p);
 }
 
+static void bells_ring(struct smc_conn *c)
+{
+	uint64_t one = 1;
+
+	(void)!REAL(write)(c->rx_bell, &one, sizeof(one));
+	(void)!REAL(write)(c->tx_bell, &one, sizeof(one));
+}
+
+/* In-band: after our Proposal the connection may no longer simply turn into plain TCP
+ * (the server's answer could still arrive and reach the application): reset it. */
+static void pending_abort(struct pending *p, const char *what)
+{
+	struct smc_conn *c = p->c;
+
+	pthread_mutex_lock(&c->lock);
+	if (__atomic_load_n(&c->state, __ATOMIC_ACQUIRE) == CONN_PENDING) {
+		log_warn("fd %d: %s: resetting the connection", c->fd, what);
+		stats_count_abort();
+		neg_reset(c->fd);
+		conn_fallback(c, SMC_REASON_HANDSHAKE);
+	}
+	pthread_mutex_unlock(&c->lock);
+	pending_finish(p);
+}
+
 static void on_rdv(evutil_socket_t fd, short what, void *arg)
 {
 	struct pending *p = arg;
+	struct hs_auth auth = { .by_key = p->inband, .key = p->nc.key };
 	int ufd = REAL(accept4)(fd, NULL, NULL, SOCK_CLOEXEC);
+	int r;
 
 	(void)what;
 	if (ufd < 0) {
 		if (errno == EAGAIN || errno == EINTR || errno == ECONNABORTED)
 			return;
-		pending_give_up(p, SMC_REASON_RESOURCES);
+		if (p->inband)
+			pending_abort(p, "rendezvous socket failed");
+		else
+			pending_give_up(p, SMC_REASON_RESOURCES);
 		return;
 	}
-	handshake_client(p->c, ufd);
+	r = handshake_client(p->c, ufd, &auth);
 	REAL(close)(ufd);
+	if (r == -EACCES)
+		return; /* not the server: it may still come, or answer on TCP */
 	pending_give_up(p, SMC_REASON_HANDSHAKE); /* no-op when the handshake decided */
 }
 
@@ -95,9 +140,140 @@ static void on_tcp(evutil_socket_t fd, short what, void *arg)
 
 static void on_deadline(evutil_socket_t fd, short what, void *arg)
 {
+	struct pending *p = arg;
+	struct timeval tv = {
+		.tv_sec = smc_cfg.handshake_timeout_ms / 1000,
+		.tv_usec = (smc_cfg.handshake_timeout_ms % 1000) * 1000,
+	};
+
 	(void)fd;
 	(void)what;
-	pending_give_up(arg, SMC_REASON_HANDSHAKE);
+	if (!p->inband) {
+		pending_give_up(p, SMC_REASON_HANDSHAKE);
+	} else if (__atomic_load_n(&p->c->state, __ATOMIC_ACQUIRE) != CONN_PENDING) {
+		pending_finish(p); /* the application closed it meanwhile */
+	} else {
+		/* In-band, nothing times out here: the TCP handshake is bounded by the kernel,
+		 * and the server answers our Proposal only once its application calls
+		 * accept(), which may take as long as it likes (a TCP client would wait for
+		 * its answer too). This tick only notices a close. */
+		event_add(p->ev_deadline, &tv);
+	}
+}
+
+/* ------------------------------------------------------------ in-band negotiation */
+
+/* Under c->lock, PENDING: the state a finished TCP handshake leaves. 1: both sent the
+ * option. 0: plain TCP (*why). */
+static int inband_peer_is_smc(struct smc_conn *c, enum smc_reason *why)
+{
+	struct pollfd pfd = { .fd = c->fd, .events = POLLOUT };
+
+	*why = SMC_REASON_PEER_NOT_SMC;
+	/* A failed connect leaves its error for the application's SO_ERROR: give up
+	 * without reading it. */
+	if (REAL(poll)(&pfd, 1, 0) == 1 && (pfd.revents & (POLLERR | POLLNVAL | POLLHUP)))
+		return 0;
+	return tcpopt_peer_sent(c->fd) == 1;
+}
+
+static void on_answer(evutil_socket_t fd, short what, void *arg)
+{
+	struct pending *p = arg;
+	struct smc_conn *c = p->c;
+	enum smc_reason why = SMC_REASON_DECLINED;
+	enum neg_answer a;
+	uint32_t diag = 0;
+
+	(void)fd;
+	(void)what;
+	pthread_mutex_lock(&c->lock);
+	if (__atomic_load_n(&c->state, __ATOMIC_ACQUIRE) != CONN_PENDING) {
+		pthread_mutex_unlock(&c->lock);
+		pending_finish(p);
+		return;
+	}
+	a = neg_client_answer(c->fd, &diag);
+	pthread_mutex_unlock(&c->lock);
+	switch (a) {
+	case NEG_ANS_NONE:
+		return;
+	case NEG_ANS_BAD:
+		pending_abort(p, "invalid CLC answer from the server");
+		return;
+	case NEG_ANS_DECLINE:
+		log_debug("fd %d: server declined SMC: %s", c->fd, clc_decline_reason_str(diag));
+		why = SMC_REASON_DECLINED;
+		break;
+	case NEG_ANS_ACCEPTED:
+		why = SMC_REASON_NOT_LOCAL; /* it wanted RDMA, which we do not have yet */
+		break;
+	case NEG_ANS_CLOSED:
+		why = SMC_REASON_PEER_CLOSED;
+		break;
+	}
+	pending_give_up(p, why);
+}
+
+static bool inband_arm(struct pending *p)
+{
+	struct event_base *base = progress_base;
+	struct smc_conn *c = p->c;
+	struct timeval tv = {
+		.tv_sec = smc_cfg.handshake_timeout_ms / 1000,
+		.tv_usec = (smc_cfg.handshake_timeout_ms % 1000) * 1000,
+	};
+
+	event_drop(&p->ev_tcp);
+	p->ev_rdv = event_new(base, c->rdv_listen_fd, EV_READ | EV_PERSIST, on_rdv, p);
+	/* edge-triggered: a partial message leaves the socket readable until the rest */
+	p->ev_tcp = event_new(base, c->fd, EV_READ | EV_PERSIST | EV_ET, on_answer, p);
+	if (!p->ev_rdv || !p->ev_tcp)
+		return false;
+	event_add(p->ev_rdv, NULL);
+	event_add(p->ev_tcp, NULL);
+	event_del(p->ev_deadline);
+	event_add(p->ev_deadline, &tv);
+	return true;
+}
+
+/* The TCP handshake finished (the socket became writable): propose, or stay TCP. */
+static void on_connected(evutil_socket_t fd, short what, void *arg)
+{
+	struct pending *p = arg;
+	struct smc_conn *c = p->c;
+	enum smc_reason why;
+	int r;
+
+	(void)fd;
+	(void)what;
+	pthread_mutex_lock(&c->lock);
+	if (__atomic_load_n(&c->state, __ATOMIC_ACQUIRE) != CONN_PENDING) {
+		pthread_mutex_unlock(&c->lock);
+		pending_finish(p);
+		return;
+	}
+	if (!inband_peer_is_smc(c, &why)) {
+		pthread_mutex_unlock(&c->lock);
+		pending_give_up(p, why); /* not one byte was sent */
+		return;
+	}
+	r = neg_client_propose(c->fd, &p->nc);
+	c->rdv_listen_fd = p->nc.listen_fd;
+	pthread_mutex_unlock(&c->lock);
+	/* connected: a waiter for POLLOUT may stage its data now (conn_poll_mask) */
+	bells_ring(c);
+	if (r == 1) {
+		pending_give_up(p, SMC_REASON_RESOURCES); /* we declined: plain TCP */
+		return;
+	}
+	if (r == 0)
+		log_debug("fd %d: both sent the SMC option: CLC Proposal sent (%s rendezvous)",
+			  c->fd, p->nc.rdv_path ? "path" : "abstract");
+	if (r < 0)
+		pending_abort(p, "sending the CLC Proposal failed");
+	else if (!inband_arm(p))
+		pending_abort(p, "out of memory");
 }
 
 static void *progress_main(void *arg)
@@ -175,20 +351,25 @@ static void pending_register(evutil_socket_t fd, short what, void *arg)
 	if (!p)
 		goto fail;
 	p->c = c;
-	p->ev_rdv = event_new(base, c->rdv_listen_fd, EV_READ | EV_PERSIST, on_rdv, p);
-	p->ev_tcp = event_new(base, c->fd, EV_READ | EV_PERSIST, on_tcp, p);
+	p->nc.listen_fd = -1;
+	/* c->rdv_listen_fd < 0: in-band, the rendezvous comes after the TCP handshake */
+	p->inband = c->rdv_listen_fd < 0;
+	if (p->inband) {
+		p->ev_tcp = event_new(base, c->fd, EV_WRITE, on_connected, p);
+	} else {
+		p->ev_rdv = event_new(base, c->rdv_listen_fd, EV_READ | EV_PERSIST, on_rdv, p);
+		p->ev_tcp = event_new(base, c->fd, EV_READ | EV_PERSIST, on_tcp, p);
+	}
 	p->ev_deadline = event_new(base, -1, 0, on_deadline, p);
-	if (!p->ev_rdv || !p->ev_tcp || !p->ev_deadline) {
-		if (p->ev_rdv)
-			event_free(p->ev_rdv);
-		if (p->ev_tcp)
-			event_free(p->ev_tcp);
-		if (p->ev_deadline)
-			event_free(p->ev_deadline);
+	if ((!p->inband && !p->ev_rdv) || !p->ev_tcp || !p->ev_deadline) {
+		event_drop(&p->ev_rdv);
+		event_drop(&p->ev_tcp);
+		event_drop(&p->ev_deadline);
 		free(p);
 		goto fail;
 	}
-	event_add(p->ev_rdv, NULL);
+	if (p->ev_rdv)
+		event_add(p->ev_rdv, NULL);
 	event_add(p->ev_tcp, NULL);
 	event_add(p->ev_deadline, &tv);
 	return;

@@ -2,8 +2,9 @@
 /*
  * The background progress thread: a libevent event_base that runs the client side of
  * handshakes (answering the accepting server on the per-connection rendezvous socket),
- * watches a pending connection's TCP socket (data or an error first means the server is
- * not doing SMC) and its handshake deadline. Started on first need, never in a process
+ * watches a pending connection's TCP socket (same-host rendezvous: data or an error
+ * first means the server is not doing SMC; in-band: the end of the TCP handshake, then
+ * the server's CLC answer) and its handshake deadline. Started on first need, never in a process
  * that opens no TCP connection.
  */
 #ifndef SMC_PROGRESS_H
@@ -11,7 +12,11 @@
 
 struct smc_conn;
 
-/* Hands a PENDING client connection (with rdv_listen_fd set) to the thread. */
+/* Hands a PENDING client connection to the thread: with rdv_listen_fd set, the
+ * same-host rendezvous (the server connects to that name); with rdv_listen_fd -1, the
+ * in-band negotiation (the socket was opted in for the TCP option: after the TCP
+ * handshake the thread checks the option, sends the CLC Proposal and waits for the
+ * server on the rendezvous it names or for its answer on TCP; negotiate.h). */
 int progress_watch_pending(struct smc_conn *c);
 /* In a forked child: the thread did not survive the fork. */
 void progress_atfork_child(void);

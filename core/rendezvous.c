@@ -10,10 +10,12 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <sys/un.h>
 #include <time.h>
 #include <unistd.h>
 
+#include "core/config.h"
 #include "core/fdpark.h"
 #include "core/real.h"
 #include "core/rendezvous.h"
@@ -263,6 +265,103 @@ int rdv_conn_connect(const struct sockaddr *peer, const struct sockaddr *local)
 
 		REAL(close)(fd);
 		return -e;
+	}
+	return fd;
+}
+
+/* ------------------------------------------------------------ token names */
+
+bool rdv_dir_usable(void)
+{
+	struct stat st;
+
+	if (!smc_cfg.rdv_dir || smc_cfg.rdv_dir[0] != '/' || stat(smc_cfg.rdv_dir, &st) < 0 ||
+	    !S_ISDIR(st.st_mode))
+		return false;
+	if (st.st_uid != 0 && st.st_uid != geteuid())
+		return false;
+	/* others may create entries: only the sticky bit keeps them from replacing ours */
+	return !(st.st_mode & (S_IWGRP | S_IWOTH)) || (st.st_mode & S_ISVTX);
+}
+
+/* "<dir>/c-<16 hex>" or the abstract "\0smcp1:t:<16 hex>". */
+static int token_name(struct sockaddr_un *un, socklen_t *len, uint64_t token, bool path)
+{
+	uint8_t t[8];
+	char hex[17];
+	int n;
+
+	for (int i = 0; i < 8; i++)
+		t[i] = (uint8_t)(token >> (56 - 8 * i));
+	hex[hex_append(hex, t, 8)] = 0;
+	memset(un, 0, sizeof(*un));
+	un->sun_family = AF_UNIX;
+	if (path)
+		n = snprintf(un->sun_path, sizeof(un->sun_path), "%s/c-%s", smc_cfg.rdv_dir, hex);
+	else
+		n = 1 + snprintf(un->sun_path + 1, sizeof(un->sun_path) - 1, "smcp1:t:%s", hex);
+	if (n <= 0 || (size_t)n >= sizeof(un->sun_path))
+		return -ENAMETOOLONG;
+	/* a path's length includes its terminating NUL; an abstract name has none */
+	*len = (socklen_t)(offsetof(struct sockaddr_un, sun_path) + (size_t)n + (path ? 1 : 0));
+	return 0;
+}
+
+int rdv_token_listen(uint64_t token, bool path)
+{
+	struct sockaddr_un un;
+	socklen_t ulen;
+	int fd, r = token_name(&un, &ulen, token, path);
+
+	if (r < 0)
+		return r;
+	fd = REAL(socket)(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+	if (fd < 0)
+		return -errno;
+	if (REAL(bind)(fd, (struct sockaddr *)&un, ulen) < 0)
+		goto fail;
+	/* a server running as another user must be able to connect: the key in the TCP
+	 * Proposal, not the file mode, is what makes it prove itself */
+	if ((path && chmod(un.sun_path, 0666) < 0) || REAL(listen)(fd, 4) < 0) {
+		r = -errno;
+		if (path)
+			unlink(un.sun_path);
+		REAL(close)(fd);
+		return r;
+	}
+	return fd_park(fd);
+fail:
+	r = -errno;
+	REAL(close)(fd);
+	return r;
+}
+
+void rdv_token_unlink(uint64_t token)
+{
+	struct sockaddr_un un;
+	socklen_t ulen;
+
+	if (token_name(&un, &ulen, token, true) == 0)
+		unlink(un.sun_path);
+}
+
+int rdv_token_connect(uint64_t token, bool path)
+{
+	struct sockaddr_un un;
+	socklen_t ulen;
+	int fd, r = token_name(&un, &ulen, token, path);
+
+	if (r < 0)
+		return r;
+	if (path && !rdv_dir_usable())
+		return -EPERM;
+	fd = REAL(socket)(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+	if (fd < 0)
+		return -errno;
+	if (REAL(connect)(fd, (struct sockaddr *)&un, ulen) < 0) {
+		r = -errno;
+		REAL(close)(fd);
+		return r;
 	}
 	return fd;
 }

@@ -34,6 +34,21 @@ int rdv_conn_listen(const struct sockaddr *local, const struct sockaddr *peer);
  * 4-tuple (peer = client, local = server). -errno when there is none. */
 int rdv_conn_connect(const struct sockaddr *peer, const struct sockaddr *local);
 
+/* In-band negotiation (the TCP option): the client's per-connection rendezvous socket is
+ * named by a random 64-bit token that travels in its TCP Proposal. With path = true it is
+ * "<SMC_RDV_DIR>/c-<token>", reachable from every network namespace that shares the
+ * directory (containers); otherwise an abstract name, reachable in this network
+ * namespace only. rdv_dir_usable says whether the directory exists and nobody but root
+ * or us can replace a socket in it (owner root or us; sticky when others may write). */
+bool rdv_dir_usable(void);
+/* Client: a parked, nonblocking seqpacket listener for the token (path mode: mode 0666 so
+ * a server of any user can connect; the TCP Proposal's key authenticates it). -errno. */
+int rdv_token_listen(uint64_t token, bool path);
+/* Client: removes the path of a token listener (closing the fd does not). */
+void rdv_token_unlink(uint64_t token);
+/* Server: connects to the client's token rendezvous. -errno. */
+int rdv_token_connect(uint64_t token, bool path);
+
 /* One message with up to `nfds` descriptors attached. */
 int rdv_send(int ufd, const void *buf, size_t len, const int *fds, int nfds);
 /* Receives one message; fills fds[0..*nfds) (CLOEXEC). Returns its length or -errno;

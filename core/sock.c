@@ -2,6 +2,16 @@
 /*
  * The core's entry points for the preload layer: decides per socket whether to try SMC,
  * drives the rendezvous, and dispatches I/O to the connection engine or to libc.
+ *
+ * How two ends find out that both run the library:
+ *  - the SMC TCP option (when `smc_preload.sh --setup` pinned its map, tcpopt.h): every
+ *    listener and client socket is opted in before listen()/connect(); after the TCP
+ *    handshake, both sent it -> in-band CLC on the TCP connection (negotiate.h), else
+ *    plain TCP with not one extra byte;
+ *  - without the map, the same-host rendezvous (rendezvous.h): a client connecting to a
+ *    local address probes for the listener's abstract name first.
+ * A server accepts both: an accepted connection whose client sent no option is offered
+ * the same-host rendezvous as before.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -18,16 +28,19 @@
 #include "core/handshake.h"
 #include "core/init.h"
 #include "core/log.h"
+#include "core/negotiate.h"
 #include "core/progress.h"
 #include "core/real.h"
 #include "core/rendezvous.h"
 #include "core/sock.h"
 #include "core/stats.h"
+#include "core/tcpopt.h"
 #include "core/wait.h"
 
 struct smc_listener {
 	int name_fd; /* holds the rendezvous name; -1 when a sibling process holds it */
 	int refs;
+	bool opted_in; /* its SYN-ACKs answer the SMC TCP option (tcpopt.h) */
 };
 
 /* Looking up an fd's connection and taking a reference must not interleave with
@@ -150,25 +163,54 @@ static int bind_local_end(int fd, const struct sockaddr *dst, socklen_t dlen,
 	return 0;
 }
 
+static struct smc_conn *client_conn_new(int fd)
+{
+	struct smc_conn *c = conn_new(fd, CONN_CLIENT);
+	int fl;
+
+	if (!c)
+		return NULL;
+	fl = REAL(fcntl)(fd, F_GETFL);
+	c->nonblock = fl >= 0 && (fl & O_NONBLOCK);
+	conn_load_sockopts(c);
+	return c;
+}
+
 /* Sets up a PENDING client connection for fd. NULL: stay plain TCP for `*why`. */
 static struct smc_conn *connect_prepare(int fd, const struct sockaddr *dst, socklen_t dlen,
 					enum smc_reason *why)
 {
 	struct sockaddr_storage local;
 	struct smc_conn *c;
-	int fl;
 
 	*why = SMC_REASON_RESOURCES;
 	if (bind_local_end(fd, dst, dlen, &local) < 0)
 		return NULL;
-	c = conn_new(fd, CONN_CLIENT);
+	c = client_conn_new(fd);
 	if (!c)
 		return NULL;
-	fl = REAL(fcntl)(fd, F_GETFL);
-	c->nonblock = fl >= 0 && (fl & O_NONBLOCK);
-	conn_load_sockopts(c);
 	c->rdv_listen_fd = rdv_conn_listen((struct sockaddr *)&local, dst);
 	if (c->rdv_listen_fd < 0) {
+		conn_put(c);
+		return NULL;
+	}
+	fdtab_set(fd, FD_SMC, c);
+	return c;
+}
+
+/* In-band negotiation: the SYN carries the SMC option; the progress thread takes over
+ * once the TCP handshake is done (rdv_listen_fd stays -1 until then). NULL when the
+ * socket could not be opted in. */
+static struct smc_conn *connect_prepare_inband(int fd, enum smc_reason *why)
+{
+	struct smc_conn *c;
+
+	*why = SMC_REASON_RESOURCES;
+	c = client_conn_new(fd);
+	if (!c)
+		return NULL;
+	/* once opted in, the server expects a CLC message from us: nothing may fail after */
+	if (tcpopt_opt_in(fd) < 0) {
 		conn_put(c);
 		return NULL;
 	}
@@ -187,9 +229,11 @@ int smc_sock_connect(int fd, const struct sockaddr *addr, socklen_t len)
 	    len < (addr->sa_family == AF_INET ? sizeof(struct sockaddr_in) : sizeof(struct sockaddr_in6)))
 		return REAL(connect)(fd, addr, len);
 	if (smc_enabled() && !addr_is_unspecified(addr)) {
-		if (rdv_listener_present(addr))
+		if (tcpopt_available())
+			c = connect_prepare_inband(fd, &why);
+		if (!c && rdv_listener_present(addr))
 			c = connect_prepare(fd, addr, len, &why);
-		else
+		else if (!c)
 			why = rdv_addr_is_local(addr) ? SMC_REASON_PEER_NOT_SMC : SMC_REASON_NOT_LOCAL;
 	}
 	r = REAL(connect)(fd, addr, len);
@@ -218,14 +262,20 @@ int smc_sock_connect(int fd, const struct sockaddr *addr, socklen_t len)
 int smc_sock_listen(int fd, int backlog)
 {
 	struct smc_listener *l;
-	int r = REAL(listen)(fd, backlog);
+	bool opted_in = false;
+	int r;
 
+	/* before listen(): the program decides when the socket starts listening */
+	if (fdtab_kind(fd) == FD_TCP && smc_enabled() && tcpopt_available())
+		opted_in = tcpopt_opt_in(fd) == 0;
+	r = REAL(listen)(fd, backlog);
 	if (r < 0 || fdtab_kind(fd) != FD_TCP || !smc_enabled())
 		return r;
 	l = calloc(1, sizeof(*l));
 	if (!l)
 		return r;
 	l->refs = 1;
+	l->opted_in = opted_in;
 	l->name_fd = rdv_listener_register(fd);
 	if (l->name_fd < 0 && l->name_fd != -EADDRINUSE)
 		log_warn("fd %d: no rendezvous for this listener (%s): connections stay TCP",
@@ -262,13 +312,121 @@ static bool tcp_peer_gone(int fd)
 	return r == 0 || (r < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR);
 }
 
+/* Whether listening socket fd was opted in for the TCP option. Under the fd's stripe
+ * lock: a concurrent close frees the listener only after clearing the entry. */
+static bool listener_opted_in(int fd)
+{
+	struct fd_entry *e = fdtab_peek(fd);
+	bool r = false;
+
+	if (!e)
+		return false;
+	pthread_mutex_lock(fd_lock(fd));
+	if (e->kind == FD_LISTEN)
+		r = ((struct smc_listener *)e->obj)->opted_in;
+	pthread_mutex_unlock(fd_lock(fd));
+	return r;
+}
+
+/* The server's side of the same-host handshake for accepted socket nfd over rendezvous
+ * socket ufd (closed here). 1: nfd is an ACTIVE SMC connection. 0: plain TCP (*why).
+ * -1: nfd was reset and closed (errno ECONNABORTED). */
+static int accept_handshake(int nfd, int ufd, int flags, const struct hs_auth *auth,
+			    enum smc_reason *why)
+{
+	struct smc_conn *c = conn_new(nfd, CONN_SERVER);
+	int r;
+
+	if (!c) {
+		REAL(close)(ufd);
+		if (auth->by_key)
+			(void)neg_send_decline(nfd, CLC_DECL_INTERR);
+		*why = SMC_REASON_RESOURCES;
+		return 0;
+	}
+	c->nonblock = (flags & SOCK_NONBLOCK) != 0;
+	conn_load_sockopts(c);
+	r = handshake_server(c, ufd, auth, why);
+	REAL(close)(ufd);
+	if (r == 0) {
+		fdtab_set(nfd, FD_SMC, c);
+		conn_activate(c);
+		return 1;
+	}
+	conn_put(c);
+	if (r == -ECONNABORTED) {
+		abort_tcp(nfd);
+		errno = ECONNABORTED;
+		return -1;
+	}
+	return 0;
+}
+
+/* Both SYN and SYN-ACK carried the option: the client's CLC message decides. */
+static int accept_inband(int nfd, int flags, enum smc_reason *why)
+{
+	struct clc_block blk;
+	struct hs_auth auth = { .by_key = true };
+	int ufd;
+
+	switch (neg_server_read_offer(nfd, &blk, why)) {
+	case NEG_OFFER_ABORT:
+		stats_count_abort();
+		abort_tcp(nfd);
+		errno = ECONNABORTED;
+		return -1;
+	case NEG_OFFER_TCP:
+		return 0;
+	case NEG_OFFER_OURS:
+		break;
+	}
+	*why = SMC_REASON_HANDSHAKE;
+	log_debug("fd %d: CLC Proposal from smc-preload on this host: joining its %s rendezvous",
+		  nfd, blk.flags & CLC_BLOCK_RDV_PATH ? "path" : "abstract");
+	ufd = neg_server_rendezvous(nfd, &blk);
+	if (ufd < 0) {
+		/* the client closed or exited after proposing (an exiting process closes
+		 * its listener before its TCP FIN goes out) */
+		if (ufd == -ECONNREFUSED || tcp_peer_gone(nfd))
+			*why = SMC_REASON_PEER_CLOSED;
+		return 0;
+	}
+	auth.key = blk.rdv_key;
+	return accept_handshake(nfd, ufd, flags, &auth, why);
+}
+
+/* No option from the client: a preloaded client without the map (same network
+ * namespace) may still wait on the same-host rendezvous. */
+static int accept_rendezvous(int nfd, const struct sockaddr *peer, int flags,
+			     enum smc_reason *why)
+{
+	static const struct hs_auth by_owner = { .by_key = false };
+	struct sockaddr_storage local;
+	socklen_t llen = sizeof(local);
+	int ufd;
+
+	*why = SMC_REASON_NOT_LOCAL;
+	if (!rdv_addr_is_local(peer) ||
+	    REAL(getsockname)(nfd, (struct sockaddr *)&local, &llen) < 0)
+		return 0;
+	*why = SMC_REASON_PEER_NOT_SMC;
+	ufd = rdv_conn_connect(peer, (struct sockaddr *)&local);
+	if (ufd < 0) {
+		/* no rendezvous because the client already closed or exited */
+		if (tcp_peer_gone(nfd))
+			*why = SMC_REASON_PEER_CLOSED;
+		return 0;
+	}
+	return accept_handshake(nfd, ufd, flags, &by_owner, why);
+}
+
 int smc_sock_accept(int fd, struct sockaddr *addr, socklen_t *len, int flags)
 {
-	struct sockaddr_storage peer, local;
-	socklen_t plen = sizeof(peer), llen = sizeof(local);
+	struct sockaddr_storage peer;
+	socklen_t plen = sizeof(peer);
 	enum smc_reason why = SMC_REASON_DISABLED;
-	struct smc_conn *c;
-	int nfd, ufd, r;
+	bool opted_in;
+	int nfd, r;
 
 	nfd = REAL(accept4)(fd, (struct sockaddr *)&peer, &plen, flags);
 	if (nfd < 0)
@@ -279,37 +437,22 @@ int smc_sock_accept(int fd, struct sockaddr *addr, socklen_t *len, int flags)
 		stats_conn(SMC_MODE_TCP, why);
 		return nfd;
 	}
-	why = SMC_REASON_NOT_LOCAL;
-	if (rdv_addr_is_local((struct sockaddr *)&peer) &&
-	    REAL(getsockname)(nfd, (struct sockaddr *)&local, &llen) == 0) {
-		ufd = rdv_conn_connect((struct sockaddr *)&peer, (struct sockaddr *)&local);
-		why = SMC_REASON_PEER_NOT_SMC;
-		if (ufd >= 0 && (c = conn_new(nfd, CONN_SERVER))) {
-			c->nonblock = (flags & SOCK_NONBLOCK) != 0;
-			conn_load_sockopts(c);
-			r = handshake_server(c, ufd, &why);
-			REAL(close)(ufd);
-			if (r == 0) {
-				fdtab_set(nfd, FD_SMC, c);
-				conn_activate(c);
-				return nfd;
-			}
-			conn_put(c);
-			if (r == -ECONNABORTED) {
-				abort_tcp(nfd);
-				errno = ECONNABORTED;
-				return -1;
-			}
-		} else if (ufd >= 0) {
-			REAL(close)(ufd);
-			why = SMC_REASON_RESOURCES;
-		} else if (tcp_peer_gone(nfd)) {
-			/* no rendezvous because the client already closed or exited */
-			why = SMC_REASON_PEER_CLOSED;
-		}
+	/* our SYN-ACK answered the option only when the listener was opted in */
+	opted_in = listener_opted_in(fd);
+	if (opted_in && tcpopt_peer_sent(nfd) == 1) {
+		r = accept_inband(nfd, flags, &why);
+	} else {
+		r = accept_rendezvous(nfd, (struct sockaddr *)&peer, flags, &why);
+		/* a remote peer that did not send the option does not run SMC */
+		if (opted_in && why == SMC_REASON_NOT_LOCAL)
+			why = SMC_REASON_PEER_NOT_SMC;
 	}
-	fdtab_set(nfd, FD_TCP, NULL);
-	stats_conn(SMC_MODE_TCP, why);
+	if (r < 0)
+		return -1;
+	if (r == 0) {
+		fdtab_set(nfd, FD_TCP, NULL);
+		stats_conn(SMC_MODE_TCP, why);
+	}
 	return nfd;
 }
 
@@ -526,7 +669,10 @@ void smc_sock_before_close(int fd)
 	case FD_LISTEN: {
 		struct smc_listener *l = obj;
 
+		/* listener_opted_in reads l under this lock */
+		pthread_mutex_lock(fd_lock(fd));
 		fdtab_clear(fd);
+		pthread_mutex_unlock(fd_lock(fd));
 		if (__atomic_sub_fetch(&l->refs, 1, __ATOMIC_ACQ_REL) == 0) {
 			if (l->name_fd >= 0)
 				REAL(close)(l->name_fd);

@@ -28,6 +28,14 @@ static uint64_t bytes_sent[SMC_MODE_MAX];
 static uint64_t bytes_received[SMC_MODE_MAX];
 static uint64_t aborts;
 static uint64_t wakeups_sent;
+static uint64_t ib_events[SMC_IB_EVENT_MAX];
+
+static const char *const ib_event_names[SMC_IB_EVENT_MAX] = {
+	[SMC_IB_RNR] = SMC_STATS_KEY_RNR,
+	[SMC_IB_WC_ERRORS] = SMC_STATS_KEY_IB_WC_ERRORS,
+	[SMC_IB_LINK_FAILURES] = SMC_STATS_KEY_IB_LINK_FAILURES,
+	[SMC_IB_LINKS] = SMC_STATS_KEY_IB_LINKS,
+};
 
 static const char *const mode_names[SMC_MODE_MAX] = {
 	[SMC_MODE_TCP] = SMC_STATS_MODE_TCP,
@@ -107,6 +115,12 @@ void stats_count_wakeup(void)
 	count(&wakeups_sent, 1);
 }
 
+void stats_count_ib(enum smc_ib_event e, uint64_t n)
+{
+	if ((unsigned)e < SMC_IB_EVENT_MAX)
+		count(&ib_events[e], n);
+}
+
 void stats_snapshot(struct smc_stats_snapshot *out)
 {
 	for (int m = 0; m < SMC_MODE_MAX; m++) {
@@ -118,6 +132,8 @@ void stats_snapshot(struct smc_stats_snapshot *out)
 		out->reasons[r] = load(&reasons[r]);
 	out->aborts = load(&aborts);
 	out->wakeups_sent = load(&wakeups_sent);
+	for (int e = 0; e < SMC_IB_EVENT_MAX; e++)
+		out->ib[e] = load(&ib_events[e]);
 }
 
 /* Appends to a fixed buffer; remembers overflow instead of failing at each call. */
@@ -179,9 +195,12 @@ static void stats_format_json(struct json_buf *jb, const struct smc_stats_snapsh
 			  SMC_STATS_KEY_RECEIVED, (unsigned long long)s->received[m]);
 	}
 
-	jb_printf(jb, "},\"%s\":{\"%s\":%llu,\"%s\":%llu}}\n", SMC_STATS_KEY_EVENTS,
+	jb_printf(jb, "},\"%s\":{\"%s\":%llu,\"%s\":%llu", SMC_STATS_KEY_EVENTS,
 		  SMC_STATS_KEY_ABORTS, (unsigned long long)s->aborts,
 		  SMC_STATS_KEY_WAKEUPS_SENT, (unsigned long long)s->wakeups_sent);
+	for (int e = 0; e < SMC_IB_EVENT_MAX; e++)
+		jb_printf(jb, ",\"%s\":%llu", ib_event_names[e], (unsigned long long)s->ib[e]);
+	jb_printf(jb, "}}\n");
 }
 
 static int write_all(int fd, const char *buf, size_t len)

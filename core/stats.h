@@ -37,6 +37,16 @@ void stats_bytes(enum smc_mode m, size_t sent, size_t received);
 /* Protocol events worth counting (aborts on bad peer data, wakeups sent). */
 void stats_event(const char *name);
 
+/* RDMA transport events (the "events" keys of smc_preload.h in brackets). */
+enum smc_ib_event {
+	SMC_IB_RNR = 0,        /* receiver-not-ready retries exhausted ("rnr") */
+	SMC_IB_WC_ERRORS,      /* other failed work completions, flushes excluded */
+	SMC_IB_LINK_FAILURES,  /* links (RC QPs) that failed: their connections aborted */
+	SMC_IB_LINKS,          /* links created */
+	SMC_IB_EVENT_MAX
+};
+void stats_count_ib(enum smc_ib_event e, uint64_t n);
+
 struct smc_stats_snapshot {
 	uint64_t conns[SMC_MODE_MAX];
 	uint64_t reasons[SMC_REASON_MAX];
@@ -44,6 +54,7 @@ struct smc_stats_snapshot {
 	uint64_t received[SMC_MODE_MAX];
 	uint64_t aborts;        /* connections aborted because of bad peer data */
 	uint64_t wakeups_sent;  /* doorbells rung towards peers */
+	uint64_t ib[SMC_IB_EVENT_MAX];
 };
 void stats_snapshot(struct smc_stats_snapshot *out);
 void stats_count_abort(void);

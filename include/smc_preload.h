@@ -14,7 +14,8 @@
  *    "bytes":{"shm":{"sent":N,"received":N},
  *             "ib":{"sent":N,"received":N},
  *             "tcp":{"sent":N,"received":N}},
- *    "events":{"aborts":N,"wakeups_sent":N}}
+ *    "events":{"aborts":N,"wakeups_sent":N,"rnr":N,"ib_wc_errors":N,
+ *              "ib_link_failures":N,"ib_links":N}}
  *
  *   version      SMC_STATS_VERSION; bumped only when a key changes meaning or goes away
  *                (new keys may appear without a bump: readers must ignore unknown keys).
@@ -24,7 +25,13 @@
  *                count appear, so {} means no fallback. Reason names are listed below.
  *   bytes        payload bytes the application sent/received, per mode.
  *   events       "aborts": connections aborted because the peer sent invalid data;
- *                "wakeups_sent": doorbells rung to wake a sleeping peer.
+ *                "wakeups_sent": doorbells rung to wake a sleeping peer;
+ *                RDMA (SMC-R) only: "rnr": SENDs that found no receive buffer at the
+ *                peer until the retries ran out (receive-queue credits keep it 0);
+ *                "ib_wc_errors": other failed work completions (flushes of a link
+ *                already failed are not counted); "ib_link_failures": links (RC queue
+ *                pairs) that failed, each aborting its connections (dead peer, lost
+ *                path, QP error, port down); "ib_links": links created.
  *
  * All numbers are unsigned 64-bit decimal integers. The file is written to a temporary
  * name in the same directory and renamed, so a reader sees a complete file or none.
@@ -51,6 +58,10 @@
 /* Keys inside "events". */
 #define SMC_STATS_KEY_ABORTS       "aborts"
 #define SMC_STATS_KEY_WAKEUPS_SENT "wakeups_sent"
+#define SMC_STATS_KEY_RNR          "rnr"
+#define SMC_STATS_KEY_IB_WC_ERRORS "ib_wc_errors"
+#define SMC_STATS_KEY_IB_LINK_FAILURES "ib_link_failures"
+#define SMC_STATS_KEY_IB_LINKS     "ib_links"
 
 /* Mode names: keys inside "connections" and "bytes". */
 #define SMC_STATS_MODE_SHM "shm"

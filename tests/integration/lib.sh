@@ -443,3 +443,42 @@ smc_expect_fallback() {
 	smc_assert_eq "$label: shm bytes" \
 		"$(smc_stats "$dir" '.bytes.shm.sent + .bytes.shm.received')" 0
 }
+
+# ------------------------------------------------------------------ packet captures
+
+# smc_pcap_packets FILE: one line per IPv4 TCP packet of an Ethernet (or loopback)
+# capture: "SPORT DPORT FLAGS OPTIONS PAYLOAD", FLAGS the TCP flags byte in hex (02 SYN,
+# 12 SYN-ACK), OPTIONS and PAYLOAD as lowercase hex ("-" when empty). Plain awk (mawk).
+smc_pcap_packets() {
+	tcpdump -r "$1" -nn -xx 2>/dev/null | awk '
+		function byte(i) { return index("0123456789abcdef", substr(hex, 2 * i + 1, 1)) * 16 - 16 + \
+			index("0123456789abcdef", substr(hex, 2 * i + 2, 1)) - 1 }
+		function flush(   ip, ihl, tot, t, doff, opt, pay) {
+			if (hex == "" || byte(12) != 8 || byte(13) != 0) { hex = ""; return }
+			ip = 14; ihl = (byte(ip) % 16) * 4; tot = byte(ip + 2) * 256 + byte(ip + 3)
+			if (byte(ip + 9) != 6) { hex = ""; return }
+			t = ip + ihl; doff = int(byte(t + 12) / 16) * 4
+			opt = substr(hex, 2 * (t + 20) + 1, 2 * (doff - 20))
+			pay = substr(hex, 2 * (t + doff) + 1, 2 * (ip + tot - t - doff))
+			printf "%d %d %02x %s %s\n", byte(t) * 256 + byte(t + 1), byte(t + 2) * 256 + byte(t + 3),
+				byte(t + 13), opt == "" ? "-" : opt, pay == "" ? "-" : pay
+			hex = ""
+		}
+		/^[^ \t]/ { flush(); next }
+		{ sub(/^[ \t]*0x[0-9a-f]+:[ \t]*/, ""); gsub(/[ \t]/, ""); hex = hex tolower($0) }
+		END { flush() }'
+}
+
+# smc_pcap_stream FILE SPORT: the TCP payload sent from port SPORT, in order, as hex.
+smc_pcap_stream() {
+	smc_pcap_packets "$1" | awk -v p="$2" '$1 == p && $5 != "-" { s = s $5 } END { print s }'
+}
+
+# smc_pcap_syn_opt FILE FLAGS: "yes" when the packet with TCP flags FLAGS (02 SYN, 12
+# SYN-ACK) carries the SMC option (kind 254, length 6, ExID e2d4c3d9), "no" when it does
+# not, "none" when the capture holds no such packet.
+smc_pcap_syn_opt() {
+	smc_pcap_packets "$1" | awk -v f="$2" '
+		$3 == f { seen = 1; if (index($4, "fe06e2d4c3d9")) found = 1 }
+		END { print found ? "yes" : (seen ? "no" : "none") }'
+}

@@ -99,6 +99,7 @@ static struct clc_msg sh_accept(void)
 	m.u.s_acc.c2s_size = 1u << 16;
 	m.u.s_acc.s2c_size = 1u << 20;
 	m.u.s_acc.server_token = 0x99AABBCCDDEEFF01ULL;
+	m.u.s_acc.proof = 0x0BADC0DE12345678ULL;
 	return m;
 }
 
@@ -696,6 +697,75 @@ START_TEST(test_sh_checks)
 }
 END_TEST
 
+/* ------------------------------------------------------------------ in-band */
+
+START_TEST(test_peek_smcd_and_frame)
+{
+	struct clc_msg m = r_decline();
+	uint8_t b[CLC_MAX_LEN];
+	size_t n = encode_ok(&m, b, sizeof(b));
+	struct clc_frame f;
+	enum clc_variant v;
+	uint8_t type;
+	uint16_t total;
+
+	ck_assert_int_eq(clc_frame(b, n, &f), 0);
+	ck_assert_int_eq(f.variant, CLC_SMCR);
+	ck_assert_uint_eq(f.type, CLC_DECLINE);
+	ck_assert_uint_eq(f.version, 1);
+	ck_assert_uint_eq(clc_frame_decline_diag(b, n), CLC_DECL_NOSMCRDEV);
+	ck_assert_int_eq(clc_frame(b, n - 1, &f), -ENODATA); /* length field says n */
+	/* a kernel's SMC-D message: framed (so it can be consumed and declined), never
+	 * decoded */
+	b[0] = 0xE2, b[1] = 0xD4, b[2] = 0xC3, b[3] = 0xC4;
+	ck_assert_int_eq(clc_peek_header(b, n, &v, &type, &total), 0);
+	ck_assert_int_eq(v, CLC_SMCD);
+	ck_assert_int_eq(clc_decode(b, n, &m), -EPROTONOSUPPORT);
+	ck_assert_int_eq(clc_frame(b, n, &f), 0); /* the kernel may end it with "SMCR" */
+	/* version 2 (a kernel's Decline): framed, its diagnosis readable */
+	b[7] = 0x20;
+	b[20] = 0x20; /* os_type Linux in a v2 Decline */
+	ck_assert_int_eq(clc_frame(b, n, &f), 0);
+	ck_assert_uint_eq(f.version, 2);
+	ck_assert_uint_eq(clc_frame_decline_diag(b, n), CLC_DECL_NOSMCRDEV);
+	/* a wrong trailer */
+	b[n - 1] = 0;
+	ck_assert_int_eq(clc_frame(b, n, &f), -EBADMSG);
+}
+END_TEST
+
+START_TEST(test_block)
+{
+	struct clc_msg m = r_proposal(0, 0), d;
+	struct clc_block b = { .version = CLC_BLOCK_VERSION, .flags = CLC_BLOCK_RDV_PATH,
+			       .host_id = 0x0102030405060708ULL, .rdv_name = 0x1112131415161718ULL,
+			       .rdv_key = 0x2122232425262728ULL }, got;
+	uint8_t buf[CLC_MAX_LEN];
+	size_t n;
+
+	ck_assert_int_eq(clc_block_get(&m.u.r_prop, &got), -ENOENT);
+	clc_block_put(&m.u.r_prop, &b);
+	n = encode_ok(&m, buf, sizeof(buf));
+	/* what the kernel checks of a v1 Proposal: length = 40 + offset + 8 + 17 * count +
+	 * 4, offset <= 40, and the v2 extension offset (bytes 10-11 of the area) zero */
+	ck_assert_uint_eq(n, 40 + CLC_MAX_IPAREA_OFFSET + 8 + 4);
+	ck_assert_uint_eq((buf[38] << 8) | buf[39], CLC_MAX_IPAREA_OFFSET);
+	ck_assert_uint_eq(buf[40 + 10] | buf[40 + 11], 0);
+	ck_assert_uint_eq(buf[7], 0x10); /* version 1, SMC-R only */
+	ck_assert_int_eq(clc_decode(buf, n, &d), 0);
+	ck_assert_int_eq(clc_block_get(&d.u.r_prop, &got), 0);
+	ck_assert_uint_eq(got.version, b.version);
+	ck_assert_uint_eq(got.flags, b.flags);
+	ck_assert(got.host_id == b.host_id && got.rdv_name == b.rdv_name &&
+		  got.rdv_key == b.rdv_key);
+	/* another magic, or another offset: not ours */
+	d.u.r_prop.iparea_gap[0] ^= 1;
+	ck_assert_int_eq(clc_block_get(&d.u.r_prop, &got), -ENOENT);
+	m.u.r_prop.iparea_offset = 36;
+	ck_assert_int_eq(clc_block_get(&m.u.r_prop, &got), -ENOENT);
+}
+END_TEST
+
 static Suite *clc_suite(void)
 {
 	Suite *s = suite_create("clc");
@@ -725,6 +795,11 @@ static Suite *clc_suite(void)
 	tcase_add_test(tc, test_reason_str);
 	tcase_add_test(tc, test_sh_addrs);
 	tcase_add_test(tc, test_sh_checks);
+	suite_add_tcase(s, tc);
+
+	tc = tcase_create("inband");
+	tcase_add_test(tc, test_peek_smcd_and_frame);
+	tcase_add_test(tc, test_block);
 	suite_add_tcase(s, tc);
 	return s;
 }

@@ -686,7 +686,8 @@ START_TEST(stats_json_shape)
 		 "\"fallback\":{\"peer-not-smc\":1,\"mem-cap\":2},"
 		 "\"bytes\":{\"shm\":{\"sent\":101,\"received\":7},"
 		 "\"ib\":{\"sent\":0,\"received\":0},\"tcp\":{\"sent\":0,\"received\":5}},"
-		 "\"events\":{\"aborts\":1,\"wakeups_sent\":2}}\n", (long)getpid());
+		 "\"events\":{\"aborts\":1,\"wakeups_sent\":2,\"rnr\":0,\"ib_wc_errors\":0,"
+		 "\"ib_link_failures\":0,\"ib_links\":0}}\n", (long)getpid());
 	ck_assert_str_eq(json, expect);
 
 	/* No temporary file is left next to it. */

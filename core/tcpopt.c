@@ -1,0 +1,194 @@
+/* SPDX-License-Identifier: GPL-2.0-only OR BSD-2-Clause */
+/*
+ * The library's side of the SMC TCP option: the pinned sk_storage map "smc_peer" that
+ * bpf/smc_tcpopt.bpf.c reads and writes, keyed by socket fd.
+ *
+ * The map is used through the raw bpf(2) system call, so a preloaded application does
+ * not load libbpf. It is opened once per process, lazily; the fd is close-on-exec and
+ * parked high (fd_park) so the application's own fd numbers stay as the kernel hands
+ * them out. A forked child inherits it. When the application closes our fd behind our
+ * back (daemons that close every fd), the first failing map call notices that the fd is
+ * no longer the map and opens it again.
+ */
+#include <errno.h>
+#include <limits.h>
+#include <linux/bpf.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include "core/config.h"
+#include "core/fdpark.h"
+#include "core/init.h"
+#include "core/log.h"
+#include "core/real.h"
+#include "core/tcpopt.h"
+
+#define TCPOPT_MAP_NAME "smc_peer"
+
+static pthread_once_t map_once = PTHREAD_ONCE_INIT;
+static pthread_mutex_t reopen_lock = PTHREAD_MUTEX_INITIALIZER;
+static atomic_int map_fd = -1;
+static _Atomic uint32_t map_id; /* the kernel's id of the map behind map_fd, 0 unknown */
+
+/* bpf(2); -errno on failure. */
+static int sys_bpf(int cmd, union bpf_attr *attr)
+{
+	long r = syscall(SYS_bpf, cmd, attr, sizeof(*attr));
+
+	return r < 0 ? -errno : (int)r;
+}
+
+static uint64_t ptr_u64(const void *p)
+{
+	return (uint64_t)(uintptr_t)p;
+}
+
+/* The id and type of the bpf map behind fd; -errno when fd is not a map. */
+static int map_info(int fd, uint32_t *id, uint32_t *type)
+{
+	struct bpf_map_info info;
+	union bpf_attr attr;
+	int r;
+
+	memset(&info, 0, sizeof(info));
+	memset(&attr, 0, sizeof(attr));
+	attr.info.bpf_fd = (uint32_t)fd;
+	attr.info.info_len = sizeof(info);
+	attr.info.info = ptr_u64(&info);
+	r = sys_bpf(BPF_OBJ_GET_INFO_BY_FD, &attr);
+	if (r < 0)
+		return r;
+	*id = info.id;
+	*type = info.type;
+	return 0;
+}
+
+/* Opens the pinned map: a parked, close-on-exec fd, or -errno. */
+static int map_open(void)
+{
+	char path[PATH_MAX];
+	union bpf_attr attr;
+	uint32_t id = 0, type = 0;
+	int fd, r;
+
+	if (snprintf(path, sizeof(path), "%s/" TCPOPT_MAP_NAME, smc_cfg.bpf_dir) >=
+	    (int)sizeof(path))
+		return -ENAMETOOLONG;
+	memset(&attr, 0, sizeof(attr));
+	attr.pathname = ptr_u64(path);
+	fd = sys_bpf(BPF_OBJ_GET, &attr); /* bpf fds are always O_CLOEXEC */
+	if (fd < 0) {
+		log_debug("tcpopt: %s: %s (no SMC TCP option; run smc_preload.sh --setup)",
+			  path, strerror(-fd));
+		return fd;
+	}
+	/* Some other object pinned under our name would take any key: refuse it. An
+	 * unknown answer (old kernel, no permission) is not a reason to refuse. */
+	r = map_info(fd, &id, &type);
+	if (r == 0 && type != BPF_MAP_TYPE_SK_STORAGE) {
+		log_warn("tcpopt: %s is not an sk_storage map (type %u); ignored", path, type);
+		REAL(close)(fd);
+		return -EINVAL;
+	}
+	atomic_store(&map_id, r == 0 ? id : 0);
+	fd = fd_park(fd);
+	log_debug("tcpopt: using %s (fd %d)", path, fd);
+	return fd;
+}
+
+static void map_open_once(void)
+{
+	smc_init(); /* smc_cfg.bpf_dir */
+	atomic_store(&map_fd, map_open());
+}
+
+bool tcpopt_available(void)
+{
+	pthread_once(&map_once, map_open_once);
+	return atomic_load(&map_fd) >= 0;
+}
+
+/* After a map call failed with EBADF/EINVAL: is fd still our map? Without an id to
+ * compare (the kernel would not tell us at open), assume it is. */
+static bool map_fd_lost(int fd)
+{
+	uint32_t want = atomic_load(&map_id), id = 0, type = 0;
+
+	if (want == 0)
+		return false;
+	return map_info(fd, &id, &type) < 0 || id != want;
+}
+
+/* Replaces a lost map fd (once, whichever thread gets here first). The old number now
+ * belongs to the application, or to nobody: it is never closed here. */
+static int map_reopen(int lost)
+{
+	int fd;
+
+	pthread_mutex_lock(&reopen_lock);
+	fd = atomic_load(&map_fd);
+	if (fd == lost) {
+		log_info("tcpopt: map fd %d was closed by the application; opening it again", lost);
+		fd = map_open();
+		atomic_store(&map_fd, fd);
+	}
+	pthread_mutex_unlock(&reopen_lock);
+	return fd;
+}
+
+/* BPF_MAP_UPDATE_ELEM / BPF_MAP_LOOKUP_ELEM with socket fd `sock` as the key. */
+static int map_elem(int cmd, int mfd, int sock, uint32_t *value)
+{
+	union bpf_attr attr;
+
+	memset(&attr, 0, sizeof(attr));
+	attr.map_fd = (uint32_t)mfd;
+	attr.key = ptr_u64(&sock);
+	attr.value = ptr_u64(value);
+	attr.flags = BPF_ANY;
+	return sys_bpf(cmd, &attr);
+}
+
+static int map_call(int cmd, int sock, uint32_t *value)
+{
+	int mfd, r;
+
+	if (sock < 0)
+		return -EBADF;
+	if (!tcpopt_available())
+		return atomic_load(&map_fd); /* why it could not be opened */
+	mfd = atomic_load(&map_fd);
+	r = map_elem(cmd, mfd, sock, value);
+	if ((r == -EBADF || r == -EINVAL) && map_fd_lost(mfd)) {
+		mfd = map_reopen(mfd);
+		if (mfd < 0)
+			return mfd;
+		r = map_elem(cmd, mfd, sock, value);
+	}
+	return r;
+}
+
+int tcpopt_opt_in(int fd)
+{
+	uint32_t v = TCPOPT_WANT;
+	int r = map_call(BPF_MAP_UPDATE_ELEM, fd, &v);
+
+	if (r < 0 && r != -ENOENT)
+		log_debug("tcpopt: opting in fd %d: %s", fd, strerror(-r));
+	return r < 0 ? r : 0;
+}
+
+int tcpopt_peer_sent(int fd)
+{
+	uint32_t v = 0;
+	int r = map_call(BPF_MAP_LOOKUP_ELEM, fd, &v);
+
+	if (r < 0)
+		return r;
+	return (v & TCPOPT_PEER_SENT) ? 1 : 0;
+}

@@ -1,0 +1,31 @@
+/* SPDX-License-Identifier: GPL-2.0-only OR BSD-2-Clause */
+/*
+ * The SMC TCP option (RFC 7609: kind 254, length 6, ExID 0xE2D4C3D9 in SYN and SYN-ACK)
+ * through the sock_ops program that `smc_preload.sh --setup` loads and pins under
+ * smc_cfg.bpf_dir (bpf/smc_tcpopt.bpf.c). The program only touches sockets that were
+ * opted in through its sk_storage map "smc_peer" (key: socket fd, value bits below), so
+ * every other socket of the host is untouched.
+ */
+#ifndef SMC_TCPOPT_H
+#define SMC_TCPOPT_H
+
+#include <stdbool.h>
+
+/* Bits of the map value. */
+#define TCPOPT_PEER_SENT 1u /* set by the program: the peer's SYN / SYN-ACK carried it */
+#define TCPOPT_WANT      2u /* set by the library: send the option on this socket */
+
+/* Opens the pinned map once (thread-safe, lazily); false when it is absent or not
+ * usable by this process. The map fd is close-on-exec and parked out of the
+ * application's way. */
+bool tcpopt_available(void);
+
+/* Marks socket fd so its SYN (connect) or SYN-ACK (listen) carries the option; call
+ * before connect() or listen(). 0, or -errno (-ENOENT: no map). */
+int tcpopt_opt_in(int fd);
+
+/* After the TCP handshake: 1 when the peer sent the option, 0 when it did not, -errno
+ * when unknown (no map, not opted in). */
+int tcpopt_peer_sent(int fd);
+
+#endif

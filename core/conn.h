@@ -30,6 +30,7 @@ enum conn_state { CONN_PENDING = 0, CONN_ACTIVE, CONN_FALLBACK, CONN_CLOSED };
 enum conn_side { CONN_CLIENT = 0, CONN_SERVER = 1 };
 
 struct smc_ep_reg;
+struct conn_ib;
 
 struct smc_conn {
 	int fd;                     /* the application's TCP socket (first fd) */
@@ -54,6 +55,7 @@ struct smc_conn {
 	uint8_t *rx_ring, *tx_ring;
 	uint32_t rx_size, tx_size;
 	size_t reserved;            /* bytes counted against SMC_MEM_CAP */
+	struct conn_ib *ib;         /* SMC-R transport (conn_ib.h); NULL for shared memory */
 
 	pthread_mutex_t rx_lock, tx_lock; /* one reader / one writer at a time */
 	smc_cursor rx_cons;         /* our consumer cursor (authoritative copy) */

@@ -11,6 +11,7 @@
 #include "core/clc.h"
 #include "core/config.h"
 #include "core/conn.h"
+#include "core/conn_ib.h"
 #include "core/fdpark.h"
 #include "core/handshake.h"
 #include "core/log.h"
@@ -76,6 +77,10 @@ static int hs_recv(int ufd, struct clc_msg *m, uint8_t want_type, int *fds, int 
 	if (n < 0)
 		return (int)n;
 	r = clc_decode(buf, (size_t)n, m);
+	/* an SMC-R Proposal (SMC_TRANSPORT=ib, conn_ib.h) comes without descriptors */
+	if (r == 0 && m->variant == CLC_SMCR && m->type == CLC_PROPOSAL &&
+	    want_type == CLC_PROPOSAL)
+		return nfds == 0 ? 0 : (close_fds(fds, nfds), -EPROTO);
 	if (r == 0 && (m->variant != CLC_SAMEHOST ||
 		       (m->type != CLC_DECLINE && m->type != want_type)))
 		r = -EPROTO;
@@ -192,6 +197,8 @@ int handshake_client(struct smc_conn *c, int ufd, const struct hs_auth *auth)
 	uint32_t diag;
 	int r;
 
+	if (conn_ib_wanted() && !auth->by_key)
+		return conn_ib_client_rdv(c, ufd);
 	hs_set_timeouts(ufd);
 	p->proto = CLC_SAMEHOST_PROTO;
 	p->c2s_size = rmb_size_from(smc_cfg.sndbuf);
@@ -338,6 +345,12 @@ int handshake_server(struct smc_conn *c, int ufd, const struct hs_auth *auth,
 		log_info("fd %d: client declined SMC: %s", c->fd,
 			 clc_decline_reason_str(prop.u.s_decl.diag));
 		return -ECONNREFUSED;
+	}
+	if (prop.variant == CLC_SMCR) {
+		if (!auth->by_key)
+			return conn_ib_server_rdv(c, ufd, &prop, why);
+		server_refuse(c, ufd, auth, CLC_DECL_MODEUNSUPP);
+		return -EPROTO;
 	}
 	if (!server_trusts_proposal(c, ufd, auth, p, &diag)) {
 		close_fds(bells, 2);

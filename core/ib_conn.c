@@ -133,6 +133,8 @@ int ib_conn_set_peer(struct ib_conn *c, const struct ib_rmb_params *peer)
 	c->peer_rkey = peer->rkey;
 	c->peer_vaddr = peer->vaddr;
 	c->peer_set = true;
+	/* the peer may have written already: a window update may be due */
+	ib_link_flush_locked(l, c);
 	pthread_mutex_unlock(&l->lock);
 	return 0;
 }

@@ -38,6 +38,7 @@ static uint8_t peer_id[CLC_PEER_ID_LEN];
 static bool peer_id_set;
 static struct ib_lgr_hooks hooks;
 static struct ib_link_opts link_opts = IB_LINK_OPTS_DEFAULT;
+static uint64_t last_tick;       /* when ib_lgr_tick last ran */
 
 static uint64_t now_ns(void)
 {
@@ -333,6 +334,7 @@ void ib_lgr_tick(uint64_t now)
 	struct ib_lgr_hooks h;
 
 	pthread_mutex_lock(&lock);
+	last_tick = now;
 	collect_due_locked(now, &d);
 	h = hooks;
 	pthread_mutex_unlock(&lock);
@@ -361,9 +363,10 @@ uint64_t ib_lgr_next_deadline(void)
 			t = a;
 		if (b < t)
 			t = b;
-		/* connections may close at any time (not through us): look again soon */
+		/* connections close without telling us: count them again a keepalive
+		 * period after the last look */
 		if (e->conns || e->refs) {
-			uint64_t c = now_ns() + link_opts.keepalive_ms * MS;
+			uint64_t c = last_tick + link_opts.keepalive_ms * MS;
 
 			if (c < t)
 				t = c;

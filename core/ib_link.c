@@ -206,8 +206,10 @@ int ib_link_connect(struct ib_link *l, const struct ib_link_params *peer, bool s
 	memset(&a, 0, sizeof(a));
 	a.qp_state = IBV_QPS_RTS;
 	a.sq_psn = l->psn;
-	a.timeout = 14;   /* 4.096 us * 2^14 = 67 ms per try */
-	a.retry_cnt = 7;
+	a.timeout = 15;   /* 4.096 us * 2^15 = 134 ms per try, as kernel SMC-R */
+	/* 6, not 7: Soft-RoCE (rdma_rxe) retries forever with 7, so a dead peer would
+	 * never show as a failed completion; 7 tries * 134 ms ~= 1 s */
+	a.retry_cnt = 6;
 	a.rnr_retry = l->opts.rnr_retry;
 	a.max_rd_atomic = 1;
 	rc = -ibv_modify_qp(l->qp, &a, IBV_QP_STATE | IBV_QP_SQ_PSN | IBV_QP_TIMEOUT |
@@ -638,9 +640,14 @@ static void conn_on_cdc(struct ib_link *l, struct ib_conn *c, const struct cdc_m
 	}
 	if (c->aborted)
 		return;
-	if (!c->peer_set ||
-	    cdc_validate_peer_prod(m->st.prod, c->rx_prod_peer, cons_mine, c->rmb_size) < 0 ||
-	    cdc_validate_peer_cons(m->st.cons, c->tx_cons_peer, c->tx_sent, c->tx_size) < 0) {
+	/* Data may come before we know the peer's RMB: the server learns it from the
+	 * Confirm, and a client on a link already confirmed writes right after sending it.
+	 * Our RMB is known, so the producer cursor is checked as always; the peer cannot
+	 * have consumed anything of ours yet. */
+	if (cdc_validate_peer_prod(m->st.prod, c->rx_prod_peer, cons_mine, c->rmb_size) < 0 ||
+	    (c->peer_set ? cdc_validate_peer_cons(m->st.cons, c->tx_cons_peer, c->tx_sent,
+						   c->tx_size) < 0
+			 : m->st.cons != c->tx_cons_peer)) {
 		ib_conn_abort_locked(c, "CDC cursor out of range");
 		return;
 	}

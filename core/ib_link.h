@@ -38,7 +38,7 @@
  * WRITE (it needs no receive buffer, so no credit, and no peer software: the peer's
  * RC QP acknowledges it). A dead peer process (its QP destroyed with it), a dead host or
  * a lost path turns that, or any SEND/WRITE in flight, into a retry-exceeded completion
- * within timeout * (retry_cnt + 1) (about 0.5 s): the link fails and every connection
+ * within timeout * (retry_cnt + 1) (about 1 s): the link fails and every connection
  * on it is aborted (IB_EV_ERR). ib_link_tick drives this; see ib_lgr.h for who calls it.
  */
 #ifndef SMC_IB_LINK_H
@@ -150,7 +150,9 @@ int ib_conn_create(struct ib_link *l, uint32_t rmb_size, ib_conn_notify_fn notif
 /* This connection's RMB for the CLC (token, rkey, vaddr, size). */
 void ib_conn_local_rmb(const struct ib_conn *c, struct ib_rmb_params *out);
 /* The peer's RMB (validated by ib_params_from_clc): allocates and registers the mirror,
- * which counts against SMC_MEM_CAP as the RMB does (-ENOBUFS at the cap). */
+ * which counts against SMC_MEM_CAP as the RMB does (-ENOBUFS at the cap). The peer may
+ * write into our RMB before this (its CDCs are accepted; the reader may read): only our
+ * writing waits for it. */
 int ib_conn_set_peer(struct ib_conn *c, const struct ib_rmb_params *peer);
 /* Bytes of this connection counted against SMC_MEM_CAP (RMB + mirror). */
 size_t ib_conn_mem(const struct ib_conn *c);

@@ -51,6 +51,6 @@ void smc_init(void)
 bool smc_enabled(void)
 {
 	smc_init();
-	/* the only transport so far is shared memory: SMC_TRANSPORT=ib upgrades nothing */
-	return smc_cfg.transport == SMC_TRANSPORT_AUTO || smc_cfg.transport == SMC_TRANSPORT_SHM;
+	/* SMC_TRANSPORT=ib: SMC-R even between same-host peers (conn_ib.h) */
+	return smc_cfg.transport != SMC_TRANSPORT_TCP;
 }

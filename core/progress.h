@@ -18,6 +18,10 @@ struct smc_conn;
  * handshake the thread checks the option, sends the CLC Proposal and waits for the
  * server on the rendezvous it names or for its answer on TCP; negotiate.h). */
 int progress_watch_pending(struct smc_conn *c);
+/* SMC-R: starts the thread if needed and makes it serve the link registry (ib_lgr.h):
+ * each link's completion channel, the device's async events, the link timers. Call
+ * before the first ib_lgr_* call that may create a link. 0 or -ENOMEM. */
+int progress_ib_init(void);
 /* In a forked child: the thread did not survive the fork. */
 void progress_atfork_child(void);
 

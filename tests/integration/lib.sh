@@ -244,9 +244,12 @@ smc_start_server() {
 	smc_log "started $name (pid $!): $*"
 }
 
-# Whether any non-zombie process of process group $1 is alive.
+# Whether any non-zombie process of process group $1 is alive. The process $1 itself
+# counts too: right after `setsid ... &` it may not have called setsid() yet (slow under
+# emulation in the VM tests), so its group is still the shell's.
 _smc_group_alive() {
-	ps -e -o pgid=,stat= | awk -v g="$1" '$1 == g && $2 !~ /^Z/ { found = 1 } END { exit !found }'
+	ps -e -o pid=,pgid=,stat= |
+		awk -v g="$1" '($1 == g || $2 == g) && $3 !~ /^Z/ { found = 1 } END { exit !found }'
 }
 
 # smc_wait_port NAME PORT [SECONDS]: waits until something listens on PORT; fails early

@@ -38,6 +38,7 @@ TARGETS = [
     ("idle_conns_", "pss_kib_per_conn_client", "lower", None, None),
     ("idle_conns_", "pss_kib_per_conn_server", "lower", None, None),
     ("idle_conns_", "fds_per_conn", "lower", None, None),
+    ("idle_conns_", "process_pairs", "lower", None, None),
     # "without burning CPU when idle": both processes, 10k idle connections, 1 s
     ("idle_conns_", "idle_cpu_pct", "lower", "smc", 1.0),
 ]

@@ -246,6 +246,10 @@ uint32_t clc_frame_decline_diag(const uint8_t *buf, size_t len);
 #define CLC_BLOCK_VERSION 1
 #define CLC_BLOCK_RDV_PATH 0x01 /* rendezvous: a path socket under SMC_RDV_DIR (else an
 				 * abstract name) */
+#define CLC_BLOCK_NO_SHM 0x02   /* the client offers no shared memory (SMC_TRANSPORT=ib):
+				 * no rendezvous; rdv_name and rdv_key are zero */
+/* Whether the client offers SMC-R is not in the block: the Proposal's own GID field is
+ * non-zero then (with the peer id and MAC of its RDMA device, as the kernel sends). */
 
 struct clc_block {
 	uint8_t version;

@@ -18,6 +18,7 @@
 #include "core/ib_link.h"
 #include "core/ib_proto.h"
 #include "core/log.h"
+#include "core/negotiate.h"
 #include "core/progress.h"
 #include "core/real.h"
 #include "core/rendezvous.h"
@@ -354,6 +355,54 @@ static int rdv_msg_recv(int ufd, struct clc_msg *m, uint8_t *credits)
 	return decode_msg(buf, (size_t)n, m, credits);
 }
 
+/* Where a handshake runs: the same-host rendezvous socket (SMCU Declines, datagrams)
+ * or, in-band, the TCP connection itself (SMC-R Declines, a byte stream that the
+ * application owns after the handshake: negotiate.h frames it). */
+struct hs_chan {
+	int fd;
+	bool tcp;
+};
+
+static int chan_send(const struct hs_chan *ch, const struct clc_msg *m, uint8_t credits)
+{
+	uint8_t buf[CONN_IB_MSG_CAP];
+	ssize_t n;
+
+	if (!ch->tcp)
+		return rdv_msg_send(ch->fd, m, credits);
+	n = encode_msg(m, credits, buf);
+	return n < 0 ? (int)n : neg_send_all(ch->fd, buf, (size_t)n);
+}
+
+static int chan_recv(const struct hs_chan *ch, struct clc_msg *m, uint8_t *credits)
+{
+	uint8_t buf[NEG_MSG_CAP];
+	size_t len = 0;
+	int r;
+
+	if (!ch->tcp)
+		return rdv_msg_recv(ch->fd, m, credits);
+	r = neg_recv_msg(ch->fd, buf, &len);
+	if (r < 0)
+		return r;
+	r = decode_msg(buf, len, m, credits);
+	/* in-band, only SMC-R messages (a kernel would not understand ours) */
+	return r < 0 || m->variant == CLC_SMCR ? r : -EBADMSG;
+}
+
+static void chan_decline(const struct hs_chan *ch, uint32_t diag)
+{
+	if (ch->tcp)
+		(void)neg_send_decline(ch->fd, diag);
+	else
+		rdv_decline(ch->fd, diag);
+}
+
+static uint32_t decline_diag(const struct clc_msg *m)
+{
+	return m->variant == CLC_SMCR ? m->u.r_decl.diag : m->u.s_decl.diag;
+}
+
 static enum smc_reason reason_of(uint32_t diag)
 {
 	if (diag == CLC_DECL_MEM)
@@ -495,8 +544,10 @@ static uint32_t client_take_accept(struct smc_conn *c, const struct clc_msg *acc
 	return rc < 0 ? diag_of(rc) : 0;
 }
 
-/* Makes c ACTIVE over RDMA; false when the application closed it meanwhile. */
-static bool client_activate(struct smc_conn *c, struct ib_setup *s)
+/* Makes c ACTIVE over RDMA and sends the Confirm; false when the application closed it
+ * meanwhile. In-band the Confirm goes out under c->lock: c->fd is the application's. */
+static bool client_activate(struct smc_conn *c, const struct hs_chan *ch, struct ib_setup *s,
+			    const struct clc_msg *conf)
 {
 	pthread_mutex_lock(&c->lock);
 	if (__atomic_load_n(&c->state, __ATOMIC_ACQUIRE) != CONN_PENDING) {
@@ -506,17 +557,67 @@ static bool client_activate(struct smc_conn *c, struct ib_setup *s)
 	c->ib = s->ci;
 	s->ci = NULL;
 	conn_activate(c);
+	/* If this is lost the server resets the TCP connection: both see it fail. */
+	(void)chan_send(ch, conf, s->mine.credits);
 	pthread_mutex_unlock(&c->lock);
 	return true;
+}
+
+/* Declines after the server's Accept and stays TCP. In-band only while c is still
+ * PENDING (c->fd is the application's); the rendezvous socket is ours. */
+static void client_decline(struct smc_conn *c, const struct hs_chan *ch, uint32_t diag)
+{
+	bool pending;
+
+	pthread_mutex_lock(&c->lock);
+	pending = __atomic_load_n(&c->state, __ATOMIC_ACQUIRE) == CONN_PENDING;
+	if (pending || !ch->tcp)
+		chan_decline(ch, diag);
+	if (pending)
+		conn_fallback(c, diag == CLC_DECL_MEM ? SMC_REASON_MEM_CAP : SMC_REASON_HANDSHAKE);
+	pthread_mutex_unlock(&c->lock);
+}
+
+/* The client's steps from the server's answer on: Decline -> TCP; Accept -> link,
+ * connection, Confirm -> ACTIVE; anything else is declined. */
+static void client_answered(struct smc_conn *c, const struct hs_chan *ch,
+			    const struct clc_msg *acc, uint8_t credits)
+{
+	struct ib_setup s = { 0 };
+	struct clc_msg conf;
+	uint32_t diag;
+
+	if (acc->type == CLC_DECLINE) {
+		diag = decline_diag(acc);
+		log_debug("fd %d: server declined SMC-R: %s", c->fd, clc_decline_reason_str(diag));
+		client_fallback(c, reason_of(diag));
+		return;
+	}
+	if (acc->variant != CLC_SMCR || acc->type != CLC_ACCEPT) {
+		diag = CLC_DECL_SYNCERR;
+		goto decline;
+	}
+	diag = client_take_accept(c, acc, credits, &s);
+	if (diag)
+		goto decline;
+	build_params(&s, CLC_CONFIRM, &conf);
+	if (!client_activate(c, ch, &s, &conf)) {
+		diag = CLC_DECL_PEERDECL;
+		goto decline;
+	}
+	ib_lgr_put(s.link);
+	return;
+decline:
+	setup_abandon(&s);
+	client_decline(c, ch, diag);
 }
 
 int conn_ib_client_rdv(struct smc_conn *c, int ufd)
 {
 	struct clc_msg prop = { .variant = CLC_SMCR, .type = CLC_PROPOSAL, .flags = CLC_PATH_SMCR };
-	struct clc_msg acc, conf;
-	struct ib_setup s = { 0 };
+	const struct hs_chan ch = { .fd = ufd, .tcp = false };
+	struct clc_msg acc;
 	uint8_t credits = 0;
-	uint32_t diag;
 	int rc;
 
 	hs_timeouts(ufd);
@@ -525,45 +626,44 @@ int conn_ib_client_rdv(struct smc_conn *c, int ufd)
 		client_fallback(c, SMC_REASON_HANDSHAKE);
 		return 0;
 	}
-	progress_ib_init();
-	rc = ib_lgr_local(&prop.u.r_prop.lcl);
+	rc = conn_ib_local_offer(&prop.u.r_prop.lcl);
 	if (rc < 0) {
 		log_debug("fd %d: SMC_TRANSPORT=ib without a usable RDMA device (%s): staying TCP",
 			  c->fd, strerror(-rc));
 		rdv_decline(ufd, CLC_DECL_NOSMCRDEV);
-		client_fallback(c, SMC_REASON_NOT_LOCAL);
+		client_fallback(c, SMC_REASON_NOT_LOCAL); /* here: no RDMA device */
 		return 0;
 	}
 	if (rdv_msg_send(ufd, &prop, 0) < 0 || rdv_msg_recv(ufd, &acc, &credits) < 0) {
 		client_fallback(c, SMC_REASON_HANDSHAKE);
 		return 0;
 	}
-	if (acc.type == CLC_DECLINE) {
-		diag = acc.variant == CLC_SMCR ? acc.u.r_decl.diag : acc.u.s_decl.diag;
-		log_debug("fd %d: server declined SMC-R: %s", c->fd, clc_decline_reason_str(diag));
-		client_fallback(c, reason_of(diag));
-		return 0;
-	}
-	if (acc.variant != CLC_SMCR || acc.type != CLC_ACCEPT) {
-		diag = CLC_DECL_SYNCERR;
-		goto decline;
-	}
-	diag = client_take_accept(c, &acc, credits, &s);
-	if (diag)
-		goto decline;
-	build_params(&s, CLC_CONFIRM, &conf);
-	if (!client_activate(c, &s)) {
-		diag = CLC_DECL_PEERDECL;
-		goto decline;
-	}
-	/* If this is lost the server resets the TCP connection: both see it fail. */
-	(void)rdv_msg_send(ufd, &conf, s.mine.credits);
-	ib_lgr_put(s.link);
+	client_answered(c, &ch, &acc, credits);
 	return 0;
-decline:
-	setup_abandon(&s);
-	rdv_decline(ufd, diag);
-	client_fallback(c, diag == CLC_DECL_MEM ? SMC_REASON_MEM_CAP : SMC_REASON_HANDSHAKE);
+}
+
+/* ------------------------------------------------------------ client, in-band */
+
+int conn_ib_local_offer(struct clc_smcr_local *lcl)
+{
+	int rc = progress_ib_init();
+
+	return rc < 0 ? rc : ib_lgr_local(lcl);
+}
+
+int conn_ib_client_inband(struct smc_conn *c, const uint8_t *buf, size_t len)
+{
+	const struct hs_chan ch = { .fd = c->fd, .tcp = true };
+	struct clc_msg acc;
+	uint8_t credits = 0;
+	int rc = decode_msg(buf, len, &acc, &credits);
+
+	if (rc < 0 || acc.variant != CLC_SMCR || acc.type != CLC_ACCEPT) {
+		log_warn("fd %d: malformed SMC-R Accept from the server (%s)", c->fd,
+			 strerror(rc < 0 ? -rc : EPROTO));
+		return rc < 0 ? rc : -EPROTO;
+	}
+	client_answered(c, &ch, &acc, credits);
 	return 0;
 }
 
@@ -591,14 +691,69 @@ static int server_take_confirm(struct smc_conn *c, const struct clc_msg *conf,
 	return ib_conn_set_peer(s->ci->ic, &prmb);
 }
 
-int conn_ib_server_rdv(struct smc_conn *c, int ufd, const struct clc_msg *m,
-		       enum smc_reason *why)
+/* The server's steps after the client's SMC-R Proposal m: Accept, then the Confirm or a
+ * Decline. As conn_ib_server_rdv. */
+static int server_exchange(struct smc_conn *c, const struct hs_chan *ch,
+			   const struct clc_msg *m, enum smc_reason *why)
 {
 	struct clc_msg acc, conf;
 	struct ib_setup s = { 0 };
 	uint8_t credits = 0;
 	uint32_t diag;
 	int rc;
+
+	progress_ib_init();
+	rc = ib_lgr_get_server(m->u.r_prop.lcl.peer_id, m->u.r_prop.lcl.gid, &s.link, &s.first);
+	if (rc < 0) {
+		s.link = NULL;
+		goto refuse;
+	}
+	rc = setup_conn(c, &s);
+	if (rc < 0)
+		goto refuse;
+	build_params(&s, CLC_ACCEPT, &acc);
+	if (chan_send(ch, &acc, s.mine.credits) < 0) {
+		setup_abandon(&s);
+		/* the client never saw the Accept: plain TCP; in-band part of it may be in
+		 * the stream: reset */
+		return ch->tcp ? -ECONNABORTED : -ECONNREFUSED;
+	}
+	rc = chan_recv(ch, &conf, &credits);
+	if (rc == 0 && conf.type == CLC_DECLINE) {
+		diag = decline_diag(&conf);
+		log_info("fd %d: client declined SMC-R after our Accept: %s", c->fd,
+			 clc_decline_reason_str(diag));
+		*why = reason_of(diag);
+		setup_abandon(&s);
+		return -ECONNREFUSED;
+	}
+	if (rc < 0 || conf.variant != CLC_SMCR || conf.type != CLC_CONFIRM ||
+	    server_take_confirm(c, &conf, credits, &s) < 0) {
+		log_warn("fd %d: no valid SMC-R Confirm from the client (%s): resetting the "
+			 "connection", c->fd, rc < 0 ? strerror(-rc) : "invalid");
+		setup_abandon(&s);
+		return -ECONNABORTED;
+	}
+	c->ib = s.ci;
+	s.ci = NULL;
+	ib_lgr_put(s.link);
+	*why = SMC_REASON_NONE;
+	return 0;
+refuse:
+	diag = diag_of(rc);
+	log_debug("fd %d: no SMC-R for this client (%s): staying TCP", c->fd, strerror(-rc));
+	setup_abandon(&s);
+	chan_decline(ch, diag);
+	/* SMC_REASON_NOT_LOCAL here: this side has no usable RDMA device */
+	*why = diag == CLC_DECL_MEM ? SMC_REASON_MEM_CAP
+	       : diag == CLC_DECL_NOSMCRDEV ? SMC_REASON_NOT_LOCAL : SMC_REASON_RESOURCES;
+	return -ECONNREFUSED;
+}
+
+int conn_ib_server_rdv(struct smc_conn *c, int ufd, const struct clc_msg *m,
+		       enum smc_reason *why)
+{
+	const struct hs_chan ch = { .fd = ufd, .tcp = false };
 
 	*why = SMC_REASON_HANDSHAKE;
 	if (smc_cfg.transport == SMC_TRANSPORT_SHM) {
@@ -612,47 +767,13 @@ int conn_ib_server_rdv(struct smc_conn *c, int ufd, const struct clc_msg *m,
 		rdv_decline(ufd, CLC_DECL_SH_CRED);
 		return -EPROTO;
 	}
-	progress_ib_init();
-	rc = ib_lgr_get_server(m->u.r_prop.lcl.peer_id, m->u.r_prop.lcl.gid, &s.link, &s.first);
-	if (rc < 0) {
-		s.link = NULL;
-		goto refuse;
-	}
-	rc = setup_conn(c, &s);
-	if (rc < 0)
-		goto refuse;
-	build_params(&s, CLC_ACCEPT, &acc);
-	if (rdv_msg_send(ufd, &acc, s.mine.credits) < 0) {
-		setup_abandon(&s);
-		return -ECONNREFUSED; /* the client never saw the Accept: plain TCP */
-	}
-	rc = rdv_msg_recv(ufd, &conf, &credits);
-	if (rc == 0 && conf.type == CLC_DECLINE) {
-		diag = conf.variant == CLC_SMCR ? conf.u.r_decl.diag : conf.u.s_decl.diag;
-		log_info("fd %d: client declined SMC-R after our Accept: %s", c->fd,
-			 clc_decline_reason_str(diag));
-		*why = reason_of(diag);
-		setup_abandon(&s);
-		return -ECONNREFUSED;
-	}
-	if (rc < 0 || conf.variant != CLC_SMCR || conf.type != CLC_CONFIRM ||
-	    server_take_confirm(c, &conf, credits, &s) < 0) {
-		log_warn("fd %d: no valid SMC-R Confirm from the client: resetting the connection",
-			 c->fd);
-		setup_abandon(&s);
-		return -ECONNABORTED;
-	}
-	c->ib = s.ci;
-	s.ci = NULL;
-	ib_lgr_put(s.link);
-	*why = SMC_REASON_NONE;
-	return 0;
-refuse:
-	diag = diag_of(rc);
-	log_debug("fd %d: no SMC-R for this client (%s): staying TCP", c->fd, strerror(-rc));
-	setup_abandon(&s);
-	rdv_decline(ufd, diag);
-	*why = diag == CLC_DECL_MEM ? SMC_REASON_MEM_CAP
-	       : diag == CLC_DECL_NOSMCRDEV ? SMC_REASON_NOT_LOCAL : SMC_REASON_RESOURCES;
-	return -ECONNREFUSED;
+	return server_exchange(c, &ch, m, why);
+}
+
+int conn_ib_server_inband(struct smc_conn *c, const struct clc_msg *m, enum smc_reason *why)
+{
+	const struct hs_chan ch = { .fd = c->fd, .tcp = true };
+
+	*why = SMC_REASON_HANDSHAKE;
+	return server_exchange(c, &ch, m, why);
 }

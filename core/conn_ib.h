@@ -15,8 +15,9 @@
  * RX / TX events: the epoll emulation's edge generations (wait.c) read them. Nothing rings the peer's bells: the peer learns
  * everything from the CDCs.
  *
- * Handshake (same host, SMC_TRANSPORT=ib, over the rendezvous socket; and across
- * hosts over the TCP connection, negotiate.c): SMC-R v1 Proposal (our peer id, GID,
+ * Handshake (same host, SMC_TRANSPORT=ib, over the rendezvous socket when there is no
+ * TCP option; and in-band over the TCP connection when both sent the option,
+ * negotiate.h, across hosts or with SMC_TRANSPORT=ib): SMC-R v1 Proposal (our peer id, GID,
  * MAC) -> Accept (+ "CRD"+n) -> Confirm (+ "CRD"+n), RFC 7609 field meanings
  * (ib_params_to_clc). A side without a usable RDMA device declines with
  * CLC_DECL_NOSMCRDEV and both stay TCP.
@@ -73,5 +74,19 @@ int conn_ib_client_rdv(struct smc_conn *c, int ufd);
  * TCP connection, the client may consider it upgraded). */
 int conn_ib_server_rdv(struct smc_conn *c, int ufd, const struct clc_msg *m,
 		       enum smc_reason *why);
+
+/* In-band over the TCP connection itself (negotiate.h: both sent the SMC option; across
+ * hosts, or SMC_TRANSPORT=ib on one host), the same steps, SMC-R messages only. */
+/* Our SMC-R identity for a Proposal (starts the progress thread's RDMA watches first).
+ * 0, or -ENODEV / -errno: do not offer SMC-R. */
+int conn_ib_local_offer(struct clc_smcr_local *lcl);
+/* Client, progress thread: the server's Accept and credits extension (buf[0..len), as
+ * neg_client_answer returned them) -> Confirm on c->fd and ACTIVE, or a Decline and
+ * FALLBACK. -errno when the Accept is malformed: the caller resets the connection. */
+int conn_ib_client_inband(struct smc_conn *c, const uint8_t *buf, size_t len);
+/* Server, inside accept(): the client's SMC-R Proposal m (read by neg_server_read_offer)
+ * -> Accept on c->fd, then the Confirm (bounded by SMC_HANDSHAKE_TIMEOUT_MS). Results as
+ * conn_ib_server_rdv; a Decline has been sent on c->fd for -ECONNREFUSED. */
+int conn_ib_server_inband(struct smc_conn *c, const struct clc_msg *m, enum smc_reason *why);
 
 #endif

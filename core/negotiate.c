@@ -14,10 +14,14 @@
 #include <unistd.h>
 
 #include "core/config.h"
+#include "core/conn_ib.h"
+#include "core/ib_proto.h"
 #include "core/log.h"
 #include "core/negotiate.h"
 #include "core/real.h"
 #include "core/rendezvous.h"
+
+_Static_assert(NEG_MSG_CAP >= CLC_MAX_LEN + IB_CREDITS_EXT_LEN, "NEG_MSG_CAP");
 
 /* ------------------------------------------------------------ host identity */
 
@@ -94,8 +98,7 @@ static int64_t now_ms(void)
 	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
-/* The whole buffer onto TCP socket fd, bounded by the handshake timeout. */
-static int send_all(int fd, const uint8_t *buf, size_t len)
+int neg_send_all(int fd, const uint8_t *buf, size_t len)
 {
 	int64_t deadline = now_ms() + smc_cfg.handshake_timeout_ms;
 	size_t off = 0;
@@ -133,16 +136,34 @@ static bool clc_prefix(const uint8_t *buf, size_t n)
 	return false;
 }
 
-/* One nonblocking step: 1 when one whole CLC message was consumed into buf (*len); 0
- * when not complete yet (*partial: some of it is there); -EBADMSG when the stream does not start with one (nothing
- * consumed); -EMSGSIZE when its length field is out of bounds; -ECONNRESET on EOF before
- * any byte; another -errno from the socket. */
-static int read_clc_step(int fd, uint8_t *buf, size_t *len, bool *partial)
+/* What follows a CLC message in the stream as part of it. */
+enum clc_ext {
+	EXT_NONE,    /* nothing: a kernel's message, or before any SMC-R offer */
+	EXT_CREDITS, /* "CRD"+n after an SMC-R Accept / Confirm (conn_ib.h) */
+	EXT_LONE_OK, /* as EXT_CREDITS, but an Accept alone is complete too (a kernel's) */
+};
+
+/* Bytes of the message whose header is in buf: total, plus the credits extension when
+ * ext asks for it. */
+static size_t with_ext(enum clc_variant v, uint8_t type, uint16_t total, enum clc_ext ext)
+{
+	if (ext != EXT_NONE && v == CLC_SMCR && (type == CLC_ACCEPT || type == CLC_CONFIRM))
+		return (size_t)total + IB_CREDITS_EXT_LEN;
+	return total;
+}
+
+/* One nonblocking step: 1 when one whole CLC message (and its extension, see enum
+ * clc_ext) was consumed into buf (NEG_MSG_CAP bytes, *len); 0 when not complete yet
+ * (*partial: some of it is there); -EBADMSG when the stream does not start with one
+ * (nothing consumed); -EMSGSIZE when its length field is out of bounds; -ECONNRESET on
+ * EOF before any byte; another -errno from the socket. */
+static int read_clc_step(int fd, uint8_t *buf, size_t *len, bool *partial, enum clc_ext ext)
 {
 	enum clc_variant v;
 	uint8_t type;
 	uint16_t total;
-	ssize_t n = REAL(recv)(fd, buf, CLC_MAX_LEN, MSG_PEEK | MSG_DONTWAIT);
+	size_t want;
+	ssize_t n = REAL(recv)(fd, buf, NEG_MSG_CAP, MSG_PEEK | MSG_DONTWAIT);
 	int r;
 
 	*partial = n > 0;
@@ -157,18 +178,22 @@ static int read_clc_step(int fd, uint8_t *buf, size_t *len, bool *partial)
 		return 0;
 	if (r < 0)
 		return r;
-	if ((size_t)n < total)
-		return 0;
+	want = with_ext(v, type, total, ext);
+	if ((size_t)n < want) {
+		if (!(ext == EXT_LONE_OK && (size_t)n >= total))
+			return 0;
+		want = total;
+	}
 	/* exactly this message: what follows is the application's */
-	n = REAL(recv)(fd, buf, total, MSG_DONTWAIT);
-	if (n != (ssize_t)total)
+	n = REAL(recv)(fd, buf, want, MSG_DONTWAIT);
+	if (n != (ssize_t)want)
 		return n < 0 ? -errno : -EPROTO;
-	*len = total;
+	*len = want;
 	return 1;
 }
 
 /* read_clc_step until a message is complete or the handshake timeout passes. */
-static int read_clc_wait(int fd, uint8_t *buf, size_t *len)
+static int read_clc_wait(int fd, uint8_t *buf, size_t *len, enum clc_ext ext)
 {
 	int64_t deadline = now_ms() + smc_cfg.handshake_timeout_ms;
 
@@ -176,7 +201,7 @@ static int read_clc_wait(int fd, uint8_t *buf, size_t *len)
 		struct pollfd p = { .fd = fd, .events = POLLIN };
 		bool partial;
 		int64_t left;
-		int r = read_clc_step(fd, buf, len, &partial);
+		int r = read_clc_step(fd, buf, len, &partial, ext);
 
 		if (r != 0)
 			return r;
@@ -192,6 +217,13 @@ static int read_clc_wait(int fd, uint8_t *buf, size_t *len)
 		if (r < 0 && errno != EINTR)
 			return -errno;
 	}
+}
+
+int neg_recv_msg(int fd, uint8_t *buf, size_t *len)
+{
+	int r = read_clc_wait(fd, buf, len, EXT_CREDITS);
+
+	return r < 0 ? r : 0;
 }
 
 /* ------------------------------------------------------------ messages */
@@ -215,7 +247,7 @@ int neg_send_decline(int fd, uint32_t diag)
 	n = clc_encode(&m, buf, sizeof(buf));
 	if (n < 0)
 		return (int)n;
-	return send_all(fd, buf, (size_t)n);
+	return neg_send_all(fd, buf, (size_t)n);
 }
 
 void neg_reset(int fd)
@@ -338,35 +370,65 @@ static int client_rendezvous(struct neg_client *nc)
 	return nc->listen_fd < 0 ? nc->listen_fd : 0;
 }
 
-int neg_client_propose(int fd, struct neg_client *nc)
+/* Our SMC-R identity for the Proposal when we offer SMC-R (SMC_TRANSPORT auto or ib and
+ * a usable RDMA device). */
+static bool client_ib_offer(int fd, struct clc_smcr_local *lcl)
+{
+	int r;
+
+	if (smc_cfg.transport == SMC_TRANSPORT_SHM)
+		return false;
+	r = conn_ib_local_offer(lcl);
+	if (r < 0)
+		log_debug("fd %d: no usable RDMA device (%s): not offering SMC-R", fd, strerror(-r));
+	return r == 0;
+}
+
+int neg_client_propose(int fd, struct neg_client *nc, enum smc_reason *why)
 {
 	struct clc_msg m = { .variant = CLC_SMCR, .type = CLC_PROPOSAL, .flags = CLC_PATH_SMCR };
 	struct clc_block b = { .version = CLC_BLOCK_VERSION };
+	bool offer_shm = smc_cfg.transport != SMC_TRANSPORT_IB;
 	uint8_t buf[CLC_MAX_LEN];
 	ssize_t n;
 	int r;
 
 	nc->listen_fd = -1;
-	r = client_rendezvous(nc);
-	if (r < 0) {
-		/* the server waits for a CLC message: a Decline ends it (as a kernel client
-		 * that finds no device does) */
-		log_debug("fd %d: no rendezvous socket (%s): declining", fd, strerror(-r));
-		return neg_send_decline(fd, CLC_DECL_INTERR) < 0 ? -EPIPE : 1;
+	nc->rdv_name = nc->key = 0;
+	nc->offer_ib = client_ib_offer(fd, &m.u.r_prop.lcl);
+	if (!offer_shm && !nc->offer_ib) {
+		/* SMC_TRANSPORT=ib and no device: the server waits for a CLC message */
+		*why = SMC_REASON_NOT_LOCAL; /* here: no RDMA device */
+		return neg_send_decline(fd, CLC_DECL_NOSMCRDEV) < 0 ? -EPIPE : 1;
 	}
-	b.flags = nc->rdv_path ? CLC_BLOCK_RDV_PATH : 0;
+	if (offer_shm) {
+		r = client_rendezvous(nc);
+		if (r < 0 && !nc->offer_ib) {
+			/* the server waits for a CLC message: a Decline ends it (as a kernel
+			 * client that finds no device does) */
+			log_debug("fd %d: no rendezvous socket (%s): declining", fd, strerror(-r));
+			*why = SMC_REASON_RESOURCES;
+			return neg_send_decline(fd, CLC_DECL_INTERR) < 0 ? -EPIPE : 1;
+		}
+		if (r < 0) {
+			nc->rdv_name = nc->key = 0;
+			offer_shm = false;
+		}
+	}
+	b.flags = (nc->rdv_path ? CLC_BLOCK_RDV_PATH : 0) | (offer_shm ? 0 : CLC_BLOCK_NO_SHM);
 	b.host_id = neg_host_id();
 	b.rdv_name = nc->rdv_name;
 	b.rdv_key = nc->key;
-	/* the SMC-R identity fields: our host id as the peer id, no GID or MAC (we offer
-	 * no RDMA link yet) */
-	put_host_id(m.u.r_prop.lcl.peer_id);
+	/* the SMC-R identity fields: our RDMA device's when we offer SMC-R, else our host
+	 * id as the peer id and no GID or MAC */
+	if (!nc->offer_ib)
+		put_host_id(m.u.r_prop.lcl.peer_id);
 	set_prefixes(fd, &m.u.r_prop);
 	clc_block_put(&m.u.r_prop, &b);
 	n = clc_encode(&m, buf, sizeof(buf));
 	if (n < 0)
 		return (int)n;
-	return send_all(fd, buf, (size_t)n);
+	return neg_send_all(fd, buf, (size_t)n);
 }
 
 void neg_client_cleanup(struct neg_client *nc)
@@ -376,13 +438,14 @@ void neg_client_cleanup(struct neg_client *nc)
 	nc->rdv_name = 0;
 }
 
-enum neg_answer neg_client_answer(int fd, uint32_t *diag)
+enum neg_answer neg_client_answer(int fd, const struct neg_client *nc, bool final,
+				  uint8_t *buf, size_t *len, uint32_t *diag)
 {
-	uint8_t buf[CLC_MAX_LEN];
 	struct clc_frame f;
-	size_t len = 0;
 	bool partial;
-	int r = read_clc_step(fd, buf, &len, &partial);
+	enum clc_ext ext = !nc->offer_ib ? EXT_NONE : final ? EXT_LONE_OK : EXT_CREDITS;
+	int r = read_clc_step(fd, buf, len, &partial, ext);
+	size_t flen = *len;
 
 	if (r == 0)
 		return NEG_ANS_NONE;
@@ -390,17 +453,23 @@ enum neg_answer neg_client_answer(int fd, uint32_t *diag)
 		return NEG_ANS_BAD;
 	if (r < 0)
 		return NEG_ANS_CLOSED;
-	if (clc_frame(buf, len, &f) < 0 || f.variant == CLC_SAMEHOST)
+	if (nc->offer_ib && flen > CLC_MIN_LEN && buf[0] == 0xE2 && buf[3] == 0xD9 &&
+	    buf[4] == CLC_ACCEPT && flen == (size_t)(buf[5] << 8 | buf[6]) + IB_CREDITS_EXT_LEN)
+		flen -= IB_CREDITS_EXT_LEN; /* our server's Accept: the frame without credits */
+	if (clc_frame(buf, flen, &f) < 0 || f.variant == CLC_SAMEHOST)
 		return NEG_ANS_BAD;
 	if (f.type == CLC_DECLINE) {
-		*diag = clc_frame_decline_diag(buf, len);
+		*diag = clc_frame_decline_diag(buf, flen);
 		return NEG_ANS_DECLINE;
 	}
 	if (f.type != CLC_ACCEPT)
 		return NEG_ANS_BAD;
-	/* A kernel server with an RDMA device accepted our SMC-R offer: we have no RDMA
-	 * transport to confirm it with. Its listener takes the Decline and falls back. */
-	log_info("fd %d: an SMC-%c server accepted: declining (no RDMA transport)", fd,
+	if (flen != *len && f.variant == CLC_SMCR)
+		return NEG_ANS_IB; /* conn_ib decodes and checks the credits */
+	/* A kernel server with an RDMA device accepted our SMC-R offer: we cannot complete
+	 * SMC-R with a kernel (tests/vm/README.md). Its listener takes the Decline and falls
+	 * back. */
+	log_info("fd %d: an SMC-%c server (a kernel?) accepted: declining", fd,
 		 f.variant == CLC_SMCD ? 'D' : 'R');
 	if (neg_send_decline(fd, f.variant == CLC_SMCD ? CLC_DECL_NOSMCDDEV : CLC_DECL_NOSMCRDEV) < 0)
 		return NEG_ANS_BAD;
@@ -432,15 +501,46 @@ static enum neg_offer answer(int fd, uint32_t diag, enum smc_reason why_tcp,
 	return NEG_OFFER_TCP;
 }
 
-/* A framed Proposal: ours and same host, or declined. */
+static bool all_zero(const uint8_t *b, size_t n)
+{
+	for (size_t i = 0; i < n; i++)
+		if (b[i])
+			return false;
+	return true;
+}
+
+/* Our Proposal (block *blk): the transport by the rules of negotiate.h, or a Decline. */
+static enum neg_offer choose_transport(int fd, const struct clc_msg *m,
+				       const struct clc_block *blk, enum smc_reason *why)
+{
+	bool same_host = blk->host_id != 0 && blk->host_id == neg_host_id();
+	bool offers_shm = !(blk->flags & CLC_BLOCK_NO_SHM);
+	bool offers_ib = !all_zero(m->u.r_prop.lcl.gid, CLC_GID_LEN);
+	enum smc_transport_pref t = smc_cfg.transport;
+
+	if (same_host && offers_shm && t != SMC_TRANSPORT_IB)
+		return NEG_OFFER_OURS;
+	if (offers_ib && t != SMC_TRANSPORT_SHM)
+		return NEG_OFFER_IB;
+	if (same_host || (offers_ib && t == SMC_TRANSPORT_SHM)) {
+		log_debug("fd %d: smc-preload peer offers %s, SMC_TRANSPORT here is %s: declining",
+			  fd, offers_shm && offers_ib ? "shm and SMC-R"
+			      : offers_shm ? "shm only" : "SMC-R only",
+			  t == SMC_TRANSPORT_SHM ? "shm" : t == SMC_TRANSPORT_IB ? "ib" : "auto");
+		return answer(fd, CLC_DECL_MODEUNSUPP, SMC_REASON_DECLINED, why);
+	}
+	log_debug("fd %d: smc-preload peer on another host without an RDMA device: declining",
+		  fd);
+	return answer(fd, CLC_DECL_NOSMCRDEV, SMC_REASON_NOT_LOCAL, why);
+}
+
+/* A framed Proposal: ours (then by the transport rules), or declined. */
 static enum neg_offer judge_proposal(int fd, const uint8_t *buf, size_t len,
 				     const struct clc_frame *f, struct clc_block *blk,
-				     enum smc_reason *why)
+				     struct clc_msg *m, enum smc_reason *why)
 {
-	struct clc_msg m;
-
-	if (f->variant != CLC_SMCR || clc_decode(buf, len, &m) < 0 ||
-	    clc_block_get(&m.u.r_prop, blk) < 0) {
+	if (f->variant != CLC_SMCR || clc_decode(buf, len, m) < 0 ||
+	    clc_block_get(&m->u.r_prop, blk) < 0) {
 		log_info("fd %d: SMC v%u Proposal from a peer without smc-preload (a kernel?): "
 			 "declining, no SMC device", fd, f->version);
 		return answer(fd, decline_for(f), SMC_REASON_NOT_LOCAL, why);
@@ -450,20 +550,16 @@ static enum neg_offer judge_proposal(int fd, const uint8_t *buf, size_t len,
 			 blk->version);
 		return answer(fd, CLC_DECL_VERSMISMAT, SMC_REASON_HANDSHAKE, why);
 	}
-	if (blk->host_id == 0 || blk->host_id != neg_host_id()) {
-		log_debug("fd %d: smc-preload peer on another host: declining (no RDMA yet)", fd);
-		return answer(fd, CLC_DECL_NOSMCRDEV, SMC_REASON_NOT_LOCAL, why);
-	}
-	return NEG_OFFER_OURS;
+	return choose_transport(fd, m, blk, why);
 }
 
-enum neg_offer neg_server_read_offer(int fd, struct clc_block *blk, enum smc_reason *why)
+enum neg_offer neg_server_read_offer(int fd, struct clc_block *blk, struct clc_msg *prop,
+				     enum smc_reason *why)
 {
-	uint8_t buf[CLC_MAX_LEN];
+	uint8_t buf[NEG_MSG_CAP];
 	struct clc_frame f;
 	size_t len = 0;
-	int r = read_clc_wait(fd, buf, &len);
-
+	int r = read_clc_wait(fd, buf, &len, EXT_NONE);
 	if (r == -EBADMSG) {
 		/* The client sent the option but talks without negotiating (it gave up
 		 * before proposing): its bytes are the application's. */
@@ -491,7 +587,7 @@ enum neg_offer neg_server_read_offer(int fd, struct clc_block *blk, enum smc_rea
 		*why = SMC_REASON_DECLINED;
 		return NEG_OFFER_TCP;
 	}
-	return judge_proposal(fd, buf, len, &f, blk, why);
+	return judge_proposal(fd, buf, len, &f, blk, prop, why);
 }
 
 int neg_server_rendezvous(int fd, const struct clc_block *blk)

@@ -11,6 +11,7 @@
 
 #include "core/config.h"
 #include "core/conn.h"
+#include "core/conn_ib.h"
 #include "core/fdtab.h"
 #include "core/handshake.h"
 #include "core/ib_lgr.h"
@@ -140,6 +141,8 @@ static void on_tcp(evutil_socket_t fd, short what, void *arg)
 	pending_give_up(p, SMC_REASON_PEER_NOT_SMC);
 }
 
+static void answer_step(struct pending *p, bool final);
+
 static void on_deadline(evutil_socket_t fd, short what, void *arg)
 {
 	struct pending *p = arg;
@@ -158,8 +161,11 @@ static void on_deadline(evutil_socket_t fd, short what, void *arg)
 		/* In-band, nothing times out here: the TCP handshake is bounded by the kernel,
 		 * and the server answers our Proposal only once its application calls
 		 * accept(), which may take as long as it likes (a TCP client would wait for
-		 * its answer too). This tick only notices a close. */
+		 * its answer too). This tick notices a close, and a kernel's SMC-R Accept
+		 * (no credits extension behind it). */
 		event_add(p->ev_deadline, &tv);
+		if (p->ev_tcp && p->nc.offer_ib && event_pending(p->ev_tcp, EV_READ, NULL))
+			answer_step(p, true);
 	}
 }
 
@@ -179,23 +185,24 @@ static int inband_peer_is_smc(struct smc_conn *c, enum smc_reason *why)
 	return tcpopt_peer_sent(c->fd) == 1;
 }
 
-static void on_answer(evutil_socket_t fd, short what, void *arg)
+/* One step reading the server's answer; final: the deadline tick (a lone SMC-R Accept
+ * is a kernel's then, see neg_client_answer). */
+static void answer_step(struct pending *p, bool final)
 {
-	struct pending *p = arg;
 	struct smc_conn *c = p->c;
 	enum smc_reason why = SMC_REASON_DECLINED;
+	uint8_t buf[NEG_MSG_CAP];
+	size_t len = 0;
 	enum neg_answer a;
 	uint32_t diag = 0;
 
-	(void)fd;
-	(void)what;
 	pthread_mutex_lock(&c->lock);
 	if (__atomic_load_n(&c->state, __ATOMIC_ACQUIRE) != CONN_PENDING) {
 		pthread_mutex_unlock(&c->lock);
 		pending_finish(p);
 		return;
 	}
-	a = neg_client_answer(c->fd, &diag);
+	a = neg_client_answer(c->fd, &p->nc, final, buf, &len, &diag);
 	pthread_mutex_unlock(&c->lock);
 	switch (a) {
 	case NEG_ANS_NONE:
@@ -203,18 +210,35 @@ static void on_answer(evutil_socket_t fd, short what, void *arg)
 	case NEG_ANS_BAD:
 		pending_abort(p, "invalid CLC answer from the server");
 		return;
+	case NEG_ANS_IB:
+		/* leaves c ACTIVE or FALLBACK, unless the Accept is malformed */
+		if (conn_ib_client_inband(c, buf, len) < 0) {
+			pending_abort(p, "malformed SMC-R Accept");
+			return;
+		}
+		why = SMC_REASON_HANDSHAKE; /* a no-op: decided */
+		break;
 	case NEG_ANS_DECLINE:
 		log_debug("fd %d: server declined SMC: %s", c->fd, clc_decline_reason_str(diag));
 		why = SMC_REASON_DECLINED;
 		break;
 	case NEG_ANS_ACCEPTED:
-		why = SMC_REASON_NOT_LOCAL; /* it wanted RDMA, which we do not have yet */
+		/* a kernel server wanted SMC-R: we cannot complete it with a kernel; counted
+		 * as not-local as before (no RDMA transport with that peer) */
+		why = SMC_REASON_NOT_LOCAL;
 		break;
 	case NEG_ANS_CLOSED:
 		why = SMC_REASON_PEER_CLOSED;
 		break;
 	}
 	pending_give_up(p, why);
+}
+
+static void on_answer(evutil_socket_t fd, short what, void *arg)
+{
+	(void)fd;
+	(void)what;
+	answer_step(arg, false);
 }
 
 static bool inband_arm(struct pending *p)
@@ -227,12 +251,15 @@ static bool inband_arm(struct pending *p)
 	};
 
 	event_drop(&p->ev_tcp);
-	p->ev_rdv = event_new(base, c->rdv_listen_fd, EV_READ | EV_PERSIST, on_rdv, p);
+	/* no rendezvous when we offer SMC-R only (SMC_TRANSPORT=ib) */
+	if (c->rdv_listen_fd >= 0)
+		p->ev_rdv = event_new(base, c->rdv_listen_fd, EV_READ | EV_PERSIST, on_rdv, p);
 	/* edge-triggered: a partial message leaves the socket readable until the rest */
 	p->ev_tcp = event_new(base, c->fd, EV_READ | EV_PERSIST | EV_ET, on_answer, p);
-	if (!p->ev_rdv || !p->ev_tcp)
+	if ((c->rdv_listen_fd >= 0 && !p->ev_rdv) || !p->ev_tcp)
 		return false;
-	event_add(p->ev_rdv, NULL);
+	if (p->ev_rdv)
+		event_add(p->ev_rdv, NULL);
 	event_add(p->ev_tcp, NULL);
 	event_del(p->ev_deadline);
 	event_add(p->ev_deadline, &tv);
@@ -260,18 +287,20 @@ static void on_connected(evutil_socket_t fd, short what, void *arg)
 		pending_give_up(p, why); /* not one byte was sent */
 		return;
 	}
-	r = neg_client_propose(c->fd, &p->nc);
+	r = neg_client_propose(c->fd, &p->nc, &why);
 	c->rdv_listen_fd = p->nc.listen_fd;
 	pthread_mutex_unlock(&c->lock);
 	/* connected: a waiter for POLLOUT may stage its data now (conn_poll_mask) */
 	bells_ring(c);
 	if (r == 1) {
-		pending_give_up(p, SMC_REASON_RESOURCES); /* we declined: plain TCP */
+		pending_give_up(p, why); /* we declined: plain TCP */
 		return;
 	}
 	if (r == 0)
-		log_debug("fd %d: both sent the SMC option: CLC Proposal sent (%s rendezvous)",
-			  c->fd, p->nc.rdv_path ? "path" : "abstract");
+		log_debug("fd %d: both sent the SMC option: CLC Proposal sent (%s%s)", c->fd,
+			  p->nc.listen_fd < 0 ? "no shm" : p->nc.rdv_path ? "path rendezvous"
+							   : "abstract rendezvous",
+			  p->nc.offer_ib ? ", SMC-R" : "");
 	if (r < 0)
 		pending_abort(p, "sending the CLC Proposal failed");
 	else if (!inband_arm(p))

@@ -23,6 +23,7 @@
 
 #include "core/config.h"
 #include "core/conn.h"
+#include "core/conn_ib.h"
 #include "core/epoll.h"
 #include "core/fdtab.h"
 #include "core/handshake.h"
@@ -362,14 +363,46 @@ static int accept_handshake(int nfd, int ufd, int flags, const struct hs_auth *a
 	return 0;
 }
 
+/* In-band SMC-R: the server's side of the exchange on accepted socket nfd (conn_ib.h).
+ * Results as accept_handshake. */
+static int accept_ib_inband(int nfd, int flags, const struct clc_msg *prop,
+			    enum smc_reason *why)
+{
+	struct smc_conn *c = conn_new(nfd, CONN_SERVER);
+	int r;
+
+	if (!c) {
+		(void)neg_send_decline(nfd, CLC_DECL_INTERR);
+		*why = SMC_REASON_RESOURCES;
+		return 0;
+	}
+	c->nonblock = (flags & SOCK_NONBLOCK) != 0;
+	conn_load_sockopts(c);
+	r = conn_ib_server_inband(c, prop, why);
+	if (r == 0) {
+		fdtab_set(nfd, FD_SMC, c);
+		conn_activate(c);
+		return 1;
+	}
+	conn_put(c);
+	if (r == -ECONNABORTED) {
+		stats_count_abort();
+		abort_tcp(nfd);
+		errno = ECONNABORTED;
+		return -1;
+	}
+	return 0;
+}
+
 /* Both SYN and SYN-ACK carried the option: the client's CLC message decides. */
 static int accept_inband(int nfd, int flags, enum smc_reason *why)
 {
 	struct clc_block blk;
+	struct clc_msg prop;
 	struct hs_auth auth = { .by_key = true };
 	int ufd;
 
-	switch (neg_server_read_offer(nfd, &blk, why)) {
+	switch (neg_server_read_offer(nfd, &blk, &prop, why)) {
 	case NEG_OFFER_ABORT:
 		stats_count_abort();
 		abort_tcp(nfd);
@@ -377,6 +410,9 @@ static int accept_inband(int nfd, int flags, enum smc_reason *why)
 		return -1;
 	case NEG_OFFER_TCP:
 		return 0;
+	case NEG_OFFER_IB:
+		log_debug("fd %d: SMC-R Proposal from smc-preload: answering in-band", nfd);
+		return accept_ib_inband(nfd, flags, &prop, why);
 	case NEG_OFFER_OURS:
 		break;
 	}

@@ -758,6 +758,15 @@ START_TEST(test_block)
 	ck_assert_uint_eq(got.flags, b.flags);
 	ck_assert(got.host_id == b.host_id && got.rdv_name == b.rdv_name &&
 		  got.rdv_key == b.rdv_key);
+	/* SMC_TRANSPORT=ib: no shared memory offered, no rendezvous */
+	b.flags = CLC_BLOCK_NO_SHM;
+	b.rdv_name = b.rdv_key = 0;
+	clc_block_put(&m.u.r_prop, &b);
+	n = encode_ok(&m, buf, sizeof(buf));
+	ck_assert_int_eq(clc_decode(buf, n, &d), 0);
+	ck_assert_int_eq(clc_block_get(&d.u.r_prop, &got), 0);
+	ck_assert_uint_eq(got.flags, CLC_BLOCK_NO_SHM);
+	ck_assert(got.host_id == b.host_id && got.rdv_name == 0 && got.rdv_key == 0);
 	/* another magic, or another offset: not ours */
 	d.u.r_prop.iparea_gap[0] ^= 1;
 	ck_assert_int_eq(clc_block_get(&d.u.r_prop, &got), -ENOENT);

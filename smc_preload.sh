@@ -226,6 +226,16 @@ bpf_unpin_all() {
 	return 0
 }
 
+# Removes the rendezvous sockets of clients that exited in the middle of a negotiation
+# (a live one is unlinked within seconds: the client gives up after 10 handshake
+# timeouts). Another network namespace's sockets are not in our /proc/net/unix: age
+# is what tells a stale one.
+rdv_sweep() {
+	[ -d "$rdv_dir" ] && [ ! -L "$rdv_dir" ] || return 0
+	find "$rdv_dir" -maxdepth 1 -type s -name 'c-*' -mmin +10 -delete 2>/dev/null
+	return 0
+}
+
 # One --setup / --teardown at a time.
 bpf_lock() {
 	exec 9>>/run/smc_preload.lock || die "cannot open /run/smc_preload.lock"
@@ -273,8 +283,13 @@ do_setup() {
 		say "program $pid already attached to $cg"
 	else
 		# multi: other programs attached to the root (and below it) keep running
-		bpftool cgroup attach "$cg" sock_ops id "$pid" multi ||
-			die "cannot attach program $pid to $cg"
+		# pins without an attached program would make every preloaded socket wait
+		# for an option that never comes: no pins then (the library falls back to
+		# the rendezvous, or TCP)
+		if ! bpftool cgroup attach "$cg" sock_ops id "$pid" multi; then
+			bpf_unpin_all
+			die "cannot attach program $pid to $cg (pins under $bpf_dir removed)"
+		fi
 		say "attached program $pid to $cg (sock_ops, multi)"
 	fi
 	chmod 0755 -- "$bpf_dir" && chmod 0600 -- "$prog_pin" && chmod 0666 -- "$map_pin" ||
@@ -284,6 +299,7 @@ do_setup() {
 		die "$rdv_dir exists and is not a directory"
 	fi
 	mkdir -p -- "$rdv_dir" && chmod 1777 -- "$rdv_dir" || die "cannot create $rdv_dir"
+	rdv_sweep
 	printf '%s: SMC TCP option set up: program %s attached to %s, map %s\n' \
 		"$prog" "$prog_pin" "$cg" "$map_pin"
 }
@@ -298,6 +314,7 @@ do_teardown() {
 		return 0
 	fi
 	bpf_unpin_all
+	rdv_sweep
 	printf '%s: SMC TCP option removed from %s\n' "$prog" "$bpf_dir"
 }
 

@@ -94,8 +94,57 @@ static void conn_refs_add(int delta)
 	}
 }
 
+/* Under conn_list_lock: a server connection still negotiating (on the progress thread:
+ * a nonblocking listener's accept(), sock.c), with a reference taken, or NULL. */
+static struct smc_conn *conn_pending_server_get(void)
+{
+	for (struct conn_node *n = conn_list; n; n = n->next) {
+		struct smc_conn *c = n->c;
+		int refs = __atomic_load_n(&c->obj_refs, __ATOMIC_RELAXED);
+
+		if (!c->deferred || __atomic_load_n(&c->state, __ATOMIC_ACQUIRE) != CONN_PENDING)
+			continue;
+		/* not one whose last reference is being dropped (conn_free waits for us) */
+		while (refs > 0 && !__atomic_compare_exchange_n(&c->obj_refs, &refs, refs + 1, true,
+								__ATOMIC_ACQUIRE, __ATOMIC_RELAXED))
+			;
+		if (refs > 0)
+			return c;
+	}
+	return NULL;
+}
+
+static int conn_wait(struct smc_conn *c, uint32_t events, uint64_t deadline);
+static uint64_t now_ns(void);
+
+/* The progress thread does not survive fork: a connection it still negotiates would
+ * stay PENDING forever in the child. Deferred server connections are decided first:
+ * the thread's deadline step decides within the handshake timeout, and the handshake
+ * after it is bounded too (the wait here as a safety net). */
+static void conn_settle_pending_servers(void)
+{
+	uint64_t deadline = now_ns() + 4 * (uint64_t)smc_cfg.handshake_timeout_ms * 1000000u;
+
+	for (;;) {
+		struct smc_conn *c;
+		int r = 0;
+
+		pthread_mutex_lock(&conn_list_lock);
+		c = conn_pending_server_get();
+		pthread_mutex_unlock(&conn_list_lock);
+		if (!c)
+			return;
+		while (r == 0 && __atomic_load_n(&c->state, __ATOMIC_ACQUIRE) == CONN_PENDING)
+			r = conn_wait(c, 0, deadline);
+		conn_put(c);
+		if (r < 0)
+			return; /* a signal, or the deadline: fork anyway */
+	}
+}
+
 void conn_fork_prepare(void)
 {
+	conn_settle_pending_servers();
 	pthread_mutex_lock(&conn_list_lock);
 	conn_refs_add(+1);
 }
@@ -502,14 +551,16 @@ static bool tx_dead(struct smc_conn *c)
 
 /* ------------------------------------------------------------------ readiness */
 
-/* While the handshake runs, a connected client socket is writable as TCP's would be:
- * sends are staged until the staging buffer is full (the in-band negotiation may wait
- * for the server's accept() as long as it takes). */
+/* While the handshake runs, a connected socket is writable as TCP's would be: sends are
+ * staged until the staging buffer is full (an in-band client waits for the server's
+ * accept(), progress.c; a nonblocking listener's accept() hands the server its
+ * connection before the client's Proposal arrived, sock.c). Never readable: reads wait
+ * for the decision. */
 static uint32_t pending_poll_mask(struct smc_conn *c)
 {
 	struct pollfd p = { .fd = c->fd, .events = POLLOUT };
 
-	if (c->side != CONN_CLIENT || __atomic_load_n(&c->pend_len, __ATOMIC_RELAXED) >= CONN_PENDING_BUF)
+	if (__atomic_load_n(&c->pend_len, __ATOMIC_RELAXED) >= CONN_PENDING_BUF)
 		return 0;
 	if (REAL(poll)(&p, 1, 0) != 1 || (p.revents & (POLLERR | POLLHUP | POLLNVAL)))
 		return 0;

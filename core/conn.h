@@ -74,6 +74,7 @@ struct smc_conn {
 	bool tcp_eof;               /* the TCP socket saw FIN/RST: peer closed or died */
 	bool aborted;               /* protocol error or peer abort: ECONNRESET */
 	bool fork_shared;           /* another process may drive this side too (fork) */
+	bool deferred;              /* server, PENDING: negotiated on the progress thread */
 	bool reset_reported;        /* SO_ERROR gave ECONNRESET once, as the kernel clears it */
 
 	uint64_t bytes_sent, bytes_received; /* for smcpstat / stats at close */

@@ -386,6 +386,9 @@ int handshake_server(struct smc_conn *c, int ufd, const struct hs_auth *auth,
 	}
 	REAL(close)(memfd);
 	if (r < 0) {
+		/* the client closed (or exited) while we prepared the Accept */
+		if (r == -EPIPE || r == -ECONNRESET)
+			*why = SMC_REASON_PEER_CLOSED;
 		close_fds(bells, 2);
 		if (auth->by_key)
 			(void)neg_send_decline(c->fd, CLC_DECL_SYNCERR);

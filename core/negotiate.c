@@ -7,6 +7,7 @@
 #include <poll.h>
 #include <pthread.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/random.h>
 #include <sys/socket.h>
@@ -351,6 +352,64 @@ static void set_prefixes(int fd, struct clc_smcr_proposal *p)
 
 /* ------------------------------------------------------------ client */
 
+/* Path rendezvous sockets of negotiations in progress, unlinked at exit. A forked
+ * child inherits the list: it only unlinks the names its own process created. */
+static pthread_mutex_t exit_lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_once_t exit_once = PTHREAD_ONCE_INIT;
+static struct neg_client *exit_list;
+
+static void exit_unlink_paths(void)
+{
+	pid_t me = getpid();
+
+	pthread_mutex_lock(&exit_lock);
+	for (struct neg_client *nc = exit_list; nc; nc = nc->exit_next)
+		if (nc->exit_pid == me && nc->rdv_name)
+			rdv_token_unlink(nc->rdv_name);
+	pthread_mutex_unlock(&exit_lock);
+}
+
+/* A child forked while another thread held the lock must still be able to exit. */
+static void exit_lock_reset_child(void)
+{
+	pthread_mutex_init(&exit_lock, NULL);
+}
+
+static void exit_register_once(void)
+{
+	pthread_atfork(NULL, NULL, exit_lock_reset_child);
+	atexit(exit_unlink_paths);
+}
+
+static void exit_track(struct neg_client *nc)
+{
+	pthread_once(&exit_once, exit_register_once);
+	pthread_mutex_lock(&exit_lock);
+	nc->exit_pid = getpid();
+	nc->exit_prev = NULL;
+	nc->exit_next = exit_list;
+	if (exit_list)
+		exit_list->exit_prev = nc;
+	exit_list = nc;
+	pthread_mutex_unlock(&exit_lock);
+}
+
+static void exit_untrack(struct neg_client *nc)
+{
+	if (!nc->exit_pid)
+		return;
+	pthread_mutex_lock(&exit_lock);
+	if (nc->exit_prev)
+		nc->exit_prev->exit_next = nc->exit_next;
+	else if (exit_list == nc)
+		exit_list = nc->exit_next;
+	if (nc->exit_next)
+		nc->exit_next->exit_prev = nc->exit_prev;
+	nc->exit_prev = nc->exit_next = NULL;
+	nc->exit_pid = 0;
+	pthread_mutex_unlock(&exit_lock);
+}
+
 static int client_rendezvous(struct neg_client *nc)
 {
 	nc->rdv_name = random64();
@@ -360,6 +419,8 @@ static int client_rendezvous(struct neg_client *nc)
 	/* a directory both namespaces share, else this network namespace only */
 	nc->rdv_path = rdv_dir_usable();
 	nc->listen_fd = nc->rdv_path ? rdv_token_listen(nc->rdv_name, true) : -1;
+	if (nc->listen_fd >= 0)
+		exit_track(nc);
 	if (nc->listen_fd < 0) {
 		if (nc->rdv_path)
 			log_debug("rendezvous directory %s not usable (%s): abstract name",
@@ -433,6 +494,7 @@ int neg_client_propose(int fd, struct neg_client *nc, enum smc_reason *why)
 
 void neg_client_cleanup(struct neg_client *nc)
 {
+	exit_untrack(nc);
 	if (nc->rdv_path && nc->rdv_name)
 		rdv_token_unlink(nc->rdv_name);
 	nc->rdv_name = 0;
@@ -553,13 +615,14 @@ static enum neg_offer judge_proposal(int fd, const uint8_t *buf, size_t len,
 	return choose_transport(fd, m, blk, why);
 }
 
-enum neg_offer neg_server_read_offer(int fd, struct clc_block *blk, struct clc_msg *prop,
-				     enum smc_reason *why)
+/* The client's first CLC message, read (r: as read_clc_step / read_clc_wait) into buf:
+ * judged and, unless it is our acceptable Proposal, answered. */
+static enum neg_offer server_offer(int fd, int r, const uint8_t *buf, size_t len,
+				   struct clc_block *blk, struct clc_msg *prop,
+				   enum smc_reason *why)
 {
-	uint8_t buf[NEG_MSG_CAP];
 	struct clc_frame f;
-	size_t len = 0;
-	int r = read_clc_wait(fd, buf, &len, EXT_NONE);
+
 	if (r == -EBADMSG) {
 		/* The client sent the option but talks without negotiating (it gave up
 		 * before proposing): its bytes are the application's. */
@@ -588,6 +651,29 @@ enum neg_offer neg_server_read_offer(int fd, struct clc_block *blk, struct clc_m
 		return NEG_OFFER_TCP;
 	}
 	return judge_proposal(fd, buf, len, &f, blk, prop, why);
+}
+
+enum neg_offer neg_server_read_offer(int fd, struct clc_block *blk, struct clc_msg *prop,
+				     enum smc_reason *why)
+{
+	uint8_t buf[NEG_MSG_CAP];
+	size_t len = 0;
+	int r = read_clc_wait(fd, buf, &len, EXT_NONE);
+
+	return server_offer(fd, r, buf, len, blk, prop, why);
+}
+
+enum neg_offer neg_server_try_offer(int fd, bool final, struct clc_block *blk,
+				    struct clc_msg *prop, enum smc_reason *why)
+{
+	uint8_t buf[NEG_MSG_CAP];
+	size_t len = 0;
+	bool partial;
+	int r = read_clc_step(fd, buf, &len, &partial, EXT_NONE);
+
+	if (r == 0 && !final)
+		return NEG_OFFER_WAIT;
+	return server_offer(fd, r == 0 ? -ETIMEDOUT : r, buf, len, blk, prop, why);
 }
 
 int neg_server_rendezvous(int fd, const struct clc_block *blk)

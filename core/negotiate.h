@@ -32,6 +32,7 @@
 #define SMC_NEGOTIATE_H
 
 #include <stdbool.h>
+#include <sys/types.h>
 #include <stdint.h>
 
 #include "core/clc.h"
@@ -49,6 +50,10 @@ struct neg_client {
 	bool rdv_path;     /* a path under SMC_RDV_DIR (else an abstract name) */
 	bool offer_ib;     /* the Proposal offers SMC-R (our GID and MAC) */
 	int listen_fd;     /* the rendezvous listener, parked; -1 when none */
+	/* rdv_path: on the list of paths unlinked at exit (a client that exits in the
+	 * middle of a negotiation leaves no socket file behind) */
+	struct neg_client *exit_prev, *exit_next;
+	pid_t exit_pid;
 };
 
 /* After the TCP handshake, with the peer having sent the option: creates the rendezvous
@@ -88,12 +93,17 @@ enum neg_offer {
 	NEG_OFFER_IB,    /* our Proposal, SMC-R: answer *prop on TCP (conn_ib.h) */
 	NEG_OFFER_TCP,   /* answered (or nothing to answer): plain TCP for *why */
 	NEG_OFFER_ABORT, /* malformed, timeout: reset the connection */
+	NEG_OFFER_WAIT,  /* neg_server_try_offer: not all of it is there yet */
 };
 /* Inside accept(), after the peer sent the option: reads exactly one CLC message
  * (bounded by SMC_HANDSHAKE_TIMEOUT_MS) and answers everything but our own Proposal
  * that the rules above accept with a Decline. *prop: the decoded Proposal (OURS, IB). */
 enum neg_offer neg_server_read_offer(int fd, struct clc_block *blk, struct clc_msg *prop,
 				     enum smc_reason *why);
+/* As neg_server_read_offer, without waiting: NEG_OFFER_WAIT (nothing consumed) while
+ * the message is not complete, unless final (the deadline passed: NEG_OFFER_ABORT). */
+enum neg_offer neg_server_try_offer(int fd, bool final, struct clc_block *blk,
+				    struct clc_msg *prop, enum smc_reason *why);
 /* Connects to the client's rendezvous; on failure sends the Decline itself. -errno:
  * -ECONNREFUSED when its socket exists but nobody listens any more (the client
  * finished, or exited: its socket file stays behind until the next boot). */

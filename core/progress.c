@@ -30,6 +30,8 @@ struct pending {
 	struct smc_conn *c;
 	struct event *ev_rdv, *ev_tcp, *ev_deadline;
 	bool inband;          /* negotiation through the TCP option (negotiate.h) */
+	bool proposed;        /* inband: our Proposal is out, waiting for the answer */
+	unsigned idle_ticks;  /* inband: deadline ticks since then */
 	struct neg_client nc; /* inband: rendezvous name and key */
 };
 
@@ -143,6 +145,9 @@ static void on_tcp(evutil_socket_t fd, short what, void *arg)
 
 static void answer_step(struct pending *p, bool final);
 
+/* In-band: deadline ticks (SMC_HANDSHAKE_TIMEOUT_MS each) a Proposal waits for an answer. */
+#define INBAND_ANSWER_TICKS 10u
+
 static void on_deadline(evutil_socket_t fd, short what, void *arg)
 {
 	struct pending *p = arg;
@@ -157,12 +162,18 @@ static void on_deadline(evutil_socket_t fd, short what, void *arg)
 		pending_give_up(p, SMC_REASON_HANDSHAKE);
 	} else if (__atomic_load_n(&p->c->state, __ATOMIC_ACQUIRE) != CONN_PENDING) {
 		pending_finish(p); /* the application closed it meanwhile */
+	} else if (p->proposed && ++p->idle_ticks >= INBAND_ANSWER_TICKS) {
+		/* A server that takes this long answers nobody: a listener opted in by a
+		 * process that then exec'd something without the library (our Proposal
+		 * reached its application), or a stuck one. Its answer could still come:
+		 * the connection cannot turn into plain TCP. */
+		pending_abort(p, "no answer to the CLC Proposal");
 	} else {
-		/* In-band, nothing times out here: the TCP handshake is bounded by the kernel,
-		 * and the server answers our Proposal only once its application calls
-		 * accept(), which may take as long as it likes (a TCP client would wait for
-		 * its answer too). This tick notices a close, and a kernel's SMC-R Accept
-		 * (no credits extension behind it). */
+		/* In-band, the TCP handshake is bounded by the kernel, and the server answers
+		 * our Proposal only once its application calls accept(), which may take a
+		 * while (a TCP client would wait for its answer too): generously bounded
+		 * above. This tick notices a close, and a kernel's SMC-R Accept (no credits
+		 * extension behind it). */
 		event_add(p->ev_deadline, &tv);
 		if (p->ev_tcp && p->nc.offer_ib && event_pending(p->ev_tcp, EV_READ, NULL))
 			answer_step(p, true);
@@ -262,6 +273,8 @@ static bool inband_arm(struct pending *p)
 		event_add(p->ev_rdv, NULL);
 	event_add(p->ev_tcp, NULL);
 	event_del(p->ev_deadline);
+	p->proposed = true;
+	p->idle_ticks = 0;
 	event_add(p->ev_deadline, &tv);
 	return true;
 }
@@ -428,6 +441,96 @@ int progress_watch_pending(struct smc_conn *c)
 	smc_thread_internal = false;
 	if (r < 0) {
 		conn_put(c);
+		return -ENOMEM;
+	}
+	return 0;
+}
+
+/* ------------------------------------------------------------ server side, in-band */
+
+struct server_wait {
+	struct smc_conn *c;
+	progress_server_step step;
+	struct event *ev_tcp, *ev_deadline;
+};
+
+static void server_wait_finish(struct server_wait *w)
+{
+	event_drop(&w->ev_tcp);
+	event_drop(&w->ev_deadline);
+	conn_put(w->c);
+	free(w);
+}
+
+static void on_server_tcp(evutil_socket_t fd, short what, void *arg)
+{
+	struct server_wait *w = arg;
+
+	(void)fd;
+	(void)what;
+	if (w->step(w->c, false))
+		server_wait_finish(w);
+}
+
+static void on_server_deadline(evutil_socket_t fd, short what, void *arg)
+{
+	struct server_wait *w = arg;
+
+	(void)fd;
+	(void)what;
+	(void)w->step(w->c, true); /* decides, whatever it finds */
+	server_wait_finish(w);
+}
+
+/* Runs on the progress thread (see pending_register). */
+static void server_register(evutil_socket_t fd, short what, void *arg)
+{
+	struct server_wait *w = arg;
+	struct event_base *base = progress_base;
+	struct timeval tv = {
+		.tv_sec = smc_cfg.handshake_timeout_ms / 1000,
+		.tv_usec = (smc_cfg.handshake_timeout_ms % 1000) * 1000,
+	};
+
+	(void)fd;
+	(void)what;
+	/* edge-triggered: a partial message leaves the socket readable until the rest */
+	w->ev_tcp = event_new(base, w->c->fd, EV_READ | EV_PERSIST | EV_ET, on_server_tcp, w);
+	w->ev_deadline = event_new(base, -1, 0, on_server_deadline, w);
+	if (!w->ev_tcp || !w->ev_deadline) {
+		/* the deadline step decides without waiting */
+		(void)w->step(w->c, true);
+		server_wait_finish(w);
+		return;
+	}
+	event_add(w->ev_tcp, NULL);
+	event_add(w->ev_deadline, &tv);
+	/* the message may have arrived before the event was armed (edge-triggered) */
+	if (w->step(w->c, false))
+		server_wait_finish(w);
+}
+
+int progress_watch_server(struct smc_conn *c, progress_server_step step)
+{
+	struct event_base *base = progress_start();
+	struct timeval now = { 0, 0 };
+	struct server_wait *w;
+	int r;
+
+	if (!base)
+		return -ENOMEM;
+	w = calloc(1, sizeof(*w));
+	if (!w)
+		return -ENOMEM;
+	w->c = c;
+	w->step = step;
+	conn_get(c);
+	smc_thread_internal = true;
+	r = event_base_once(base, -1, EV_TIMEOUT, server_register, w, &now);
+	smc_thread_internal = false;
+	if (r < 0) {
+		conn_put(c);
+		free(w);
 		return -ENOMEM;
 	}
 	return 0;

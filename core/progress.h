@@ -4,11 +4,14 @@
  * handshakes (answering the accepting server on the per-connection rendezvous socket),
  * watches a pending connection's TCP socket (same-host rendezvous: data or an error
  * first means the server is not doing SMC; in-band: the end of the TCP handshake, then
- * the server's CLC answer) and its handshake deadline. Started on first need, never in a process
- * that opens no TCP connection.
+ * the server's CLC answer) and its handshake deadline; and the server side of accepted
+ * connections whose client's Proposal had not arrived when a nonblocking accept()
+ * returned. Started on first need, never in a process that opens no TCP connection.
  */
 #ifndef SMC_PROGRESS_H
 #define SMC_PROGRESS_H
+
+#include <stdbool.h>
 
 struct smc_conn;
 
@@ -18,6 +21,14 @@ struct smc_conn;
  * handshake the thread checks the option, sends the CLC Proposal and waits for the
  * server on the rendezvous it names or for its answer on TCP; negotiate.h). */
 int progress_watch_pending(struct smc_conn *c);
+/* One step of a PENDING server connection's in-band negotiation, run on the thread each
+ * time its TCP socket becomes readable, and with final set once its deadline
+ * (SMC_HANDSHAKE_TIMEOUT_MS) passed. true: decided (c is no longer PENDING, or the
+ * application closed it); false: wait for more. */
+typedef bool (*progress_server_step)(struct smc_conn *c, bool final);
+/* Hands an accepted PENDING connection whose client's CLC message has not arrived yet to
+ * the thread, so that a nonblocking accept() does not wait for it. 0 or -ENOMEM. */
+int progress_watch_server(struct smc_conn *c, progress_server_step step);
 /* SMC-R: starts the thread if needed and makes it serve the link registry (ib_lgr.h):
  * each link's completion channel, the device's async events, the link timers. Call
  * before the first ib_lgr_* call that may create a link. 0 or -ENOMEM. */

@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: GPL-2.0-only OR BSD-2-Clause */
 #include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <ifaddrs.h>
 #include <linux/inet_diag.h>
 #include <linux/netlink.h>
@@ -247,26 +248,40 @@ int rdv_conn_listen(const struct sockaddr *local, const struct sockaddr *peer)
 	return fd_park(fd);
 }
 
+/* A SEQPACKET connection to un that never waits for room in a backlog: any local user
+ * can bind a name or fill a listener's backlog, and a blocking connect() would then hang
+ * the accept() or progress thread that joins it without limit. A full backlog fails
+ * with -EAGAIN, which the callers treat like an absent name (Decline, TCP). The socket
+ * returned is blocking again (the handshake bounds its reads by SO_RCVTIMEO). */
+static int connect_no_wait(const struct sockaddr_un *un, socklen_t ulen)
+{
+	int fd = REAL(socket)(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+	int fl, e;
+
+	if (fd < 0)
+		return -errno;
+	if (REAL(connect)(fd, (const struct sockaddr *)un, ulen) < 0)
+		goto fail;
+	fl = REAL(fcntl)(fd, F_GETFL);
+	if (fl < 0 || REAL(fcntl)(fd, F_SETFL, fl & ~O_NONBLOCK) < 0)
+		goto fail;
+	return fd;
+fail:
+	e = errno == EINPROGRESS ? EAGAIN : errno;
+	REAL(close)(fd);
+	return -e;
+}
+
 int rdv_conn_connect(const struct sockaddr *peer, const struct sockaddr *local)
 {
 	struct endpoint a, b;
 	struct sockaddr_un un;
 	socklen_t ulen;
-	int fd;
 
 	if (!endpoint_from(peer, &a) || !endpoint_from(local, &b))
 		return -EAFNOSUPPORT;
 	ulen = rdv_name(&un, 'c', &a, &b);
-	fd = REAL(socket)(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
-	if (fd < 0)
-		return -errno;
-	if (REAL(connect)(fd, (struct sockaddr *)&un, ulen) < 0) {
-		int e = errno;
-
-		REAL(close)(fd);
-		return -e;
-	}
-	return fd;
+	return connect_no_wait(&un, ulen);
 }
 
 /* ------------------------------------------------------------ token names */
@@ -349,21 +364,13 @@ int rdv_token_connect(uint64_t token, bool path)
 {
 	struct sockaddr_un un;
 	socklen_t ulen;
-	int fd, r = token_name(&un, &ulen, token, path);
+	int r = token_name(&un, &ulen, token, path);
 
 	if (r < 0)
 		return r;
 	if (path && !rdv_dir_usable())
 		return -EPERM;
-	fd = REAL(socket)(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
-	if (fd < 0)
-		return -errno;
-	if (REAL(connect)(fd, (struct sockaddr *)&un, ulen) < 0) {
-		r = -errno;
-		REAL(close)(fd);
-		return r;
-	}
-	return fd;
+	return connect_no_wait(&un, ulen);
 }
 
 /* ------------------------------------------------------------ messages */

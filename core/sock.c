@@ -13,6 +13,7 @@
  * A server accepts both: an accepted connection whose client sent no option is offered
  * the same-host rendezvous as before.
  */
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <linux/sockios.h>
@@ -33,6 +34,7 @@
 #include "core/progress.h"
 #include "core/real.h"
 #include "core/rendezvous.h"
+#include "core/shm.h"
 #include "core/sock.h"
 #include "core/stats.h"
 #include "core/tcpopt.h"
@@ -260,9 +262,24 @@ int smc_sock_connect(int fd, const struct sockaddr *addr, socklen_t len)
 
 /* ------------------------------------------------------------ listen / accept */
 
+/* Listening socket fd becomes ours (FD_LISTEN) with its same-host rendezvous name. */
+static void listener_track(int fd, bool opted_in)
+{
+	struct smc_listener *l = calloc(1, sizeof(*l));
+
+	if (!l)
+		return;
+	l->refs = 1;
+	l->opted_in = opted_in;
+	l->name_fd = rdv_listener_register(fd);
+	if (l->name_fd < 0 && l->name_fd != -EADDRINUSE)
+		log_warn("fd %d: no rendezvous for this listener (%s): connections stay TCP",
+			 fd, strerror(-l->name_fd));
+	fdtab_set(fd, FD_LISTEN, l);
+}
+
 int smc_sock_listen(int fd, int backlog)
 {
-	struct smc_listener *l;
 	bool opted_in = false;
 	int r;
 
@@ -272,17 +289,55 @@ int smc_sock_listen(int fd, int backlog)
 	r = REAL(listen)(fd, backlog);
 	if (r < 0 || fdtab_kind(fd) != FD_TCP || !smc_enabled())
 		return r;
-	l = calloc(1, sizeof(*l));
-	if (!l)
-		return r;
-	l->refs = 1;
-	l->opted_in = opted_in;
-	l->name_fd = rdv_listener_register(fd);
-	if (l->name_fd < 0 && l->name_fd != -EADDRINUSE)
-		log_warn("fd %d: no rendezvous for this listener (%s): connections stay TCP",
-			 fd, strerror(-l->name_fd));
-	fdtab_set(fd, FD_LISTEN, l);
+	listener_track(fd, opted_in);
 	return r;
+}
+
+/* An inherited socket (fd) that listens for TCP and was opted in for the SMC option. */
+static bool inherited_opted_in_listener(int fd)
+{
+	int v = 0, dom = 0, type = 0, proto = 0;
+	socklen_t len = sizeof(v);
+
+	if (REAL(getsockopt)(fd, SOL_SOCKET, SO_ACCEPTCONN, &v, &len) < 0 || !v)
+		return false;
+	len = sizeof(dom);
+	if (REAL(getsockopt)(fd, SOL_SOCKET, SO_DOMAIN, &dom, &len) < 0 ||
+	    (dom != AF_INET && dom != AF_INET6))
+		return false;
+	len = sizeof(type);
+	if (REAL(getsockopt)(fd, SOL_SOCKET, SO_TYPE, &type, &len) < 0 || type != SOCK_STREAM)
+		return false;
+	len = sizeof(proto);
+	if (REAL(getsockopt)(fd, SOL_SOCKET, SO_PROTOCOL, &proto, &len) < 0 ||
+	    proto != IPPROTO_TCP)
+		return false;
+	/* an entry in the map: opted in (peer-sent is 0 on a listener) */
+	return tcpopt_available() && tcpopt_peer_sent(fd) >= 0;
+}
+
+void smc_sock_adopt_inherited(void)
+{
+	DIR *d;
+	struct dirent *de;
+
+	if (!smc_enabled())
+		return;
+	d = opendir("/proc/self/fd");
+	if (!d)
+		return;
+	while ((de = readdir(d)) != NULL) {
+		char *end;
+		long fd = strtol(de->d_name, &end, 10);
+
+		if (*end || end == de->d_name || fd < 0 || fd == dirfd(d) || fd > INT32_MAX)
+			continue;
+		if (fdtab_kind((int)fd) != FD_NONE || !inherited_opted_in_listener((int)fd))
+			continue;
+		log_debug("fd %ld: inherited listener opted in for the SMC option: tracked", fd);
+		listener_track((int)fd, true);
+	}
+	closedir(d);
 }
 
 static void copy_addr_out(const struct sockaddr_storage *ss, socklen_t sslen,
@@ -394,15 +449,128 @@ static int accept_ib_inband(int nfd, int flags, const struct clc_msg *prop,
 	return 0;
 }
 
-/* Both SYN and SYN-ACK carried the option: the client's CLC message decides. */
-static int accept_inband(int nfd, int flags, enum smc_reason *why)
+/* What a server handshake that failed on a connection that stays open (as plain TCP)
+ * holds: its rings and their share of the memory cap. */
+static void server_release_shm(struct smc_conn *c)
+{
+	shm_detach(&c->map);
+	if (c->reserved) {
+		shm_unreserve(c->reserved);
+		c->reserved = 0;
+	}
+}
+
+/* The server's side on deferred connection c (progress thread, under c->lock, PENDING)
+ * once the client's CLC message was read (o). Leaves c ACTIVE, or FALLBACK: plain TCP
+ * for why, or a reset socket (a malformed or missing message: the client may still
+ * send CLC bytes, which must never reach the application, so its next call gets
+ * ECONNRESET; counted as an abort and handshake-failed). */
+static void deferred_decide(struct smc_conn *c, enum neg_offer o, const struct clc_block *blk,
+			    const struct clc_msg *prop, enum smc_reason why)
+{
+	struct hs_auth auth = { .by_key = true, .key = blk->rdv_key };
+	int ufd, r = -ECONNREFUSED;
+
+	switch (o) {
+	case NEG_OFFER_TCP:
+		break;
+	case NEG_OFFER_IB:
+		log_debug("fd %d: SMC-R Proposal from smc-preload: answering in-band", c->fd);
+		r = conn_ib_server_inband(c, prop, &why);
+		break;
+	case NEG_OFFER_OURS:
+		why = SMC_REASON_HANDSHAKE;
+		ufd = neg_server_rendezvous(c->fd, blk);
+		if (ufd < 0) {
+			if (ufd == -ECONNREFUSED || tcp_peer_gone(c->fd))
+				why = SMC_REASON_PEER_CLOSED;
+			break;
+		}
+		r = handshake_server(c, ufd, &auth, &why);
+		REAL(close)(ufd);
+		break;
+	case NEG_OFFER_ABORT:
+	case NEG_OFFER_WAIT:
+		r = -ECONNABORTED;
+		break;
+	}
+	if (r == 0) {
+		conn_activate(c);
+		return;
+	}
+	server_release_shm(c);
+	if (r == -ECONNABORTED) {
+		stats_count_abort();
+		neg_reset(c->fd);
+		why = SMC_REASON_HANDSHAKE;
+	}
+	conn_fallback(c, why);
+}
+
+/* progress_server_step for deferred connections. */
+static bool deferred_step(struct smc_conn *c, bool final)
+{
+	enum smc_reason why = SMC_REASON_HANDSHAKE;
+	struct clc_block blk = { 0 };
+	struct clc_msg prop;
+	enum neg_offer o;
+
+	/* c->fd is the application's: under c->lock it cannot be closed meanwhile */
+	pthread_mutex_lock(&c->lock);
+	if (__atomic_load_n(&c->state, __ATOMIC_ACQUIRE) != CONN_PENDING) {
+		pthread_mutex_unlock(&c->lock);
+		return true;
+	}
+	o = neg_server_try_offer(c->fd, final, &blk, &prop, &why);
+	if (o != NEG_OFFER_WAIT)
+		deferred_decide(c, o, &blk, &prop, why);
+	pthread_mutex_unlock(&c->lock);
+	return o != NEG_OFFER_WAIT;
+}
+
+/* The client's CLC message is not complete yet and accept() must not wait for it (a
+ * nonblocking listener): nfd goes to the application at once as a PENDING connection
+ * (reads wait for the decision, writes are staged; conn.h) and the progress thread
+ * negotiates. 1, or 0 when it cannot be deferred (the caller negotiates inline). */
+static int accept_inband_defer(int nfd, int flags)
+{
+	struct smc_conn *c = conn_new(nfd, CONN_SERVER);
+
+	if (!c)
+		return 0;
+	c->nonblock = (flags & SOCK_NONBLOCK) != 0;
+	c->deferred = true;
+	conn_load_sockopts(c);
+	fdtab_set(nfd, FD_SMC, c);
+	if (progress_watch_server(c, deferred_step) < 0) {
+		fdtab_set(nfd, FD_TCP, NULL);
+		conn_put(c);
+		return 0;
+	}
+	log_debug("fd %d: the client's CLC message is still on its way: negotiating in the "
+		  "background", nfd);
+	return 1;
+}
+
+/* Both SYN and SYN-ACK carried the option: the client's CLC message decides. may_defer:
+ * accept() must not wait for it (accept_inband_defer). */
+static int accept_inband(int nfd, int flags, bool may_defer, enum smc_reason *why)
 {
 	struct clc_block blk;
 	struct clc_msg prop;
 	struct hs_auth auth = { .by_key = true };
+	enum neg_offer o = NEG_OFFER_WAIT;
 	int ufd;
 
-	switch (neg_server_read_offer(nfd, &blk, &prop, why)) {
+	if (may_defer) {
+		o = neg_server_try_offer(nfd, false, &blk, &prop, why);
+		if (o == NEG_OFFER_WAIT && accept_inband_defer(nfd, flags) == 1)
+			return 1;
+	}
+	if (o == NEG_OFFER_WAIT)
+		o = neg_server_read_offer(nfd, &blk, &prop, why);
+	switch (o) {
+	case NEG_OFFER_WAIT: /* not from neg_server_read_offer */
 	case NEG_OFFER_ABORT:
 		stats_count_abort();
 		abort_tcp(nfd);
@@ -456,6 +624,43 @@ static int accept_rendezvous(int nfd, const struct sockaddr *peer, int flags,
 	return accept_handshake(nfd, ufd, flags, &by_owner, why);
 }
 
+static bool listener_nonblocking(int fd)
+{
+	int fl = REAL(fcntl)(fd, F_GETFL);
+
+	return fl >= 0 && (fl & O_NONBLOCK);
+}
+
+/* The option was answered by a listener we do not know: it was opted in before exec
+ * (the kernel keeps the opt-in, our table does not), or SMC_TRANSPORT=tcp here. The
+ * client proposes in band either way, and its CLC bytes must not reach the application:
+ * negotiate as for our own listeners, or decline. Results as accept_inband. */
+static int accept_unknown_listener(int nfd, int flags, enum smc_reason *why)
+{
+	struct clc_block blk;
+	struct clc_msg prop;
+
+	if (smc_enabled())
+		return accept_inband(nfd, flags, false, why);
+	switch (neg_server_read_offer(nfd, &blk, &prop, why)) {
+	case NEG_OFFER_TCP:
+		return 0;
+	case NEG_OFFER_OURS:
+	case NEG_OFFER_IB:
+		*why = SMC_REASON_DISABLED;
+		if (neg_send_decline(nfd, CLC_DECL_MODEUNSUPP) == 0)
+			return 0;
+		break;
+	case NEG_OFFER_ABORT:
+	case NEG_OFFER_WAIT: /* not from neg_server_read_offer */
+		break;
+	}
+	stats_count_abort();
+	abort_tcp(nfd);
+	errno = ECONNABORTED;
+	return -1;
+}
+
 int smc_sock_accept(int fd, struct sockaddr *addr, socklen_t *len, int flags)
 {
 	struct sockaddr_storage peer;
@@ -469,14 +674,21 @@ int smc_sock_accept(int fd, struct sockaddr *addr, socklen_t *len, int flags)
 		return nfd;
 	copy_addr_out(&peer, plen, addr, len);
 	if (fdtab_kind(fd) != FD_LISTEN || !smc_enabled()) {
-		smc_sock_created(nfd, peer.ss_family, SOCK_STREAM, 0);
-		stats_conn(SMC_MODE_TCP, why);
+		/* only an accepted socket of an opted-in listener has a map entry */
+		r = tcpopt_available() && tcpopt_peer_sent(nfd) == 1
+			    ? accept_unknown_listener(nfd, flags, &why) : 0;
+		if (r < 0)
+			return -1;
+		if (r == 0) {
+			smc_sock_created(nfd, peer.ss_family, SOCK_STREAM, 0);
+			stats_conn(SMC_MODE_TCP, why);
+		}
 		return nfd;
 	}
 	/* our SYN-ACK answered the option only when the listener was opted in */
 	opted_in = listener_opted_in(fd);
 	if (opted_in && tcpopt_peer_sent(nfd) == 1) {
-		r = accept_inband(nfd, flags, &why);
+		r = accept_inband(nfd, flags, listener_nonblocking(fd), &why);
 	} else {
 		r = accept_rendezvous(nfd, (struct sockaddr *)&peer, flags, &why);
 		/* a remote peer that did not send the option does not run SMC */

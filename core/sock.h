@@ -24,6 +24,11 @@ void smc_sock_created(int fd, int domain, int type, int protocol);
 /* For fds of kind != FD_NONE. */
 int smc_sock_connect(int fd, const struct sockaddr *addr, socklen_t len);
 int smc_sock_listen(int fd, int backlog);
+/* At load: tracks the TCP listeners inherited across exec that the previous program
+ * image opted in for the SMC option (the kernel keeps the opt-in, our table starts
+ * empty): their clients propose in band, and those bytes must not reach the
+ * application (preload/process.c calls it from the library's constructor). */
+void smc_sock_adopt_inherited(void);
 int smc_sock_accept(int fd, struct sockaddr *addr, socklen_t *len, int flags);
 /* Vectored receive/send behind read/readv/recv/recvfrom/recvmsg and write/writev/send/
  * sendto/sendmsg. flags are MSG_* flags. */

@@ -4,6 +4,7 @@
  */
 #include "preload/wrap.h"
 #include "core/conn.h"
+#include "core/sock.h"
 
 #include <stdlib.h>
 #include <unistd.h>
@@ -15,6 +16,7 @@ __attribute__((constructor)) static void smc_preload_load(void)
 {
 	real_init();
 	smc_init();
+	smc_sock_adopt_inherited();
 }
 
 /* The core's pthread_atfork handlers (installed by smc_init) do the per-fork work. */

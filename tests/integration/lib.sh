@@ -463,8 +463,9 @@ smc_pcap_packets() {
 			t = ip + ihl; doff = int(byte(t + 12) / 16) * 4
 			opt = substr(hex, 2 * (t + 20) + 1, 2 * (doff - 20))
 			pay = substr(hex, 2 * (t + doff) + 1, 2 * (ip + tot - t - doff))
-			printf "%d %d %02x %s %s\n", byte(t) * 256 + byte(t + 1), byte(t + 2) * 256 + byte(t + 3),
-				byte(t + 13), opt == "" ? "-" : opt, pay == "" ? "-" : pay
+			printf "%d %d %02x %s %s %.0f\n", byte(t) * 256 + byte(t + 1), byte(t + 2) * 256 + byte(t + 3),
+				byte(t + 13), opt == "" ? "-" : opt, pay == "" ? "-" : pay,
+				((byte(t + 4) * 256 + byte(t + 5)) * 256 + byte(t + 6)) * 256 + byte(t + 7)
 			hex = ""
 		}
 		/^[^ \t]/ { flush(); next }
@@ -473,8 +474,19 @@ smc_pcap_packets() {
 }
 
 # smc_pcap_stream FILE SPORT: the TCP payload sent from port SPORT, in order, as hex.
+# Reassembled by sequence number: a retransmitted segment (seen under emulation in the
+# VM) is counted once.
 smc_pcap_stream() {
-	smc_pcap_packets "$1" | awk -v p="$2" '$1 == p && $5 != "-" { s = s $5 } END { print s }'
+	smc_pcap_packets "$1" | awk -v p="$2" '
+		$1 == p && $5 != "-" {
+			if (!started) { base = $6; started = 1 }
+			off = ($6 - base + 4294967296) % 4294967296
+			len = length($5) / 2
+			if (off + len <= have) next
+			if (off < have) { $5 = substr($5, 2 * (have - off) + 1); len -= have - off; off = have }
+			s = s $5; have = off + len
+		}
+		END { print s }'
 }
 
 # smc_pcap_syn_opt FILE FLAGS: "yes" when the packet with TCP flags FLAGS (02 SYN, 12

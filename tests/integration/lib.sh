@@ -473,6 +473,33 @@ smc_pcap_packets() {
 		END { flush() }'
 }
 
+# smc_capture_start LABEL PORT IFACE [PREFIX...]: tcpdump of "tcp port PORT" on IFACE
+# (run through PREFIX, e.g. nsenter into a namespace) into $SMC_TMP/LABEL.pcap, which it
+# names in $pcap; ready when it returns. smc_capture_stop ends it. The test's cleanup
+# should kill "$smc_capture_pid" when it is set.
+smc_capture_pid=
+smc_capture_start() {
+	local label=$1 port=$2 iface=$3 i
+	shift 3
+	pcap=$SMC_TMP/$label.pcap
+	"$@" tcpdump -i "$iface" --immediate-mode -U -n -w "$pcap" "tcp port $port" \
+		2>"$SMC_TMP/$label.tcpdump" &
+	smc_capture_pid=$!
+	for ((i = 0; i < 200; i++)); do
+		grep -q "listening on" "$SMC_TMP/$label.tcpdump" 2>/dev/null && return 0
+		sleep 0.1
+	done
+	smc_hard_error "tcpdump did not start: $(cat "$SMC_TMP/$label.tcpdump")"
+}
+
+smc_capture_stop() {
+	sleep 0.3 # the last segments (FIN, RST) on their way
+	kill -INT "$smc_capture_pid" 2>/dev/null
+	wait "$smc_capture_pid" 2>/dev/null
+	smc_capture_pid=
+	smc_log "capture: $(smc_pcap_packets "$pcap" | wc -l) TCP packets"
+}
+
 # smc_pcap_stream FILE SPORT: the TCP payload sent from port SPORT, in order, as hex.
 # Reassembled by sequence number: a retransmitted segment (seen under emulation in the
 # VM) is counted once.

@@ -43,10 +43,9 @@ export SMC_BPF_DIR=/sys/fs/bpf/smc-netns-$$
 export SMC_RDV_DIR=/run/smc-netns-$$
 BPF_OBJ=${SMC_BPF_OBJ:-$top_builddir/bpf/smc_tcpopt.bpf.o}
 setup_done=0
-capture_pid=
 
 netns_cleanup() {
-	[ -n "$capture_pid" ] && kill "$capture_pid" 2>/dev/null
+	[ -n "$smc_capture_pid" ] && kill "$smc_capture_pid" 2>/dev/null
 	ip netns del "$NS_A" 2>/dev/null
 	ip netns del "$NS_B" 2>/dev/null
 	if [ "$setup_done" = 1 ]; then
@@ -87,26 +86,9 @@ wait_port_ns() { # wait_port_ns NAME NS PORT
 	smc_fail "server '$1' not listening on port $3"
 }
 
-# capture_start LABEL PORT: tcpdump on A's veth, ready when it returns.
-capture_start() {
-	local i
-	pcap=$SMC_TMP/$1.pcap
-	nsenter "--net=/run/netns/$NS_A" tcpdump -i "$VETH_A" --immediate-mode -U -n -w "$pcap" "tcp port $2" 2>"$SMC_TMP/$1.tcpdump" &
-	capture_pid=$!
-	for ((i = 0; i < 100; i++)); do
-		grep -q "listening on" "$SMC_TMP/$1.tcpdump" 2>/dev/null && return 0
-		sleep 0.1
-	done
-	smc_hard_error "tcpdump did not start: $(cat "$SMC_TMP/$1.tcpdump")"
-}
-
-capture_stop() {
-	sleep 0.3 # the last segments (FIN, RST) on their way
-	kill -INT "$capture_pid" 2>/dev/null
-	wait "$capture_pid" 2>/dev/null
-	capture_pid=
-	smc_log "capture: $(smc_pcap_packets "$pcap" | wc -l) TCP packets"
-}
+# capture_start LABEL PORT / capture_stop: the capture helpers of lib.sh, here.
+capture_start() { smc_capture_start "$1" "$2" "$VETH_A" nsenter "--net=/run/netns/$NS_A"; }
+capture_stop() { smc_capture_stop; }
 
 REQ='smc-netns request: 0123456789 abcdefghijklmnopqrstuvwxyz'
 RESP='smc-netns response: ZYXWVUTSRQPONMLKJIHGFEDCBA 9876543210'

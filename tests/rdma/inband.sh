@@ -33,9 +33,8 @@ export SMC_BPF_DIR=/sys/fs/bpf/smc-inband-$$
 export SMC_RDV_DIR=/run/smc-inband-$$
 [ -f "$SMC_BPF_OBJ" ] || smc_hard_error "eBPF object not built: $SMC_BPF_OBJ"
 setup_done=0
-capture_pid=
 inband_cleanup() {
-	[ -n "$capture_pid" ] && kill "$capture_pid" 2>/dev/null
+	[ -n "$smc_capture_pid" ] && kill "$smc_capture_pid" 2>/dev/null
 	[ "$setup_done" = 1 ] && "$SMC_WRAPPER" --teardown >/dev/null 2>&1
 	rm -rf -- "$SMC_RDV_DIR"
 }
@@ -53,26 +52,9 @@ bytes_of() {
 	esac
 }
 
-# capture_start LABEL PORT / capture_stop: tcpdump on lo (only this test's port).
-capture_start() {
-	local i
-	pcap=$SMC_TMP/$1.pcap
-	tcpdump -i lo --immediate-mode -U -n -w "$pcap" "tcp port $2" \
-		2>"$SMC_TMP/$1.tcpdump" &
-	capture_pid=$!
-	for ((i = 0; i < 200; i++)); do
-		grep -q "listening on" "$SMC_TMP/$1.tcpdump" 2>/dev/null && return 0
-		sleep 0.1
-	done
-	smc_hard_error "tcpdump did not start: $(cat "$SMC_TMP/$1.tcpdump")"
-}
-
-capture_stop() {
-	sleep 0.3 # the last segments (FIN, RST) on their way
-	kill -INT "$capture_pid" 2>/dev/null
-	wait "$capture_pid" 2>/dev/null
-	capture_pid=
-}
+# capture_start LABEL PORT / capture_stop: the capture helpers of lib.sh, here.
+capture_start() { smc_capture_start "$1" "$2" lo; }
+capture_stop() { smc_capture_stop; }
 
 # clc_walk HEX: the CLC messages at the start of a TCP payload (hex), one word each:
 # the type ("01" Proposal .. "04" Decline), "+crd" when the credits extension follows,

@@ -18,7 +18,7 @@
 # What the command sees (tests/vm/guest-init.sh sets it up):
 #   - the host's / read-only through 9p with a tmpfs overlay on top, so the source and
 #     build trees are at the same paths and writable (writes vanish with the VM); fresh
-#     tmpfs on /tmp, /run, /dev/shm;
+#     tmpfs on /run, /dev/shm (/tmp is the overlay's, so a tree under /tmp is seen);
 #   - bpffs on /sys/fs/bpf, cgroup2 on $SMC_VM_CGROUP2 (default /sys/fs/cgroup/unified,
 #     as on the project's machines; tmpfs on /sys/fs/cgroup under it), so
 #     `smc_preload.sh --setup` can load and attach the eBPF program;
@@ -120,7 +120,8 @@ mount -t tmpfs -o mode=0755 tmpfs run
 mkdir -p run/smcvm
 mount -t 9p -o trans=virtio,version=9p2000.L,cache=none smcvmx run/smcvm ||
 	die "cannot mount the exchange directory"
-mount -t tmpfs -o mode=1777 tmpfs tmp
+# /tmp stays the overlay's (writable, in guest memory): a fresh tmpfs there would hide
+# a source or build tree under the host's /tmp (CI may check out there)
 mkdir -p dev/pts dev/shm
 mount -t devpts -o newinstance,ptmxmode=0666 devpts dev/pts
 mount -t tmpfs -o mode=1777 tmpfs dev/shm

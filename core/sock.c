@@ -384,6 +384,27 @@ static bool listener_opted_in(int fd)
 	return r;
 }
 
+/* The end of a server handshake on accepted socket nfd with result r: 0 -> nfd is the
+ * ACTIVE connection c (returns 1); -ECONNABORTED -> the client may consider the
+ * connection upgraded, so nfd is reset and closed (returns -1, errno ECONNABORTED;
+ * counted as an abort when count_abort); otherwise plain TCP (returns 0). */
+static int accept_finish(struct smc_conn *c, int nfd, int r, bool count_abort)
+{
+	if (r == 0) {
+		fdtab_set(nfd, FD_SMC, c);
+		conn_activate(c);
+		return 1;
+	}
+	conn_put(c);
+	if (r != -ECONNABORTED)
+		return 0;
+	if (count_abort)
+		stats_count_abort();
+	abort_tcp(nfd);
+	errno = ECONNABORTED;
+	return -1;
+}
+
 /* The server's side of the same-host handshake for accepted socket nfd over rendezvous
  * socket ufd (closed here). 1: nfd is an ACTIVE SMC connection. 0: plain TCP (*why).
  * -1: nfd was reset and closed (errno ECONNABORTED). */
@@ -404,18 +425,7 @@ static int accept_handshake(int nfd, int ufd, int flags, const struct hs_auth *a
 	conn_load_sockopts(c);
 	r = handshake_server(c, ufd, auth, why);
 	REAL(close)(ufd);
-	if (r == 0) {
-		fdtab_set(nfd, FD_SMC, c);
-		conn_activate(c);
-		return 1;
-	}
-	conn_put(c);
-	if (r == -ECONNABORTED) {
-		abort_tcp(nfd);
-		errno = ECONNABORTED;
-		return -1;
-	}
-	return 0;
+	return accept_finish(c, nfd, r, false);
 }
 
 /* In-band SMC-R: the server's side of the exchange on accepted socket nfd (conn_ib.h).
@@ -434,19 +444,7 @@ static int accept_ib_inband(int nfd, int flags, const struct clc_msg *prop,
 	c->nonblock = (flags & SOCK_NONBLOCK) != 0;
 	conn_load_sockopts(c);
 	r = conn_ib_server_inband(c, prop, why);
-	if (r == 0) {
-		fdtab_set(nfd, FD_SMC, c);
-		conn_activate(c);
-		return 1;
-	}
-	conn_put(c);
-	if (r == -ECONNABORTED) {
-		stats_count_abort();
-		abort_tcp(nfd);
-		errno = ECONNABORTED;
-		return -1;
-	}
-	return 0;
+	return accept_finish(c, nfd, r, true);
 }
 
 /* What a server handshake that failed on a connection that stays open (as plain TCP)

@@ -144,8 +144,10 @@ smc_expect_payload "$CLI_STATS" 10 client1
 smc_require_stats "$SRV_STATS"
 smc_log "stats server1: $(smc_stats_summary "$SRV_STATS")"
 smc_assert_ge "server1: shm connections" "$(smc_stats "$SRV_STATS" '.connections.shm')" 1
-smc_assert_ge "server1: the jammer's connection counted as declined" \
-	"$(smc_stats "$SRV_STATS" '.fallback["handshake-failed"] // 0')" 1
+# handshake-failed, or peer-closed when the jammer, having read the Decline, closed its
+# TCP connection before the server looked (a race the test does not control)
+smc_assert_ge "server1: the jammer's connection counted as a fallback" \
+	"$(smc_stats "$SRV_STATS" '(.fallback["handshake-failed"] // 0) + (.fallback["peer-closed"] // 0)')" 1
 
 # ---- 2. clients that send the option and then nothing must not stall a nonblocking
 # accept(): with a handshake timeout far longer than the test, the server has to hand

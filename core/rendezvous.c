@@ -226,6 +226,9 @@ bool rdv_listener_present(const struct sockaddr *dst)
 	return found;
 }
 
+/* How many 1 ms waits for a stale per-connection name to go (see rdv_conn_listen). */
+#define RDV_STALE_NAME_TRIES 50
+
 int rdv_conn_listen(const struct sockaddr *local, const struct sockaddr *peer)
 {
 	struct endpoint a, b;
@@ -239,7 +242,20 @@ int rdv_conn_listen(const struct sockaddr *local, const struct sockaddr *peer)
 	fd = REAL(socket)(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
 	if (fd < 0)
 		return -errno;
-	if (REAL(bind)(fd, (struct sockaddr *)&un, ulen) < 0 || REAL(listen)(fd, 4) < 0) {
+	/* The kernel may hand out the local port of a connection that just closed (reset,
+	 * no TIME_WAIT) while that connection's name is still being released by its
+	 * progress thread: no live connection can hold this exact 4-tuple, so a holder is
+	 * stale and goes within moments. */
+	for (int tries = 0; REAL(bind)(fd, (struct sockaddr *)&un, ulen) < 0; tries++) {
+		int e = errno;
+
+		if (e != EADDRINUSE || tries == RDV_STALE_NAME_TRIES) {
+			REAL(close)(fd);
+			return -e;
+		}
+		nanosleep(&(struct timespec){ .tv_nsec = 1000 * 1000 }, NULL);
+	}
+	if (REAL(listen)(fd, 4) < 0) {
 		int e = errno;
 
 		REAL(close)(fd);

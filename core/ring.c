@@ -82,6 +82,31 @@ static inline uint32_t ring_offset(smc_cursor at, uint32_t size)
 	return off;
 }
 
+/*
+ * Bulk copies in pieces of at most RING_COPY_PIECE bytes. glibc's memcpy switches to
+ * `rep movsb` above a few KiB, and on this project's AMD EPYC VMs that path runs at a
+ * fraction of the vector loop's speed when source and destination are not mutually
+ * aligned: a 64 KiB-RMB stream of 117964-byte messages moved 4.0 GB/s through
+ * `rep movsb` and 20 GB/s with it disabled (GLIBC_TUNABLES
+ * glibc.cpu.x86_rep_movsb_threshold=1048576), 117952-byte ones 7.3 vs 20.8. Pieces
+ * below the threshold always take the vector loop; the extra call per 2 KiB is noise.
+ */
+#define RING_COPY_PIECE 2048
+
+static void ring_memcpy(void *dst, const void *src, size_t len)
+{
+	uint8_t *d = dst;
+	const uint8_t *s = src;
+
+	while (len > RING_COPY_PIECE) {
+		memcpy(d, s, RING_COPY_PIECE);
+		d += RING_COPY_PIECE;
+		s += RING_COPY_PIECE;
+		len -= RING_COPY_PIECE;
+	}
+	memcpy(d, s, len);
+}
+
 /* Copy into the ring at offset `off`; returns the offset after the copy. */
 static uint32_t copy_in_at(uint8_t *ring, uint32_t size, uint32_t off, const uint8_t *src,
 			   size_t len)
@@ -91,7 +116,7 @@ static uint32_t copy_in_at(uint8_t *ring, uint32_t size, uint32_t off, const uin
 
 		if (chunk > len)
 			chunk = len;
-		memcpy(ring + off, src, chunk);
+		ring_memcpy(ring + off, src, chunk);
 		src += chunk;
 		len -= chunk;
 		off += (uint32_t)chunk;
@@ -109,7 +134,7 @@ static uint32_t copy_out_at(const uint8_t *ring, uint32_t size, uint32_t off, ui
 
 		if (chunk > len)
 			chunk = len;
-		memcpy(dst, ring + off, chunk);
+		ring_memcpy(dst, ring + off, chunk);
 		dst += chunk;
 		len -= chunk;
 		off += (uint32_t)chunk;

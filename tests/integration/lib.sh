@@ -473,6 +473,49 @@ smc_pcap_packets() {
 		END { flush() }'
 }
 
+# smc_bytes_of SIZE: bytes of a size with k/m/g suffixes, as smc_stream reads them.
+smc_bytes_of() {
+	local n=${1%[kKmMgG]}
+	case $1 in
+	*[kK]) echo $((n << 10)) ;;
+	*[mM]) echo $((n << 20)) ;;
+	*[gG]) echo $((n << 30)) ;;
+	*) echo "$n" ;;
+	esac
+}
+
+# smc_stream_pair EXPECT LABEL BYTES MODE-ARGS...: one smc_stream connection, server and
+# client in the same mode, BYTES each way, checksummed; both must report the whole
+# stream, and EXPECT (smc_expect_payload, or the RDMA tests' ib_expect_payload) must find
+# it in each side's stats.
+smc_stream_pair() {
+	local expect=$1 label=$2 bytes=$3 port srv cli out=$SMC_TMP/client-$2.out n rc
+	shift 3
+	n=$(smc_bytes_of "$bytes")
+	smc_free_port port
+	srv=$(smc_stats_dir "server-$label")
+	cli=$(smc_stats_dir "client-$label")
+	smc_start_server "server-$label" "$srv" "$SMC_STREAM" server "$port" --bind 127.0.0.1 "$@"
+	smc_wait_port "server-$label" "$port"
+	smc_log "stream $label: $bytes each way"
+	smc_run "$cli" "$SMC_STREAM" client 127.0.0.1 "$port" --bytes "$bytes" \
+		--seed "$RANDOM$RANDOM" "$@" >"$out" 2>&1
+	rc=$?
+	cat "$out"
+	smc_wait_server_exit "server-$label" 60
+	cat "$(smc_server_log "server-$label")"
+	smc_assert_eq "smc_stream client ($label) exit status" "$rc" 0
+	smc_assert_eq "smc_stream server ($label) exit status" "${SMC_SERVER_RC[server-$label]}" 0
+	grep -q "^OK client conn=0 bytes_sent=$n bytes_received=$n " "$out" ||
+		smc_fail "client ($label) did not report $n bytes each way"
+	grep -q "^OK server conn=0 bytes_sent=$n bytes_received=$n " \
+		"$(smc_server_log "server-$label")" ||
+		smc_fail "server ($label) did not report $n bytes each way"
+	# Each side sent and received the whole stream.
+	"$expect" "$srv" $((2 * n)) "server ($label)"
+	"$expect" "$cli" $((2 * n)) "client ($label)"
+}
+
 # smc_capture_start LABEL PORT IFACE [PREFIX...]: tcpdump of "tcp port PORT" on IFACE
 # (run through PREFIX, e.g. nsenter into a namespace) into $SMC_TMP/LABEL.pcap, which it
 # names in $pcap; ready when it returns. smc_capture_stop ends it. The test's cleanup

@@ -17,46 +17,7 @@ STREAM_EPOLL_BYTES=${STREAM_EPOLL_BYTES:-1g}
 smc_init
 smc_require_built "$SMC_STREAM"
 
-bytes_of() { # k/m/g suffixes, as smc_stream reads them
-	local n=${1%[kKmMgG]}
-	case $1 in
-	*[kK]) echo $((n << 10)) ;;
-	*[mM]) echo $((n << 20)) ;;
-	*[gG]) echo $((n << 30)) ;;
-	*) echo "$n" ;;
-	esac
-}
-
-# run LABEL BYTES MODE-ARGS...: one connection, server and client in the same mode.
-run() {
-	local label=$1 bytes=$2 port srv cli out=$SMC_TMP/client-$1.out n
-	shift 2
-	n=$(bytes_of "$bytes")
-	smc_free_port port
-	srv=$(smc_stats_dir "server-$label")
-	cli=$(smc_stats_dir "client-$label")
-	smc_start_server "server-$label" "$srv" "$SMC_STREAM" server "$port" --bind 127.0.0.1 "$@"
-	smc_wait_port "server-$label" "$port"
-	smc_log "stream $label: $bytes each way"
-	smc_run "$cli" "$SMC_STREAM" client 127.0.0.1 "$port" --bytes "$bytes" \
-		--seed "$RANDOM$RANDOM" "$@" >"$out" 2>&1
-	local rc=$?
-	cat "$out"
-	smc_wait_server_exit "server-$label" 60
-	cat "$(smc_server_log "server-$label")"
-	smc_assert_eq "smc_stream client ($label) exit status" "$rc" 0
-	smc_assert_eq "smc_stream server ($label) exit status" "${SMC_SERVER_RC[server-$label]}" 0
-	grep -q "^OK client conn=0 bytes_sent=$n bytes_received=$n " "$out" ||
-		smc_fail "client ($label) did not report $n bytes each way"
-	grep -q "^OK server conn=0 bytes_sent=$n bytes_received=$n " \
-		"$(smc_server_log "server-$label")" ||
-		smc_fail "server ($label) did not report $n bytes each way"
-	# Each side sent and received the whole stream.
-	smc_expect_payload "$srv" $((2 * n)) "server ($label)"
-	smc_expect_payload "$cli" $((2 * n)) "client ($label)"
-}
-
-run block "$STREAM_BLOCK_BYTES" --mode block
-run epoll-lt "$STREAM_EPOLL_BYTES" --mode epoll
-run epoll-et "$STREAM_EPOLL_BYTES" --mode epoll --et
+smc_stream_pair smc_expect_payload block "$STREAM_BLOCK_BYTES" --mode block
+smc_stream_pair smc_expect_payload epoll-lt "$STREAM_EPOLL_BYTES" --mode epoll
+smc_stream_pair smc_expect_payload epoll-et "$STREAM_EPOLL_BYTES" --mode epoll --et
 smc_pass

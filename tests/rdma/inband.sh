@@ -43,14 +43,6 @@ trap '_rc=$?; inband_cleanup; (exit $_rc); _smc_cleanup' EXIT
 out=$("$SMC_WRAPPER" --setup 2>&1) || smc_fail "smc_preload.sh --setup failed in the VM: $out"
 setup_done=1
 
-bytes_of() {
-	local n=${1%[kKmM]}
-	case $1 in
-	*[kK]) echo $((n << 10)) ;;
-	*[mM]) echo $((n << 20)) ;;
-	*) echo "$n" ;;
-	esac
-}
 
 # capture_start LABEL PORT / capture_stop: the capture helpers of lib.sh, here.
 capture_start() { smc_capture_start "$1" "$2" lo; }
@@ -79,7 +71,7 @@ clc_walk() {
 # stream LABEL SERVER_TRANSPORT BYTES: smc_stream both ways, client SMC_TRANSPORT=ib.
 stream() {
 	local label=$1 st=$2 bytes=$3 rc
-	n=$(bytes_of "$bytes")
+	n=$(smc_bytes_of "$bytes")
 	smc_free_port port
 	srv=$(smc_stats_dir "server-$label")
 	cli=$(smc_stats_dir "client-$label")

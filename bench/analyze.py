@@ -4,6 +4,9 @@
 gnuplot scripts for the message-size sweep. Standard library only.
 
 Verdicts: PASS / MISS against the issue-4 target; INFO when the workload has no target;
+NOISY when a sweep curve's worst drop exceeds the rule but stays within the rounds' own
+spread (the size's best round is not below the reference size's worst round), so the
+run cannot tell it from noise: not a PASS, not a demonstrated cliff;
 INVALID when an SMC run moved no bytes over shared memory (the stats file proves it);
 ERROR(k/n) when k of n runs of either mode gave no figure (crash, hang, parse failure).
 """
@@ -160,12 +163,16 @@ def sweep_curves(runs):
             if not sizes:
                 continue
             curve = {"rmb": rmb, "read": read, "sizes": sizes, "tcp": [], "smc": [],
+                     "smc_lo": [], "smc_hi": [],
                      "fail": 0, "n": 0, "invalid": set(), "notes": set()}
             for size in sizes:
                 t = runs.get((tcp_w, f"MBps@{size}", "tcp"), [])
                 s = runs.get((smc_w, f"MBps@{size}", "smc"), [])
                 curve["tcp"].append(median(t))
                 curve["smc"].append(median(s))
+                vals = [x["value"] for x in s if x["valid"]]
+                curve["smc_lo"].append(min(vals) if vals else math.nan)
+                curve["smc_hi"].append(max(vals) if vals else math.nan)
                 curve["fail"] += failures(t) + failures(s)
                 curve["n"] += len(t) + len(s)
                 curve["invalid"].update(invalid_notes(s))
@@ -186,6 +193,21 @@ def worst_drop(sizes, values):
                 worst = (drop, size)
         best = v if math.isnan(best) else max(best, v)
     return worst
+
+
+def drop_separated(sizes, med, lo, hi, at):
+    """Does the drop at size `at` stand out of the rounds' own spread: is its best round
+    below the worst round of the best smaller size (the reference of worst_drop)? A
+    cliff like seed 000's (a tenfold loss one byte further) always does; a median that
+    moved by noise does not."""
+    if at is None:
+        return False
+    i = sizes.index(at)
+    prior = [(m, j) for j, m in enumerate(med[:i]) if not math.isnan(m)]
+    if not prior:
+        return False
+    _, ref = max(prior)
+    return hi[i] < lo[ref]
 
 
 def human(n):
@@ -211,7 +233,10 @@ def sweep_rows(curves):
         elif c["fail"]:
             status = f"ERROR({c['fail']}/{c['n']})"
         v1 = "ERROR" if math.isnan(min_ratio) else ("PASS" if min_ratio >= 1.0 else "MISS")
-        v2 = "PASS" if smc_drop <= SWEEP_CLIFF else "MISS"
+        # a drop beyond the rule counts only when it stands out of the rounds' spread;
+        # otherwise it is reported, as NOISY, with the ranges in the sweep table
+        separated = drop_separated(c["sizes"], c["smc"], c["smc_lo"], c["smc_hi"], smc_at)
+        v2 = "PASS" if smc_drop <= SWEEP_CLIFF else ("MISS" if separated else "NOISY")
         rows.append({
             "workload": name, "metric": f"min SMC/TCP (at {min_at} B)", "better": "higher",
             "tcp_median": math.nan, "smc_median": math.nan, "ratio": min_ratio,

@@ -459,8 +459,10 @@ static void mark_announced(struct ib_link *l, struct ib_conn *c, uint32_t writes
 {
 	smc_cursor cons = __atomic_load_n(&c->rx_cons, __ATOMIC_RELAXED);
 
-	if (cons != c->cons_announced && c->cons_due)
+	if (cons != c->cons_announced && c->cons_due) {
 		l->cnt.cons_updates++;
+		stats_count_ib(SMC_IB_CONS_UPDATES, 1);
+	}
 	c->seq_out++;
 	c->tx_sent = c->tx_prod;
 	c->cons_announced = cons;
@@ -468,6 +470,7 @@ static void mark_announced(struct ib_link *l, struct ib_conn *c, uint32_t writes
 	c->flags_announced = c->my_flags;
 	c->blocked_announced = c->tx_blocked;
 	l->cnt.rdma_writes += writes;
+	stats_count_ib(SMC_IB_RDMA_WRITES, writes);
 	l->cnt.rdma_bytes += bytes;
 }
 
@@ -485,6 +488,7 @@ static int post_publish(struct ib_link *l, struct ib_conn *c)
 
 	if (!cdc_credits_can_send(&l->cred)) {
 		l->cnt.credit_waits++;
+		stats_count_ib(SMC_IB_CREDIT_WAITS, 1);
 		return -EAGAIN;
 	}
 	if (!ib_sq_has_room(&l->sq, (uint32_t)np + 1)) {
@@ -512,6 +516,7 @@ static int post_publish(struct ib_link *l, struct ib_conn *c)
 	l->smeta[l->sends_posted % l->sq.depth].mark = ib_sq_post(&l->sq, (uint32_t)np + 1);
 	l->sends_posted++;
 	l->cnt.cdc_sent++;
+	stats_count_ib(SMC_IB_CDC_SENT, 1);
 	mark_announced(l, c, (uint32_t)np, bytes);
 	return 0;
 }
@@ -574,6 +579,7 @@ static int send_single(struct ib_link *l, const struct cdc_msg *raw)
 	l->smeta[l->sends_posted % l->sq.depth].mark = ib_sq_post(&l->sq, 1);
 	l->sends_posted++;
 	l->cnt.cdc_sent++;
+	stats_count_ib(SMC_IB_CDC_SENT, 1);
 	return 0;
 }
 

@@ -76,22 +76,32 @@ static struct smc_conn *fd_conn(int fd)
 	return c;
 }
 
-static void conn_load_sockopts(struct smc_conn *c)
+/* Reads back one option the core honours (as the kernel stored it: timeouts rounded). */
+static void conn_load_sockopt(struct smc_conn *c, int name)
 {
 	struct timeval tv;
 	struct linger lg;
 	socklen_t len = sizeof(tv);
 
-	if (REAL(getsockopt)(c->fd, SOL_SOCKET, SO_RCVTIMEO, &tv, &len) == 0)
+	if (name == SO_RCVTIMEO &&
+	    REAL(getsockopt)(c->fd, SOL_SOCKET, SO_RCVTIMEO, &tv, &len) == 0)
 		c->rcvtimeo_ns = (int64_t)tv.tv_sec * 1000000000 + tv.tv_usec * 1000;
-	len = sizeof(tv);
-	if (REAL(getsockopt)(c->fd, SOL_SOCKET, SO_SNDTIMEO, &tv, &len) == 0)
+	if (name == SO_SNDTIMEO &&
+	    REAL(getsockopt)(c->fd, SOL_SOCKET, SO_SNDTIMEO, &tv, &len) == 0)
 		c->sndtimeo_ns = (int64_t)tv.tv_sec * 1000000000 + tv.tv_usec * 1000;
 	len = sizeof(lg);
-	if (REAL(getsockopt)(c->fd, SOL_SOCKET, SO_LINGER, &lg, &len) == 0) {
+	if (name == SO_LINGER &&
+	    REAL(getsockopt)(c->fd, SOL_SOCKET, SO_LINGER, &lg, &len) == 0) {
 		c->linger_on = lg.l_onoff != 0;
 		c->linger_s = lg.l_linger;
 	}
+}
+
+static void conn_load_sockopts(struct smc_conn *c)
+{
+	conn_load_sockopt(c, SO_RCVTIMEO);
+	conn_load_sockopt(c, SO_SNDTIMEO);
+	conn_load_sockopt(c, SO_LINGER);
 }
 
 void smc_sock_created(int fd, int domain, int type, int protocol)
@@ -1023,7 +1033,7 @@ int smc_sock_setsockopt(int fd, int level, int name, const void *val, socklen_t 
 	if (r == 0 && level == SOL_SOCKET &&
 	    (name == SO_RCVTIMEO || name == SO_SNDTIMEO || name == SO_LINGER) &&
 	    (c = fd_conn(fd))) {
-		conn_load_sockopts(c);
+		conn_load_sockopt(c, name);
 		conn_put(c);
 	}
 	return r;

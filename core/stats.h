@@ -43,6 +43,10 @@ enum smc_ib_event {
 	SMC_IB_WC_ERRORS,      /* other failed work completions, flushes excluded */
 	SMC_IB_LINK_FAILURES,  /* links (RC QPs) that failed: their connections aborted */
 	SMC_IB_LINKS,          /* links created */
+	SMC_IB_RDMA_WRITES,    /* RDMA WRITE work requests posted */
+	SMC_IB_CDC_SENT,       /* CDC messages (SENDs) posted */
+	SMC_IB_CONS_UPDATES,   /* of those, sent for the window update policy */
+	SMC_IB_CREDIT_WAITS,   /* publishes that waited for a receive credit */
 	SMC_IB_EVENT_MAX
 };
 void stats_count_ib(enum smc_ib_event e, uint64_t n);

@@ -62,6 +62,10 @@
 #define SMC_STATS_KEY_IB_WC_ERRORS "ib_wc_errors"
 #define SMC_STATS_KEY_IB_LINK_FAILURES "ib_link_failures"
 #define SMC_STATS_KEY_IB_LINKS     "ib_links"
+#define SMC_STATS_KEY_IB_RDMA_WRITES "ib_rdma_writes"
+#define SMC_STATS_KEY_IB_CDC_SENT  "ib_cdc_sent"
+#define SMC_STATS_KEY_IB_CONS_UPDATES "ib_cons_updates"
+#define SMC_STATS_KEY_IB_CREDIT_WAITS "ib_credit_waits"
 
 /* Mode names: keys inside "connections" and "bytes". */
 #define SMC_STATS_MODE_SHM "shm"

@@ -687,7 +687,8 @@ START_TEST(stats_json_shape)
 		 "\"bytes\":{\"shm\":{\"sent\":101,\"received\":7},"
 		 "\"ib\":{\"sent\":0,\"received\":0},\"tcp\":{\"sent\":0,\"received\":5}},"
 		 "\"events\":{\"aborts\":1,\"wakeups_sent\":2,\"rnr\":0,\"ib_wc_errors\":0,"
-		 "\"ib_link_failures\":0,\"ib_links\":0}}\n", (long)getpid());
+		 "\"ib_link_failures\":0,\"ib_links\":0,\"ib_rdma_writes\":0,\"ib_cdc_sent\":0,"
+		 "\"ib_cons_updates\":0,\"ib_credit_waits\":0}}\n", (long)getpid());
 	ck_assert_str_eq(json, expect);
 
 	/* No temporary file is left next to it. */

@@ -205,10 +205,10 @@ START_TEST(static_defaults_match_table)
 	ck_assert_uint_eq(before.handshake_timeout_ms, smc_cfg.handshake_timeout_ms);
 	ck_assert_int_eq(before.transport, smc_cfg.transport);
 	/* and the documented values */
-	ck_assert_uint_eq(smc_cfg.rcvbuf, 256 * KIB);
-	ck_assert_uint_eq(smc_cfg.sndbuf, 256 * KIB);
+	ck_assert_uint_eq(smc_cfg.rcvbuf, MIB);
+	ck_assert_uint_eq(smc_cfg.sndbuf, MIB);
 	ck_assert_uint_eq(smc_cfg.spin_us, 20);
-	ck_assert_uint_eq(smc_cfg.mem_cap, GIB);
+	ck_assert_uint_eq(smc_cfg.mem_cap, 4 * GIB);
 	ck_assert_uint_eq(smc_cfg.handshake_timeout_ms, 2000);
 	ck_assert_int_eq(smc_cfg.transport, SMC_TRANSPORT_AUTO);
 	ck_assert_int_eq(smc_cfg.log_level, SMC_LOG_OFF);
@@ -255,7 +255,7 @@ START_TEST(load_good_values)
 	clear_env();
 	err = load_capture(&bad);
 	ck_assert_int_eq(bad, 0);
-	ck_assert_uint_eq(smc_cfg.rcvbuf, 256 * KIB);
+	ck_assert_uint_eq(smc_cfg.rcvbuf, MIB);
 	ck_assert_int_eq(smc_cfg.transport, SMC_TRANSPORT_AUTO);
 	ck_assert_ptr_null(smc_cfg.log_file);
 	ck_assert_int_eq(config_source(var_index("SMC_RCVBUF")), SMC_CFG_DEFAULT);
@@ -287,19 +287,19 @@ static void check_rejected(const char *name, const char *value)
 START_TEST(bad_values_keep_defaults)
 {
 	check_rejected("SMC_RCVBUF", "12q");
-	ck_assert_uint_eq(smc_cfg.rcvbuf, 256 * KIB);
+	ck_assert_uint_eq(smc_cfg.rcvbuf, MIB);
 	check_rejected("SMC_RCVBUF", "");
-	ck_assert_uint_eq(smc_cfg.rcvbuf, 256 * KIB);
+	ck_assert_uint_eq(smc_cfg.rcvbuf, MIB);
 	check_rejected("SMC_RCVBUF", "8k"); /* below min */
-	ck_assert_uint_eq(smc_cfg.rcvbuf, 256 * KIB);
+	ck_assert_uint_eq(smc_cfg.rcvbuf, MIB);
 	check_rejected("SMC_SNDBUF", "1g"); /* above max */
-	ck_assert_uint_eq(smc_cfg.sndbuf, 256 * KIB);
+	ck_assert_uint_eq(smc_cfg.sndbuf, MIB);
 	check_rejected("SMC_SNDBUF", "99999999999999999999g");
-	ck_assert_uint_eq(smc_cfg.sndbuf, 256 * KIB);
+	ck_assert_uint_eq(smc_cfg.sndbuf, MIB);
 	check_rejected("SMC_MEM_CAP", "-1");
-	ck_assert_uint_eq(smc_cfg.mem_cap, GIB);
+	ck_assert_uint_eq(smc_cfg.mem_cap, 4 * GIB);
 	check_rejected("SMC_MEM_CAP", "65g");
-	ck_assert_uint_eq(smc_cfg.mem_cap, GIB);
+	ck_assert_uint_eq(smc_cfg.mem_cap, 4 * GIB);
 	check_rejected("SMC_SPIN_US", "100001");
 	ck_assert_uint_eq(smc_cfg.spin_us, 20);
 	check_rejected("SMC_SPIN_US", "1kk");
@@ -325,7 +325,7 @@ START_TEST(bad_value_message_text)
 	setenv("SMC_RCVBUF", "12q", 1);
 	err = load_capture(&bad);
 	ck_assert_str_eq(err, "smc-preload: SMC_RCVBUF=\"12q\": not a size; accepted: "
-			      "16k..512m (k/m/g suffixes); using default 256k\n");
+			      "16k..512m (k/m/g suffixes); using default 1m\n");
 	free(err);
 
 	clear_env();
@@ -514,10 +514,10 @@ START_TEST(print_lists_every_variable)
 	printed_line(out, "SMC_RCVBUF", line, sizeof(line));
 	ck_assert_msg(strncmp(line, "SMC_RCVBUF=2m  (env)  # ", 24) == 0, "%s", line);
 	printed_line(out, "SMC_SNDBUF", line, sizeof(line));
-	ck_assert_msg(strncmp(line, "SMC_SNDBUF=256k  (invalid, using default)  # ", 45) == 0,
+	ck_assert_msg(strncmp(line, "SMC_SNDBUF=1m  (invalid, using default)  # ", 43) == 0,
 		      "%s", line);
 	printed_line(out, "SMC_MEM_CAP", line, sizeof(line));
-	ck_assert_msg(strncmp(line, "SMC_MEM_CAP=1g  (default)  # ", 29) == 0, "%s", line);
+	ck_assert_msg(strncmp(line, "SMC_MEM_CAP=4g  (default)  # ", 29) == 0, "%s", line);
 	printed_line(out, "SMC_DEBUG", line, sizeof(line));
 	ck_assert_msg(strncmp(line, "SMC_DEBUG=1  (env)", 18) == 0, "%s", line);
 	printed_line(out, "SMC_LOG_LEVEL", line, sizeof(line));

@@ -912,6 +912,14 @@ static void ring_if_asleep(const uint32_t *sleepers, const uint32_t *seq, uint32
  */
 #define CONN_PUBLISH_CHUNK (16u * 1024)
 
+/* Over RDMA: a quarter of the ring, the window policy's period (cdc.h). */
+static size_t ib_publish_chunk(uint32_t ring_size)
+{
+	size_t q = ring_size / 4;
+
+	return q > CONN_PUBLISH_CHUNK ? q : CONN_PUBLISH_CHUNK;
+}
+
 /*
  * Doorbells during a chunked copy. A peer that sleeps on another CPU is rung at the first
  * chunk, so it runs in parallel with the rest of our copy. A peer that last ran on our
@@ -956,8 +964,10 @@ static void tx_publish(struct smc_conn *c, bool last)
 static void rx_copy_publish(struct smc_conn *c, const struct iovec *iov, int iovcnt,
 			    size_t skip, size_t n)
 {
-	/* over RDMA a publish is a WRITE and a CDC message: once per copy, as designed */
-	size_t chunk = c->ib ? n : CONN_PUBLISH_CHUNK;
+	/* over RDMA the window policy turns publishes into CDCs (every quarter RMB): a
+	 * reader copying a whole RMB publishes as it goes, so the writer refills the
+	 * first quarters while it copies the rest instead of both taking turns */
+	size_t chunk = c->ib ? ib_publish_chunk(c->rx_size) : CONN_PUBLISH_CHUNK;
 
 	while (n) {
 		size_t k = n < chunk ? n : chunk;
@@ -976,8 +986,9 @@ static void rx_copy_publish(struct smc_conn *c, const struct iovec *iov, int iov
 static void tx_copy_publish(struct smc_conn *c, const struct iovec *iov, int iovcnt,
 			    size_t skip, size_t n)
 {
-	/* over RDMA a publish is a WRITE and a CDC message: once per copy, as designed */
-	size_t chunk = c->ib ? n : CONN_PUBLISH_CHUNK;
+	/* over RDMA a publish is a WRITE and a CDC message: at most one per quarter RMB,
+	 * so the reader starts on the first quarter while we copy the rest */
+	size_t chunk = c->ib ? ib_publish_chunk(c->tx_size) : CONN_PUBLISH_CHUNK;
 
 	while (n) {
 		size_t k = n < chunk ? n : chunk;

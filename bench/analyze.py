@@ -195,6 +195,14 @@ def worst_drop(sizes, values):
     return worst
 
 
+def drop_reference(sizes, med, at):
+    """Index of the best smaller size, the reference of worst_drop's drop at `at` (the
+    first of equals); None when there is none."""
+    i = sizes.index(at)
+    prior = [j for j, m in enumerate(med[:i]) if not math.isnan(m)]
+    return max(prior, key=lambda j: (med[j], -j)) if prior else None
+
+
 def drop_separated(sizes, med, lo, hi, at):
     """Does the drop at size `at` stand out of the rounds' own spread: is its best round
     below the worst round of the best smaller size (the reference of worst_drop)? A
@@ -202,12 +210,8 @@ def drop_separated(sizes, med, lo, hi, at):
     moved by noise does not."""
     if at is None:
         return False
-    i = sizes.index(at)
-    prior = [(m, j) for j, m in enumerate(med[:i]) if not math.isnan(m)]
-    if not prior:
-        return False
-    _, ref = max(prior)
-    return hi[i] < lo[ref]
+    ref = drop_reference(sizes, med, at)
+    return ref is not None and hi[sizes.index(at)] < lo[ref]
 
 
 def human(n):

@@ -11,6 +11,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdio.h>
+#include <sys/time.h>
 
 enum smc_transport_pref {
 	SMC_TRANSPORT_AUTO = 0, /* same host -> shm, otherwise ib when available */
@@ -39,6 +40,15 @@ struct smc_config {
 };
 
 extern struct smc_config smc_cfg;
+
+/* SMC_HANDSHAKE_TIMEOUT_MS as a timeval (socket timeouts, libevent deadlines). */
+static inline struct timeval smc_cfg_handshake_timeout(void)
+{
+	return (struct timeval){
+		.tv_sec = smc_cfg.handshake_timeout_ms / 1000,
+		.tv_usec = (suseconds_t)(smc_cfg.handshake_timeout_ms % 1000) * 1000,
+	};
+}
 
 enum smc_cfg_type { SMC_CFG_BOOL, SMC_CFG_UINT, SMC_CFG_SIZE, SMC_CFG_STRING, SMC_CFG_ENUM };
 

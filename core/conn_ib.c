@@ -14,6 +14,7 @@
 
 #include "core/config.h"
 #include "core/conn.h"
+#include "core/handshake.h"
 #include "core/ib_lgr.h"
 #include "core/ib_link.h"
 #include "core/ib_proto.h"
@@ -502,17 +503,6 @@ static void client_fallback(struct smc_conn *c, enum smc_reason why)
 	pthread_mutex_unlock(&c->lock);
 }
 
-static void hs_timeouts(int ufd)
-{
-	struct timeval tv = {
-		.tv_sec = smc_cfg.handshake_timeout_ms / 1000,
-		.tv_usec = (smc_cfg.handshake_timeout_ms % 1000) * 1000,
-	};
-
-	REAL(setsockopt)(ufd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
-	REAL(setsockopt)(ufd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
-}
-
 /* With the server's Accept: the link (new or shared), our connection on it, the
  * peer's RMB. 0 or a decline reason. */
 static uint32_t client_take_accept(struct smc_conn *c, const struct clc_msg *acc,
@@ -620,7 +610,7 @@ int conn_ib_client_rdv(struct smc_conn *c, int ufd)
 	uint8_t credits = 0;
 	int rc;
 
-	hs_timeouts(ufd);
+	handshake_set_timeouts(ufd);
 	if (!client_still_pending(c, true, ufd)) {
 		rdv_decline(ufd, CLC_DECL_SH_CRED);
 		client_fallback(c, SMC_REASON_HANDSHAKE);

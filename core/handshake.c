@@ -21,12 +21,9 @@
 #include "core/shm.h"
 
 
-static void hs_set_timeouts(int ufd)
+void handshake_set_timeouts(int ufd)
 {
-	struct timeval tv = {
-		.tv_sec = smc_cfg.handshake_timeout_ms / 1000,
-		.tv_usec = (smc_cfg.handshake_timeout_ms % 1000) * 1000,
-	};
+	struct timeval tv = smc_cfg_handshake_timeout();
 
 	REAL(setsockopt)(ufd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
 	REAL(setsockopt)(ufd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
@@ -199,7 +196,7 @@ int handshake_client(struct smc_conn *c, int ufd, const struct hs_auth *auth)
 
 	if (conn_ib_wanted() && !auth->by_key)
 		return conn_ib_client_rdv(c, ufd);
-	hs_set_timeouts(ufd);
+	handshake_set_timeouts(ufd);
 	p->proto = CLC_SAMEHOST_PROTO;
 	p->c2s_size = rmb_size_from(smc_cfg.sndbuf);
 	p->s2c_size = rmb_size_from(smc_cfg.rcvbuf);
@@ -330,7 +327,7 @@ int handshake_server(struct smc_conn *c, int ufd, const struct hs_auth *auth,
 	size_t reserve;
 
 	*why = SMC_REASON_HANDSHAKE;
-	hs_set_timeouts(ufd);
+	handshake_set_timeouts(ufd);
 	r = hs_recv(ufd, &prop, CLC_PROPOSAL, bells, nbells);
 	if (r < 0) {
 		/* EOF: the client went away (it closed or exited) before answering */

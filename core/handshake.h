@@ -41,6 +41,9 @@ struct hs_auth {
 	uint64_t key; /* the TCP Proposal's rendezvous key */
 };
 
+/* Bounds every read and write on rendezvous socket ufd by SMC_HANDSHAKE_TIMEOUT_MS. */
+void handshake_set_timeouts(int ufd);
+
 /* Client side, on the progress thread, with ufd the accepted rendezvous socket. Returns
  * 0 and leaves the connection ACTIVE or FALLBACK (unless the application closed it
  * meanwhile); or, with auth->by_key only, -EACCES when the process on ufd did not prove

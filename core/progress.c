@@ -151,10 +151,7 @@ static void answer_step(struct pending *p, bool final);
 static void on_deadline(evutil_socket_t fd, short what, void *arg)
 {
 	struct pending *p = arg;
-	struct timeval tv = {
-		.tv_sec = smc_cfg.handshake_timeout_ms / 1000,
-		.tv_usec = (smc_cfg.handshake_timeout_ms % 1000) * 1000,
-	};
+	struct timeval tv = smc_cfg_handshake_timeout();
 
 	(void)fd;
 	(void)what;
@@ -256,10 +253,7 @@ static bool inband_arm(struct pending *p)
 {
 	struct event_base *base = progress_base;
 	struct smc_conn *c = p->c;
-	struct timeval tv = {
-		.tv_sec = smc_cfg.handshake_timeout_ms / 1000,
-		.tv_usec = (smc_cfg.handshake_timeout_ms % 1000) * 1000,
-	};
+	struct timeval tv = smc_cfg_handshake_timeout();
 
 	event_drop(&p->ev_tcp);
 	/* no rendezvous when we offer SMC-R only (SMC_TRANSPORT=ib) */
@@ -384,10 +378,7 @@ static void pending_register(evutil_socket_t fd, short what, void *arg)
 	struct smc_conn *c = arg;
 	struct event_base *base = progress_base;
 	struct pending *p;
-	struct timeval tv = {
-		.tv_sec = smc_cfg.handshake_timeout_ms / 1000,
-		.tv_usec = (smc_cfg.handshake_timeout_ms % 1000) * 1000,
-	};
+	struct timeval tv = smc_cfg_handshake_timeout();
 
 	(void)fd;
 	(void)what;
@@ -487,10 +478,7 @@ static void server_register(evutil_socket_t fd, short what, void *arg)
 {
 	struct server_wait *w = arg;
 	struct event_base *base = progress_base;
-	struct timeval tv = {
-		.tv_sec = smc_cfg.handshake_timeout_ms / 1000,
-		.tv_usec = (smc_cfg.handshake_timeout_ms % 1000) * 1000,
-	};
+	struct timeval tv = smc_cfg_handshake_timeout();
 
 	(void)fd;
 	(void)what;

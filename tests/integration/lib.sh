@@ -484,17 +484,14 @@ smc_bytes_of() {
 	esac
 }
 
-# smc_stream_pair EXPECT LABEL BYTES MODE-ARGS...: one smc_stream connection, server and
-# client in the same mode, BYTES each way, checksummed; both must report the whole
-# stream, and EXPECT (smc_expect_payload, or the RDMA tests' ib_expect_payload) must find
-# it in each side's stats.
-smc_stream_pair() {
-	local expect=$1 label=$2 bytes=$3 port srv cli out=$SMC_TMP/client-$2.out n rc
-	shift 3
+# smc_stream_run LABEL SERVER-STATS CLIENT-STATS BYTES MODE-ARGS...: one smc_stream
+# connection, server and client in the same mode, BYTES each way, checksummed; both must
+# exit 0 and report the whole stream. "-" as a stats dir runs that side plain.
+smc_stream_run() {
+	local label=$1 srv=$2 cli=$3 bytes=$4 port out=$SMC_TMP/client-$1.out n rc
+	shift 4
 	n=$(smc_bytes_of "$bytes")
 	smc_free_port port
-	srv=$(smc_stats_dir "server-$label")
-	cli=$(smc_stats_dir "client-$label")
 	smc_start_server "server-$label" "$srv" "$SMC_STREAM" server "$port" --bind 127.0.0.1 "$@"
 	smc_wait_port "server-$label" "$port"
 	smc_log "stream $label: $bytes each way"
@@ -511,7 +508,18 @@ smc_stream_pair() {
 	grep -q "^OK server conn=0 bytes_sent=$n bytes_received=$n " \
 		"$(smc_server_log "server-$label")" ||
 		smc_fail "server ($label) did not report $n bytes each way"
-	# Each side sent and received the whole stream.
+}
+
+# smc_stream_pair EXPECT LABEL BYTES MODE-ARGS...: smc_stream_run with both sides
+# preloaded; EXPECT (smc_expect_payload, or the RDMA tests' ib_expect_payload) must find
+# the whole stream, sent and received, in each side's stats.
+smc_stream_pair() {
+	local expect=$1 label=$2 bytes=$3 srv cli n
+	shift 3
+	n=$(smc_bytes_of "$bytes")
+	srv=$(smc_stats_dir "server-$label")
+	cli=$(smc_stats_dir "client-$label")
+	smc_stream_run "$label" "$srv" "$cli" "$bytes" "$@"
 	"$expect" "$srv" $((2 * n)) "server ($label)"
 	"$expect" "$cli" $((2 * n)) "client ($label)"
 }

@@ -33,6 +33,9 @@ TARGETS = [
     ("nginx_wrk_w", "rps", "higher", "ratio", 1.5),
     ("memcached_memcslap", "get_ops", "higher", None, None),
     ("memcached_memcslap", "set_ops", "higher", None, None),
+    # every connection upgraded (SMC_SHORT_CONN_US=0): the cost of one SMC setup
+    ("crr_upgrade_every_conn", "cycles_per_s", "higher", None, None),
+    ("crr_upgrade_every_conn", "errors", "lower", "smc", 0),
     ("crr", "cycles_per_s", "higher", "ratio", 1.0),
     ("crr", "errors", "lower", "smc", 0),
     ("cpu_per_gib_64k", "cpu_s_per_GiB", "lower", "ratio", 0.5),

@@ -43,6 +43,7 @@ struct smc_config smc_cfg = {
 	.log_file = NULL,
 	.stats_file = NULL,
 	.spin_us = 20,
+	.short_conn_us = 10000,
 	.mem_cap = 4 * GIB,
 	.handshake_timeout_ms = 2000,
 	.bpf_dir = "/sys/fs/bpf/smc_preload",
@@ -76,6 +77,7 @@ static void store_sndbuf(const void *v) { smc_cfg.sndbuf = (size_t)*(const unsig
 static void store_debug(const void *v) { smc_cfg.debug = *(const bool *)v; }
 static void store_log_level(const void *v) { smc_cfg.log_level = *(const int *)v; }
 static void store_spin_us(const void *v) { smc_cfg.spin_us = (unsigned)*(const unsigned long long *)v; }
+static void store_short_conn_us(const void *v) { smc_cfg.short_conn_us = (unsigned)*(const unsigned long long *)v; }
 static void store_mem_cap(const void *v) { smc_cfg.mem_cap = (size_t)*(const unsigned long long *)v; }
 static void store_transport(const void *v)
 {
@@ -145,6 +147,7 @@ enum cfg_index {
 	CFG_LOG_FILE,
 	CFG_STATS_FILE,
 	CFG_SPIN_US,
+	CFG_SHORT_CONN_US,
 	CFG_MEM_CAP,
 	CFG_HANDSHAKE_TIMEOUT_MS,
 	CFG_TRANSPORT,
@@ -195,6 +198,12 @@ const struct smc_cfg_var smc_cfg_vars[CFG_NVARS] = {
 		.min = 0, .max = 100000,
 		.doc = "busy-poll bound in microseconds before a waiting call sleeps",
 		.store = store_spin_us,
+	},
+	[CFG_SHORT_CONN_US] = {
+		.name = "SMC_SHORT_CONN_US", .type = SMC_CFG_UINT, .def = "10000",
+		.min = 0, .max = 60000000,
+		.doc = "SMC connections to a destination that keep closing sooner are left TCP; 0 = off",
+		.store = store_short_conn_us,
 	},
 	[CFG_MEM_CAP] = {
 		.name = "SMC_MEM_CAP", .type = SMC_CFG_SIZE, .def = "4g",
@@ -582,6 +591,7 @@ static void config_value_text(enum cfg_index i, char *buf, size_t len)
 		snprintf(buf, len, "%s", smc_cfg.stats_file ? smc_cfg.stats_file : "");
 		break;
 	case CFG_SPIN_US: snprintf(buf, len, "%u", smc_cfg.spin_us); break;
+	case CFG_SHORT_CONN_US: snprintf(buf, len, "%u", smc_cfg.short_conn_us); break;
 	case CFG_MEM_CAP: format_size(buf, len, smc_cfg.mem_cap); break;
 	case CFG_HANDSHAKE_TIMEOUT_MS: snprintf(buf, len, "%u", smc_cfg.handshake_timeout_ms); break;
 	case CFG_TRANSPORT: snprintf(buf, len, "%s", choice_name(var, (int)smc_cfg.transport)); break;

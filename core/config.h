@@ -29,6 +29,7 @@ struct smc_config {
 	const char *log_file;      /* SMC_LOG_FILE, %p -> pid; NULL = stderr */
 	const char *stats_file;    /* SMC_STATS_FILE, %p -> pid; NULL = none */
 	unsigned spin_us;          /* SMC_SPIN_US: busy-poll bound before sleeping */
+	unsigned short_conn_us;    /* SMC_SHORT_CONN_US: hs_policy.h; 0 = off */
 	size_t mem_cap;            /* SMC_MEM_CAP: all RMBs of this process; past it -> TCP */
 	unsigned handshake_timeout_ms; /* SMC_HANDSHAKE_TIMEOUT_MS */
 	enum smc_transport_pref transport; /* SMC_TRANSPORT */

@@ -24,6 +24,7 @@
 #include "core/conn.h"
 #include "core/conn_ib.h"
 #include "core/fdpark.h"
+#include "core/hs_policy.h"
 #include "core/log.h"
 #include "core/real.h"
 #include "core/stats.h"
@@ -1211,6 +1212,16 @@ void conn_release_fd(struct smc_conn *c)
 			__atomic_store_n(&c->state, CONN_CLOSED, __ATOMIC_RELEASE);
 	}
 	pthread_mutex_unlock(&c->lock);
+	if (st == CONN_ACTIVE && c->policy_key) {
+		uint64_t now = hs_policy_now_ns();
+		uint64_t moved = __atomic_load_n(&c->bytes_sent, __ATOMIC_RELAXED) +
+				 __atomic_load_n(&c->bytes_received, __ATOMIC_RELAXED);
+
+		log_debug("fd %d: closed after %llu us, %llu bytes moved", c->fd,
+			  (unsigned long long)((now - c->born_ns) / 1000), (unsigned long long)moved);
+		hs_policy_closed(c->policy_key, now - c->born_ns, moved, now,
+				 (uint64_t)smc_cfg.short_conn_us * 1000);
+	}
 	if (st == CONN_ACTIVE) {
 		uint32_t left = __atomic_sub_fetch(&c->map.hdr->side_refs[c->side], 1, __ATOMIC_ACQ_REL);
 

@@ -83,6 +83,8 @@ struct smc_conn {
 	int rdv_listen_fd;          /* per-connection rendezvous listener, -1 when none */
 	uint8_t *pend_buf;          /* sent while PENDING (under tx_lock) */
 	size_t pend_len;
+	uint64_t policy_key;        /* destination for hs_policy.h; 0: not judged */
+	uint64_t born_ns;           /* connect() time, hs_policy_now_ns */
 
 	struct smc_ep_reg *regs;    /* epoll registrations of this connection */
 };

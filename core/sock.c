@@ -28,6 +28,7 @@
 #include "core/epoll.h"
 #include "core/fdtab.h"
 #include "core/handshake.h"
+#include "core/hs_policy.h"
 #include "core/init.h"
 #include "core/log.h"
 #include "core/negotiate.h"
@@ -242,12 +243,23 @@ int smc_sock_connect(int fd, const struct sockaddr *addr, socklen_t len)
 	    len < (addr->sa_family == AF_INET ? sizeof(struct sockaddr_in) : sizeof(struct sockaddr_in6)))
 		return REAL(connect)(fd, addr, len);
 	if (smc_enabled() && !addr_is_unspecified(addr)) {
-		if (tcpopt_available())
-			c = connect_prepare_inband(fd, &why);
-		if (!c && rdv_listener_present(addr))
-			c = connect_prepare(fd, addr, len, &why);
-		else if (!c)
-			why = rdv_addr_is_local(addr) ? SMC_REASON_PEER_NOT_SMC : SMC_REASON_NOT_LOCAL;
+		uint64_t key = hs_policy_key(addr), now = hs_policy_now_ns();
+
+		if (!hs_policy_admit(key, now, (uint64_t)smc_cfg.short_conn_us * 1000)) {
+			why = SMC_REASON_SHORT_LIVED;
+		} else {
+			if (tcpopt_available())
+				c = connect_prepare_inband(fd, &why);
+			if (!c && rdv_listener_present(addr))
+				c = connect_prepare(fd, addr, len, &why);
+			else if (!c)
+				why = rdv_addr_is_local(addr) ? SMC_REASON_PEER_NOT_SMC
+							      : SMC_REASON_NOT_LOCAL;
+			if (c) {
+				c->policy_key = key;
+				c->born_ns = now;
+			}
+		}
 	}
 	r = REAL(connect)(fd, addr, len);
 	e = errno;

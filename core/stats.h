@@ -24,6 +24,7 @@ enum smc_reason {
 	SMC_REASON_RESOURCES,       /* memfd/mmap/eventfd failed */
 	SMC_REASON_SOCKOPT,         /* socket options SMC cannot honour (e.g. MSG_OOB use) */
 	SMC_REASON_PEER_CLOSED,     /* the peer closed the connection during the handshake */
+	SMC_REASON_SHORT_LIVED,     /* client: this destination's connections close too soon (hs_policy.h) */
 	SMC_REASON_MAX
 };
 

@@ -83,5 +83,6 @@
 #define SMC_STATS_REASON_RESOURCES     "resources"        /* memfd/mmap/eventfd failed */
 #define SMC_STATS_REASON_SOCKOPT       "sockopt"          /* options SMC cannot honour */
 #define SMC_STATS_REASON_PEER_CLOSED   "peer-closed"      /* peer closed during the handshake */
+#define SMC_STATS_REASON_SHORT_LIVED   "short-lived"      /* destination's connections close too soon */
 
 #endif

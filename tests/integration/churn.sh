@@ -7,6 +7,7 @@
 # memfd or a memfd mapping (smc_churn counts /proc/self/fd and /proc/self/maps before and
 # after; see tests/lib/smc_churn.c for the rules). The server's baseline is taken after
 # a short warm-up client, so lazily created library state is not mistaken for a leak.
+# SMC_SHORT_CONN_US=0: every connection is upgraded (libsmc_preload(7)).
 # CHURN_CYCLES, CHURN_THREADS and CHURN_MAPS_SLACK (mappings a process may gain for
 # reasons unrelated to connections; sanitizer builds need more) override the defaults.
 [ -n "${BASH_VERSION:-}" ] || exec bash "$0" "$@"
@@ -20,6 +21,9 @@ PER_THREAD_WARMUP=4   # each client's own warm-up, before its baseline
 
 smc_init
 smc_require_built "$SMC_CHURN"
+# Every cycle is a short connection: the churn is what this test is about, so the
+# client upgrades them all (short_conn.sh tests the default policy).
+export SMC_SHORT_CONN_US=0
 
 for mode in epoll thread; do
 	smc_free_port port

@@ -92,8 +92,9 @@ churn() {
 	smc_log "churn: $CHURN_CYCLES cycles from $CHURN_THREADS threads over ib"
 	# the warm-up cycles open the device and the link (fds, library and queue
 	# mappings) before the client's resource baseline; RMBs of the last connections
-	# may still wait for the peer's close: some slack
-	smc_run "$cli" "$SMC_CHURN" client 127.0.0.1 "$port" --threads "$CHURN_THREADS" \
+	# may still wait for the peer's close: some slack. Every cycle is upgraded
+	# (SMC_SHORT_CONN_US=0): the churn over ib is the point, not the policy.
+	SMC_SHORT_CONN_US=0 smc_run "$cli" "$SMC_CHURN" client 127.0.0.1 "$port" --threads "$CHURN_THREADS" \
 		--warmup 4 --cycles "$CHURN_CYCLES" --maps-slack 64 >"$out" 2>&1
 	rc=$?
 	cat "$out"

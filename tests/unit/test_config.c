@@ -164,7 +164,7 @@ END_TEST
 
 START_TEST(table_is_sane)
 {
-	ck_assert_uint_eq(smc_cfg_nvars, 15);
+	ck_assert_uint_eq(smc_cfg_nvars, 16);
 	for (size_t i = 0; i < smc_cfg_nvars; i++) {
 		const struct smc_cfg_var *v = &smc_cfg_vars[i];
 
@@ -201,6 +201,7 @@ START_TEST(static_defaults_match_table)
 	ck_assert_ptr_null(smc_cfg.stats_file);
 	ck_assert_ptr_null(before.stats_file);
 	ck_assert_uint_eq(before.spin_us, smc_cfg.spin_us);
+	ck_assert_uint_eq(before.short_conn_us, smc_cfg.short_conn_us);
 	ck_assert_uint_eq(before.mem_cap, smc_cfg.mem_cap);
 	ck_assert_uint_eq(before.handshake_timeout_ms, smc_cfg.handshake_timeout_ms);
 	ck_assert_int_eq(before.transport, smc_cfg.transport);
@@ -208,6 +209,7 @@ START_TEST(static_defaults_match_table)
 	ck_assert_uint_eq(smc_cfg.rcvbuf, MIB);
 	ck_assert_uint_eq(smc_cfg.sndbuf, MIB);
 	ck_assert_uint_eq(smc_cfg.spin_us, 20);
+	ck_assert_uint_eq(smc_cfg.short_conn_us, 10000);
 	ck_assert_uint_eq(smc_cfg.mem_cap, 4 * GIB);
 	ck_assert_uint_eq(smc_cfg.handshake_timeout_ms, 2000);
 	ck_assert_int_eq(smc_cfg.transport, SMC_TRANSPORT_AUTO);
@@ -722,7 +724,7 @@ START_TEST(stats_names)
 {
 	static const char *const expect[SMC_REASON_MAX] = {
 		"none", "disabled", "peer-not-smc", "not-local", "handshake-failed", "declined",
-		"mem-cap", "resources", "sockopt", "peer-closed",
+		"mem-cap", "resources", "sockopt", "peer-closed", "short-lived",
 	};
 
 	for (int r = 0; r < SMC_REASON_MAX; r++)

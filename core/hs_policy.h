@@ -1,0 +1,50 @@
+/* SPDX-License-Identifier: GPL-2.0-only OR BSD-2-Clause */
+/*
+ * Which connections are worth an SMC handshake.
+ *
+ * Upgrading a connection costs both processes a handshake, two doorbells, a ring
+ * mapping and its teardown: ~270 us of CPU more than a TCP connect/close on the
+ * project's 2-core machine. A connection that moves a few hundred bytes and closes
+ * (HTTP/1.0, connect-per-request clients) never wins that back, so a stream of them is
+ * slower under SMC than under TCP. The client learns it per destination (address and
+ * port), as the kernel's SMC handshake BPF policies do: after HS_POLICY_SHORT_RUN SMC
+ * connections in a row to one destination closed within SMC_SHORT_CONN_US having moved
+ * less than HS_POLICY_LONG_BYTES, new connections to it stay plain TCP (fallback reason
+ * "short-lived"), except one probe per HS_POLICY_PROBE_NS that tries SMC again: one that
+ * lives long (or moves much) gives the destination back to SMC.
+ *
+ * Only the client decides: it simply does not offer SMC, and the server sees a client
+ * that does not run the library. The table is per process, small and lossy (a slot
+ * taken by another destination forgets the first, which then tries SMC again).
+ * Pure logic on caller-supplied times, unit-tested in tests/unit/test_hs_policy.c.
+ */
+#ifndef SMC_HS_POLICY_H
+#define SMC_HS_POLICY_H
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <sys/socket.h>
+
+#define HS_POLICY_SHORT_RUN   4                     /* short SMC connections in a row */
+#define HS_POLICY_LONG_BYTES  (512u * 1024)         /* moved more: worth it, however short */
+#define HS_POLICY_PROBE_NS    1000000000ull         /* one SMC probe per second */
+
+/* CLOCK_MONOTONIC in nanoseconds: the policy's clock. */
+uint64_t hs_policy_now_ns(void);
+
+/* Nonzero key of destination dst (IPv4-mapped IPv6 equals IPv4); 0 when it has none. */
+uint64_t hs_policy_key(const struct sockaddr *dst);
+
+/* Before a connect to destination `key` at time now_ns (CLOCK_MONOTONIC): true to try
+ * SMC, false to stay TCP. short_ns 0 disables the policy (always true). */
+bool hs_policy_admit(uint64_t key, uint64_t now_ns, uint64_t short_ns);
+
+/* An SMC connection to `key`, open for lifetime_ns, moved `bytes` (both directions)
+ * and closed at now_ns. */
+void hs_policy_closed(uint64_t key, uint64_t lifetime_ns, uint64_t bytes, uint64_t now_ns,
+		      uint64_t short_ns);
+
+/* Forgets every destination (tests). */
+void hs_policy_reset(void);
+
+#endif

@@ -1,0 +1,123 @@
+#!/bin/bash
+# SPDX-License-Identifier: GPL-2.0-only OR BSD-2-Clause
+#
+# The short-connection policy (SMC_SHORT_CONN_US, core/hs_policy.h) with nginx:
+#  1. wrk with "Connection: close" under the default settings: every request answered
+#     (2xx, no socket error); wrk upgraded its first connections (payload over shm) and
+#     then left its connections TCP, fallback reason "short-lived", which nginx counts
+#     as peer-not-smc.
+#  2. One python process, SMC_SHORT_CONN_US=200000 (headroom for slow machines): six
+#     short requests (4 upgraded, then 2 TCP), a pause past the probe interval, one
+#     connection held open 0.5 s (the probe: upgraded, and long), then two short ones,
+#     upgraded again because the long one gave the destination back to SMC. Exactly 7 shm
+#     and 2 short-lived connections, every response complete.
+[ -n "${BASH_VERSION:-}" ] || exec bash "$0" "$@"
+. "$(dirname -- "$0")/lib.sh"
+
+smc_require_cmd nginx wrk python3
+smc_init
+[ "$SMC_TEST_EXPECT" = shm ] || smc_skip "the policy decides between SMC and TCP: shm mode only"
+smc_free_port port
+srv=$(smc_stats_dir server)
+wrkdir=$(smc_stats_dir wrk)
+pydir=$(smc_stats_dir python)
+smc_make_www short-conn
+
+cat >"$SMC_TMP/nginx.conf" <<CONF
+user $(id -un) $(id -gn);
+worker_processes 1;
+daemon off;
+master_process on;
+pid $SMC_TMP/nginx.pid;
+error_log $SMC_TMP/nginx-error.log warn;
+events { worker_connections 1024; }
+http {
+	access_log off;
+	default_type application/octet-stream;
+	client_body_temp_path $SMC_TMP/tmp-body;
+	proxy_temp_path $SMC_TMP/tmp-proxy;
+	fastcgi_temp_path $SMC_TMP/tmp-fastcgi;
+	uwsgi_temp_path $SMC_TMP/tmp-uwsgi;
+	scgi_temp_path $SMC_TMP/tmp-scgi;
+	server {
+		listen 127.0.0.1:$port;
+		root $www;
+	}
+}
+CONF
+smc_start_server nginx "$srv" nginx -e "$SMC_TMP/nginx-error.log" -p "$SMC_TMP/" \
+	-c "$SMC_TMP/nginx.conf"
+smc_wait_port nginx "$port"
+
+# 1. a connection per request, default policy
+out=$SMC_TMP/wrk.out
+smc_log "wrk: Connection: close, 2 s"
+smc_run "$wrkdir" env -u SMC_SHORT_CONN_US wrk -t2 -c4 -d2s -H 'Connection: close' \
+	"http://127.0.0.1:$port/small.txt" >"$out" 2>&1 || smc_fail "wrk failed: $(cat "$out")"
+n=$(awk '/requests in/ { print $1 }' "$out")
+smc_assert_ge "wrk: requests completed" "${n:-0}" 100
+grep -q 'Non-2xx or 3xx responses' "$out" && smc_fail "wrk: non-2xx responses"
+grep -q 'Socket errors' "$out" && smc_fail "wrk: $(grep 'Socket errors' "$out")"
+smc_require_stats "$wrkdir"
+smc_log "stats wrk: $(smc_stats_summary "$wrkdir")"
+shm=$(smc_stats "$wrkdir" '.connections.shm')
+short=$(smc_stats "$wrkdir" '.fallback["short-lived"] // 0')
+tcp=$(smc_stats "$wrkdir" '.connections.tcp')
+# the first 4, those already connecting meanwhile, a probe per second of the run, and
+# again 4 each time one of them took longer than 10 ms (a loaded machine): few in all
+smc_assert_ge "wrk: shm connections (the first ones)" "$shm" 4
+smc_assert "wrk: $shm shm connections for $tcp short-lived: not under 1 in 10" \
+	"$((shm * 10))" -le "$tcp"
+smc_assert_ge "wrk: payload bytes over shm" "$(smc_stats "$wrkdir" '.bytes.shm.sent + .bytes.shm.received')" 1
+smc_assert_ge "wrk: short-lived connections" "$short" 90
+smc_assert_eq "wrk: every tcp connection is short-lived" "$tcp" "$short"
+
+# 2. the policy learns both ways, in one process
+cat >"$SMC_TMP/client.py" <<'PY'
+import socket, sys, time
+
+port = int(sys.argv[1])
+want = open(sys.argv[2], "rb").read()
+
+def get(hold=0.0):
+    s = socket.create_connection(("127.0.0.1", port))
+    s.sendall(b"GET /small.txt HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n")
+    data = b""
+    while True:
+        b = s.recv(65536)
+        if not b:
+            break
+        data += b
+    time.sleep(hold)
+    s.close()
+    head, _, body = data.partition(b"\r\n\r\n")
+    if not head.startswith(b"HTTP/1.1 200") or body != want:
+        sys.exit("bad response: %r" % data[:200])
+
+for _ in range(6):
+    get()
+time.sleep(1.3)
+get(hold=0.5)
+for _ in range(2):
+    get()
+print("OK")
+PY
+smc_log "python: 6 short, pause, 1 long, 2 short"
+out=$(SMC_SHORT_CONN_US=200000 smc_run "$pydir" python3 "$SMC_TMP/client.py" "$port" "$www/small.txt" 2>&1) ||
+	smc_fail "python client failed: $out"
+smc_log "stats python: $(smc_stats_summary "$pydir")"
+smc_assert_eq "python: shm connections (4 + probe + 2)" "$(smc_stats "$pydir" '.connections.shm')" 7
+smc_assert_eq "python: short-lived connections" "$(smc_stats "$pydir" '.fallback["short-lived"] // 0')" 2
+smc_assert_eq "python: tcp connections" "$(smc_stats "$pydir" '.connections.tcp')" 2
+
+smc_stop_server nginx QUIT
+smc_assert_eq "nginx exit status" "${SMC_SERVER_RC[nginx]}" 0
+smc_require_stats "$srv"
+smc_log "stats nginx: $(smc_stats_summary "$srv")"
+# wrk may stop with connections still connecting: a few either way
+smc_assert_ge "nginx: shm connections (the clients' ones)" \
+	"$(smc_stats "$srv" '.connections.shm')" "$((shm + 7 - 4))"
+nt=$(smc_stats "$srv" '.fallback["peer-not-smc"] // 0')
+smc_assert_ge "nginx: the clients' TCP connections, seen as peer-not-smc" "$nt" "$((tcp + 2 - 4))"
+smc_assert "nginx: at most $((tcp + 2 + 4)) peer-not-smc, got $nt" "$nt" -le "$((tcp + 2 + 4))"
+smc_pass

@@ -229,6 +229,13 @@ bool rdv_listener_present(const struct sockaddr *dst)
 /* How many 1 ms waits for a stale per-connection name to go (see rdv_conn_listen). */
 #define RDV_STALE_NAME_TRIES 50
 
+bool rdv_client_port_may_offer(const struct sockaddr *client)
+{
+	struct endpoint ep;
+
+	return endpoint_from(client, &ep) && (ep.port & 1);
+}
+
 int rdv_conn_listen(const struct sockaddr *local, const struct sockaddr *peer)
 {
 	struct endpoint a, b;

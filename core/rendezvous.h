@@ -28,6 +28,15 @@ int rdv_listener_register(int lfd);
 /* Client side: is a preloaded listener behind dst (exact address, or a wildcard one)? */
 bool rdv_listener_present(const struct sockaddr *dst);
 
+/* Whether a client at endpoint `client` may be waiting on a per-connection rendezvous:
+ * only from an odd port. Linux hands out odd ports to bind(port 0), which the client
+ * calls before it connects (it must know its port first), and even ones to a connect()
+ * of an unbound socket, which every client that does not offer SMC makes: so a server
+ * skips the rendezvous lookup, three system calls, for most connections that would
+ * stay TCP anyway. A client whose bound port came out even (the odd ones ran out, or the
+ * application bound it) does not offer SMC on that connection. */
+bool rdv_client_port_may_offer(const struct sockaddr *client);
+
 /* Client side: per-connection seqpacket listener for the 4-tuple (local, peer). */
 int rdv_conn_listen(const struct sockaddr *local, const struct sockaddr *peer);
 /* Server side: connects to the client's per-connection name for the accepted socket's

@@ -200,6 +200,11 @@ static struct smc_conn *connect_prepare(int fd, const struct sockaddr *dst, sock
 	*why = SMC_REASON_RESOURCES;
 	if (bind_local_end(fd, dst, dlen, &local) < 0)
 		return NULL;
+	if (!rdv_client_port_may_offer((struct sockaddr *)&local)) {
+		log_debug("fd %d: bound to an even port: the server would not look for our "
+			  "rendezvous, staying TCP", fd);
+		return NULL;
+	}
 	c = client_conn_new(fd);
 	if (!c)
 		return NULL;
@@ -630,10 +635,12 @@ static int accept_rendezvous(int nfd, const struct sockaddr *peer, int flags,
 	int ufd;
 
 	*why = SMC_REASON_NOT_LOCAL;
-	if (!rdv_addr_is_local(peer) ||
-	    REAL(getsockname)(nfd, (struct sockaddr *)&local, &llen) < 0)
+	if (!rdv_addr_is_local(peer))
 		return 0;
 	*why = SMC_REASON_PEER_NOT_SMC;
+	if (!rdv_client_port_may_offer(peer) ||
+	    REAL(getsockname)(nfd, (struct sockaddr *)&local, &llen) < 0)
+		return 0;
 	ufd = rdv_conn_connect(peer, (struct sockaddr *)&local);
 	if (ufd < 0) {
 		/* no rendezvous because the client already closed or exited */

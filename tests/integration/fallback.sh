@@ -6,6 +6,7 @@
 # receives exactly the bytes sent, byte for byte, and EOF right after them (a stray
 # handshake byte would fail it), in both directions; the preloaded side's stats must show
 # a tcp connection with reason peer-not-smc, all payload over tcp and none over shm.
+# Then two preloaded python processes whose client binds an even port: both stay TCP.
 # Holds with SMC_TEST_EXPECT=shm and =tcp alike.
 [ -n "${BASH_VERSION:-}" ] || exec bash "$0" "$@"
 # shellcheck disable=SC2034 # read by lib.sh
@@ -25,4 +26,59 @@ smc_expect_fallback "$cli" peer-not-smc $((2 * N)) "preloaded client"
 srv=$(smc_stats_dir server-preloaded)
 smc_stream_run plain-client-preloaded-server "$srv" - "$BYTES" --mode epoll
 smc_expect_fallback "$srv" peer-not-smc $((2 * N)) "preloaded server"
+
+# Both preloaded, but the client application binds an even source port before connect:
+# servers look for a client's rendezvous only behind odd ports (rendezvous.h), so the
+# client must not offer SMC (fallback "resources") and the server sees a plain client.
+# Python on both sides: the server echoes 1 MiB back, the client compares.
+cat >"$SMC_TMP/even.py" <<'PY'
+import os, random, socket, sys
+
+n = 1 << 20
+if sys.argv[1] == "server":
+    l = socket.socket()
+    l.bind(("127.0.0.1", 0))
+    l.listen(1)
+    print(l.getsockname()[1], flush=True)
+    c, _ = l.accept()
+    got = b""
+    while len(got) < n:
+        b = c.recv(n - len(got))
+        if not b:
+            sys.exit("server: early EOF")
+        got += b
+    c.sendall(got)
+    c.close()
+else:
+    s = socket.socket()
+    while True:
+        try:
+            s.bind(("127.0.0.1", random.randrange(20000, 30000, 2)))
+            break
+        except OSError:
+            pass
+    s.connect(("127.0.0.1", int(sys.argv[2])))
+    data = os.urandom(n)
+    s.sendall(data)
+    back = b""
+    while len(back) < n:
+        b = s.recv(n)
+        if not b:
+            sys.exit("client: early EOF")
+        back += b
+    if back != data:
+        sys.exit("client: echo differs")
+    print("OK")
+PY
+srv=$(smc_stats_dir even-server)
+cli=$(smc_stats_dir even-client)
+smc_start_server even "$srv" python3 -u "$SMC_TMP/even.py" server
+smc_wait_log even '^[0-9]'
+port=$(head -1 "$(smc_server_log even)")
+out=$(smc_run "$cli" python3 "$SMC_TMP/even.py" client "$port" 2>&1) ||
+	smc_fail "even-port client failed: $out"
+smc_wait_server_exit even
+smc_assert_eq "even-port echo server exit status" "${SMC_SERVER_RC[even]}" 0
+smc_expect_fallback "$cli" resources $((2 << 20)) "client bound to an even port"
+smc_expect_fallback "$srv" peer-not-smc $((2 << 20)) "its server"
 smc_pass

@@ -752,10 +752,14 @@ static struct smc_conn *conn_ready_for_io(struct smc_conn *c, int flags, int *er
 	return st == CONN_ACTIVE ? c : NULL;
 }
 
+/* One buffer (read, recv, write, send: nearly every call) goes through recv/send, which
+ * the kernel serves without copying in a msghdr and an iovec array as recvmsg/sendmsg
+ * make it do. */
 static ssize_t plain_recv(int fd, const struct iovec *iov, int iovcnt, int flags)
 {
 	struct msghdr m = { .msg_iov = (struct iovec *)iov, .msg_iovlen = (size_t)iovcnt };
-	ssize_t r = REAL(recvmsg)(fd, &m, flags);
+	ssize_t r = iovcnt == 1 ? REAL(recv)(fd, iov[0].iov_base, iov[0].iov_len, flags)
+				: REAL(recvmsg)(fd, &m, flags);
 
 	if (r > 0 && !(flags & MSG_PEEK))
 		stats_bytes(SMC_MODE_TCP, 0, (size_t)r);
@@ -765,7 +769,8 @@ static ssize_t plain_recv(int fd, const struct iovec *iov, int iovcnt, int flags
 static ssize_t plain_send(int fd, const struct iovec *iov, int iovcnt, int flags)
 {
 	struct msghdr m = { .msg_iov = (struct iovec *)iov, .msg_iovlen = (size_t)iovcnt };
-	ssize_t r = REAL(sendmsg)(fd, &m, flags);
+	ssize_t r = iovcnt == 1 ? REAL(send)(fd, iov[0].iov_base, iov[0].iov_len, flags)
+				: REAL(sendmsg)(fd, &m, flags);
 
 	if (r > 0)
 		stats_bytes(SMC_MODE_TCP, (size_t)r, 0);

@@ -136,7 +136,11 @@ static uint16_t addr_port(const struct sockaddr *sa)
 /* The client's half of the 4-tuple must be known before the TCP connection exists, so
  * that the server can find our rendezvous name the moment it accepts: bind an ephemeral
  * port on the address the kernel would pick for a local destination (the destination
- * itself). First without SO_REUSEADDR, so the kernel hands out a port no socket uses. */
+ * itself), one that no socket uses. When there is none (TIME_WAIT holds them all: a
+ * client that opens plain connections at a high rate), the connection is not offered:
+ * sharing a port with SO_REUSEADDR would make connect() fail whenever that port's
+ * TIME_WAIT is with the same server, where the kernel's own choice in connect() finds a
+ * usable 4-tuple. */
 static int bind_local_end(int fd, const struct sockaddr *dst, socklen_t dlen,
 			  struct sockaddr_storage *local)
 {
@@ -161,16 +165,8 @@ static int bind_local_end(int fd, const struct sockaddr *dst, socklen_t dlen,
 		((struct sockaddr_in *)local)->sin_port = 0;
 	else
 		((struct sockaddr_in6 *)local)->sin6_port = 0;
-	if (REAL(bind)(fd, (struct sockaddr *)local, dlen) < 0) {
-		int one = 1;
-
-		/* Every free port is held by some TIME_WAIT: share one, as connect() itself
-		 * would (the kernel still refuses a port whose 4-tuple is in use). */
-		if (errno != EADDRINUSE ||
-		    REAL(setsockopt)(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one)) < 0 ||
-		    REAL(bind)(fd, (struct sockaddr *)local, dlen) < 0)
-			return -errno;
-	}
+	if (REAL(bind)(fd, (struct sockaddr *)local, dlen) < 0)
+		return -errno;
 	len = sizeof(*local);
 	if (REAL(getsockname)(fd, (struct sockaddr *)local, &len) < 0)
 		return -errno;

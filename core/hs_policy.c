@@ -1,10 +1,10 @@
 /* SPDX-License-Identifier: GPL-2.0-only OR BSD-2-Clause */
-#include <netinet/in.h>
 #include <pthread.h>
 #include <string.h>
 #include <time.h>
 
 #include "core/hs_policy.h"
+#include "core/rendezvous.h"
 
 #define SLOTS 256 /* a power of two */
 
@@ -60,27 +60,14 @@ uint64_t hs_policy_now_ns(void)
 
 uint64_t hs_policy_key(const struct sockaddr *dst)
 {
-	uint8_t addr[16] = { 0 };
-	uint16_t port;
+	struct rdv_endpoint ep;
 	uint64_t a, b, k;
 
-	if (dst->sa_family == AF_INET) {
-		const struct sockaddr_in *in = (const struct sockaddr_in *)dst;
-
-		addr[10] = addr[11] = 0xff; /* as IPv4-mapped IPv6 */
-		memcpy(addr + 12, &in->sin_addr, 4);
-		port = in->sin_port;
-	} else if (dst->sa_family == AF_INET6) {
-		const struct sockaddr_in6 *in6 = (const struct sockaddr_in6 *)dst;
-
-		memcpy(addr, &in6->sin6_addr, 16);
-		port = in6->sin6_port;
-	} else {
+	if (!rdv_endpoint_from(dst, &ep))
 		return 0;
-	}
-	memcpy(&a, addr, 8);
-	memcpy(&b, addr + 8, 8);
-	k = mix(mix(a) ^ b ^ ((uint64_t)port << 48));
+	memcpy(&a, ep.addr, 8);
+	memcpy(&b, ep.addr + 8, 8);
+	k = mix(mix(a) ^ b ^ ((uint64_t)ep.port << 48));
 	return k ? k : 1;
 }
 

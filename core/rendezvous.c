@@ -21,13 +21,7 @@
 #include "core/real.h"
 #include "core/rendezvous.h"
 
-/* An endpoint in a canonical form: IPv4 as IPv4-mapped IPv6. */
-struct endpoint {
-	uint8_t addr[16];
-	uint16_t port; /* host order */
-};
-
-static bool endpoint_from(const struct sockaddr *sa, struct endpoint *ep)
+bool rdv_endpoint_from(const struct sockaddr *sa, struct rdv_endpoint *ep)
 {
 	memset(ep, 0, sizeof(*ep));
 	if (sa->sa_family == AF_INET) {
@@ -48,7 +42,7 @@ static bool endpoint_from(const struct sockaddr *sa, struct endpoint *ep)
 	return false;
 }
 
-static bool endpoint_is_v4(const struct endpoint *ep)
+static bool endpoint_is_v4(const struct rdv_endpoint *ep)
 {
 	static const uint8_t mapped[12] = { 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff };
 
@@ -57,9 +51,9 @@ static bool endpoint_is_v4(const struct endpoint *ep)
 
 bool rdv_same_endpoint(const struct sockaddr *a, const struct sockaddr *b)
 {
-	struct endpoint ea, eb;
+	struct rdv_endpoint ea, eb;
 
-	return endpoint_from(a, &ea) && endpoint_from(b, &eb) &&
+	return rdv_endpoint_from(a, &ea) && rdv_endpoint_from(b, &eb) &&
 	       memcmp(ea.addr, eb.addr, 16) == 0 && ea.port == eb.port;
 }
 
@@ -74,7 +68,7 @@ static size_t hex_append(char *dst, const uint8_t *src, size_t n)
 	return 2 * n;
 }
 
-static size_t endpoint_append(char *dst, const struct endpoint *ep)
+static size_t endpoint_append(char *dst, const struct rdv_endpoint *ep)
 {
 	uint8_t port[2] = { (uint8_t)(ep->port >> 8), (uint8_t)ep->port };
 	size_t n = hex_append(dst, ep->addr, 16);
@@ -83,8 +77,8 @@ static size_t endpoint_append(char *dst, const struct endpoint *ep)
 }
 
 /* Abstract address "\0smcp1:<kind>:<endpoints in hex>". */
-static socklen_t rdv_name(struct sockaddr_un *un, char kind, const struct endpoint *a,
-			  const struct endpoint *b)
+static socklen_t rdv_name(struct sockaddr_un *un, char kind, const struct rdv_endpoint *a,
+			  const struct rdv_endpoint *b)
 {
 	char *p = un->sun_path;
 
@@ -103,7 +97,7 @@ static socklen_t rdv_name(struct sockaddr_un *un, char kind, const struct endpoi
 /* ------------------------------------------------------------ local addresses */
 
 static pthread_mutex_t local_lock = PTHREAD_MUTEX_INITIALIZER;
-static struct endpoint *local_addrs;
+static struct rdv_endpoint *local_addrs;
 static size_t local_count;
 static time_t local_loaded;
 
@@ -111,7 +105,7 @@ static void local_addrs_load(void)
 {
 	struct ifaddrs *ifa, *i;
 	size_t n = 0;
-	struct endpoint *v;
+	struct rdv_endpoint *v;
 
 	if (getifaddrs(&ifa) < 0)
 		return;
@@ -121,7 +115,7 @@ static void local_addrs_load(void)
 	if (v) {
 		n = 0;
 		for (i = ifa; i; i = i->ifa_next)
-			if (i->ifa_addr && endpoint_from(i->ifa_addr, &v[n]))
+			if (i->ifa_addr && rdv_endpoint_from(i->ifa_addr, &v[n]))
 				n++;
 		free(local_addrs);
 		local_addrs = v;
@@ -131,7 +125,7 @@ static void local_addrs_load(void)
 	local_loaded = time(NULL);
 }
 
-static bool local_addrs_contain(const struct endpoint *ep)
+static bool local_addrs_contain(const struct rdv_endpoint *ep)
 {
 	for (size_t i = 0; i < local_count; i++)
 		if (memcmp(local_addrs[i].addr, ep->addr, 16) == 0)
@@ -141,10 +135,10 @@ static bool local_addrs_contain(const struct endpoint *ep)
 
 bool rdv_addr_is_local(const struct sockaddr *sa)
 {
-	struct endpoint ep;
+	struct rdv_endpoint ep;
 	bool found;
 
-	if (!endpoint_from(sa, &ep))
+	if (!rdv_endpoint_from(sa, &ep))
 		return false;
 	if (endpoint_is_v4(&ep) && ep.addr[12] == 127)
 		return true;
@@ -167,14 +161,14 @@ int rdv_listener_register(int lfd)
 {
 	struct sockaddr_storage ss;
 	socklen_t len = sizeof(ss);
-	struct endpoint ep;
+	struct rdv_endpoint ep;
 	struct sockaddr_un un;
 	socklen_t ulen;
 	int fd;
 
 	if (REAL(getsockname)(lfd, (struct sockaddr *)&ss, &len) < 0)
 		return -errno;
-	if (!endpoint_from((struct sockaddr *)&ss, &ep))
+	if (!rdv_endpoint_from((struct sockaddr *)&ss, &ep))
 		return -EAFNOSUPPORT;
 	ulen = rdv_name(&un, 'l', &ep, NULL);
 	fd = REAL(socket)(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
@@ -190,7 +184,7 @@ int rdv_listener_register(int lfd)
 	return fd_park(fd);
 }
 
-static bool name_bound(int probe, const struct endpoint *ep)
+static bool name_bound(int probe, const struct rdv_endpoint *ep)
 {
 	struct sockaddr_un un;
 	socklen_t ulen = rdv_name(&un, 'l', ep, NULL);
@@ -200,11 +194,11 @@ static bool name_bound(int probe, const struct endpoint *ep)
 
 bool rdv_listener_present(const struct sockaddr *dst)
 {
-	struct endpoint ep, any;
+	struct rdv_endpoint ep, any;
 	bool found;
 	int probe;
 
-	if (!endpoint_from(dst, &ep))
+	if (!rdv_endpoint_from(dst, &ep))
 		return false;
 	probe = REAL(socket)(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
 	if (probe < 0)
@@ -231,19 +225,19 @@ bool rdv_listener_present(const struct sockaddr *dst)
 
 bool rdv_client_port_may_offer(const struct sockaddr *client)
 {
-	struct endpoint ep;
+	struct rdv_endpoint ep;
 
-	return endpoint_from(client, &ep) && (ep.port & 1);
+	return rdv_endpoint_from(client, &ep) && (ep.port & 1);
 }
 
 int rdv_conn_listen(const struct sockaddr *local, const struct sockaddr *peer)
 {
-	struct endpoint a, b;
+	struct rdv_endpoint a, b;
 	struct sockaddr_un un;
 	socklen_t ulen;
 	int fd;
 
-	if (!endpoint_from(local, &a) || !endpoint_from(peer, &b))
+	if (!rdv_endpoint_from(local, &a) || !rdv_endpoint_from(peer, &b))
 		return -EAFNOSUPPORT;
 	ulen = rdv_name(&un, 'c', &a, &b);
 	fd = REAL(socket)(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
@@ -297,11 +291,11 @@ fail:
 
 int rdv_conn_connect(const struct sockaddr *peer, const struct sockaddr *local)
 {
-	struct endpoint a, b;
+	struct rdv_endpoint a, b;
 	struct sockaddr_un un;
 	socklen_t ulen;
 
-	if (!endpoint_from(peer, &a) || !endpoint_from(local, &b))
+	if (!rdv_endpoint_from(peer, &a) || !rdv_endpoint_from(local, &b))
 		return -EAFNOSUPPORT;
 	ulen = rdv_name(&un, 'c', &a, &b);
 	return connect_no_wait(&un, ulen);
@@ -567,7 +561,7 @@ bool rdv_peer_owns_tcp_peer(int ufd, int tcp_fd)
 {
 	struct sockaddr_storage l, p;
 	socklen_t ll = sizeof(l), pl = sizeof(p);
-	struct endpoint el, ep;
+	struct rdv_endpoint el, ep;
 	struct ucred cred;
 	socklen_t cl = sizeof(cred);
 	uid_t owner;
@@ -577,7 +571,8 @@ bool rdv_peer_owns_tcp_peer(int ufd, int tcp_fd)
 	if (REAL(getsockopt)(ufd, SOL_SOCKET, SO_PEERCRED, &cred, &cl) < 0 ||
 	    REAL(getsockname)(tcp_fd, (struct sockaddr *)&l, &ll) < 0 ||
 	    REAL(getpeername)(tcp_fd, (struct sockaddr *)&p, &pl) < 0 ||
-	    !endpoint_from((struct sockaddr *)&l, &el) || !endpoint_from((struct sockaddr *)&p, &ep))
+	    !rdv_endpoint_from((struct sockaddr *)&l, &el) ||
+	    !rdv_endpoint_from((struct sockaddr *)&p, &ep))
 		return false;
 	/* root can take any socket anyway; everyone else must own the peer's socket */
 	if (cred.uid == 0)

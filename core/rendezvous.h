@@ -19,6 +19,15 @@
 #include <sys/socket.h>
 #include <sys/types.h>
 
+/* A TCP endpoint in a canonical form: IPv4 as IPv4-mapped IPv6. */
+struct rdv_endpoint {
+	uint8_t addr[16];
+	uint16_t port; /* host order */
+};
+
+/* Fills *ep from an AF_INET or AF_INET6 address; false for any other family. */
+bool rdv_endpoint_from(const struct sockaddr *sa, struct rdv_endpoint *ep);
+
 /* Loopback or an address of one of this host's interfaces. */
 bool rdv_addr_is_local(const struct sockaddr *sa);
 

@@ -15,35 +15,8 @@ srv=$(smc_stats_dir server)
 cli=$(smc_stats_dir client)
 smc_make_www nginx
 
-# Workers run as the current user so they can read $www and write their stats.
-cat >"$SMC_TMP/nginx.conf" <<CONF
-user $(id -un) $(id -gn);
-worker_processes 2;
-daemon off;
-master_process on;
-pid $SMC_TMP/nginx.pid;
-error_log $SMC_TMP/nginx-error.log warn;
-events { worker_connections 1024; }
-http {
-	access_log $SMC_TMP/access.log;
-	sendfile on;
-	keepalive_requests 1000000;
-	default_type application/octet-stream;
-	client_body_temp_path $SMC_TMP/tmp-body;
-	proxy_temp_path $SMC_TMP/tmp-proxy;
-	fastcgi_temp_path $SMC_TMP/tmp-fastcgi;
-	uwsgi_temp_path $SMC_TMP/tmp-uwsgi;
-	scgi_temp_path $SMC_TMP/tmp-scgi;
-	server {
-		listen 127.0.0.1:$port;
-		root $www;
-	}
-}
-CONF
-
-smc_start_server nginx "$srv" nginx -e "$SMC_TMP/nginx-error.log" -p "$SMC_TMP/" \
-	-c "$SMC_TMP/nginx.conf"
-smc_wait_port nginx "$port"
+smc_start_nginx "$srv" "$port" 2 \
+	"access_log $SMC_TMP/access.log; sendfile on; keepalive_requests 1000000;"
 url=http://127.0.0.1:$port
 
 # Whole files, twice each over one keep-alive connection.

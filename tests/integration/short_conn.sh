@@ -23,31 +23,7 @@ wrkdir=$(smc_stats_dir wrk)
 pydir=$(smc_stats_dir python)
 smc_make_www short-conn
 
-cat >"$SMC_TMP/nginx.conf" <<CONF
-user $(id -un) $(id -gn);
-worker_processes 1;
-daemon off;
-master_process on;
-pid $SMC_TMP/nginx.pid;
-error_log $SMC_TMP/nginx-error.log warn;
-events { worker_connections 1024; }
-http {
-	access_log off;
-	default_type application/octet-stream;
-	client_body_temp_path $SMC_TMP/tmp-body;
-	proxy_temp_path $SMC_TMP/tmp-proxy;
-	fastcgi_temp_path $SMC_TMP/tmp-fastcgi;
-	uwsgi_temp_path $SMC_TMP/tmp-uwsgi;
-	scgi_temp_path $SMC_TMP/tmp-scgi;
-	server {
-		listen 127.0.0.1:$port;
-		root $www;
-	}
-}
-CONF
-smc_start_server nginx "$srv" nginx -e "$SMC_TMP/nginx-error.log" -p "$SMC_TMP/" \
-	-c "$SMC_TMP/nginx.conf"
-smc_wait_port nginx "$port"
+smc_start_nginx "$srv" "$port" 1 "access_log off;"
 
 # 1. the policy learns both ways, in one process
 cat >"$SMC_TMP/client.py" <<'PY'

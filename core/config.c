@@ -44,6 +44,7 @@ struct smc_config smc_cfg = {
 	.stats_file = NULL,
 	.spin_us = 20,
 	.short_conn_us = 10000,
+	.copy_store = -1,
 	.mem_cap = 4 * GIB,
 	.handshake_timeout_ms = 2000,
 	.bpf_dir = "/sys/fs/bpf/smc_preload",
@@ -57,6 +58,7 @@ struct smc_config smc_cfg = {
 /* Enum choice lists: the index of a word is the value stored. */
 static const char *const log_level_choices[] = { "off", "error", "warn", "info", "debug", NULL };
 static const char *const transport_choices[] = { "auto", "shm", "ib", "tcp", NULL };
+static const char *const copy_choices[] = { "auto", "cache", "stream", NULL };
 _Static_assert(SMC_LOG_OFF == 0 && SMC_LOG_ERR == 1 && SMC_LOG_WARN == 2 &&
 	       SMC_LOG_INFO == 3 && SMC_LOG_DEBUG == 4, "log_level_choices order");
 _Static_assert(SMC_TRANSPORT_AUTO == 0 && SMC_TRANSPORT_SHM == 1 && SMC_TRANSPORT_IB == 2 &&
@@ -78,6 +80,8 @@ static void store_debug(const void *v) { smc_cfg.debug = *(const bool *)v; }
 static void store_log_level(const void *v) { smc_cfg.log_level = *(const int *)v; }
 static void store_spin_us(const void *v) { smc_cfg.spin_us = (unsigned)*(const unsigned long long *)v; }
 static void store_short_conn_us(const void *v) { smc_cfg.short_conn_us = (unsigned)*(const unsigned long long *)v; }
+/* choice 0 (auto) is -1: copy_adapt_pick's "not fixed"; cache 0, stream 1 */
+static void store_copy(const void *v) { smc_cfg.copy_store = *(const int *)v - 1; }
 static void store_mem_cap(const void *v) { smc_cfg.mem_cap = (size_t)*(const unsigned long long *)v; }
 static void store_transport(const void *v)
 {
@@ -148,6 +152,7 @@ enum cfg_index {
 	CFG_STATS_FILE,
 	CFG_SPIN_US,
 	CFG_SHORT_CONN_US,
+	CFG_COPY,
 	CFG_MEM_CAP,
 	CFG_HANDSHAKE_TIMEOUT_MS,
 	CFG_TRANSPORT,
@@ -204,6 +209,12 @@ const struct smc_cfg_var smc_cfg_vars[CFG_NVARS] = {
 		.min = 0, .max = 60000000,
 		.doc = "SMC connections to a destination that keep closing sooner are left TCP; 0 = off",
 		.store = store_short_conn_us,
+	},
+	[CFG_COPY] = {
+		.name = "SMC_COPY", .type = SMC_CFG_ENUM, .def = "auto",
+		.choices = copy_choices,
+		.doc = "shm writes: auto (measure, pick), cache (memcpy) or stream (non-temporal stores)",
+		.store = store_copy,
 	},
 	[CFG_MEM_CAP] = {
 		.name = "SMC_MEM_CAP", .type = SMC_CFG_SIZE, .def = "4g",
@@ -592,6 +603,7 @@ static void config_value_text(enum cfg_index i, char *buf, size_t len)
 		break;
 	case CFG_SPIN_US: snprintf(buf, len, "%u", smc_cfg.spin_us); break;
 	case CFG_SHORT_CONN_US: snprintf(buf, len, "%u", smc_cfg.short_conn_us); break;
+	case CFG_COPY: snprintf(buf, len, "%s", choice_name(var, smc_cfg.copy_store + 1)); break;
 	case CFG_MEM_CAP: format_size(buf, len, smc_cfg.mem_cap); break;
 	case CFG_HANDSHAKE_TIMEOUT_MS: snprintf(buf, len, "%u", smc_cfg.handshake_timeout_ms); break;
 	case CFG_TRANSPORT: snprintf(buf, len, "%s", choice_name(var, (int)smc_cfg.transport)); break;

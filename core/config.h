@@ -30,6 +30,7 @@ struct smc_config {
 	const char *stats_file;    /* SMC_STATS_FILE, %p -> pid; NULL = none */
 	unsigned spin_us;          /* SMC_SPIN_US: busy-poll bound before sleeping */
 	unsigned short_conn_us;    /* SMC_SHORT_CONN_US: hs_policy.h; 0 = off */
+	int copy_store;            /* SMC_COPY: -1 auto, else enum copy_store (copy_adapt.h) */
 	size_t mem_cap;            /* SMC_MEM_CAP: all RMBs of this process; past it -> TCP */
 	unsigned handshake_timeout_ms; /* SMC_HANDSHAKE_TIMEOUT_MS */
 	enum smc_transport_pref transport; /* SMC_TRANSPORT */

@@ -360,7 +360,7 @@ ssize_t conn_send_pending(struct smc_conn *c, const struct iovec *iov, int iovcn
 	if (n > want)
 		n = want;
 	/* the staging buffer as a ring that never wraps: pend_len + n <= its size */
-	ring_copy_in_iov(c->pend_buf, CONN_PENDING_BUF, c->pend_len, iov, iovcnt, 0, n);
+	ring_copy_in_iov(c->pend_buf, CONN_PENDING_BUF, c->pend_len, iov, iovcnt, 0, n, false);
 	c->pend_len += n;
 	pthread_mutex_unlock(&c->tx_lock);
 	return (ssize_t)n;
@@ -982,6 +982,36 @@ static void rx_copy_publish(struct smc_conn *c, const struct iovec *iov, int iov
 	}
 }
 
+/* Copies k bytes from the iovecs into the peer's ring at our producer cursor; over shm
+ * with the store kind copy_adapt picks (and times some of the copies for it). */
+static void tx_copy_in(struct smc_conn *c, const struct iovec *iov, int iovcnt, size_t skip,
+		       size_t k)
+{
+	enum copy_store kind;
+	uint64_t t0 = 0;
+	bool timed;
+
+	if (c->ib) {
+		ring_copy_in_iov(c->tx_ring, c->tx_size, c->tx_prod, iov, iovcnt, skip, k, false);
+		return;
+	}
+	kind = copy_adapt_pick(&c->tx_copy, k, smc_cfg.copy_store, &timed);
+	/* the ring's first pass also faults its pages in: not what a kind costs */
+	if (cursor_wrap(c->tx_prod) == 0)
+		timed = false;
+	if (timed)
+		t0 = copy_adapt_ticks();
+	ring_copy_in_iov(c->tx_ring, c->tx_size, c->tx_prod, iov, iovcnt, skip, k,
+			 kind == COPY_STREAM);
+	if (kind == COPY_STREAM) {
+		/* the reader must not see the cursor before the lines it covers */
+		ring_stream_fence();
+		stats_count_stream(k);
+	}
+	if (timed)
+		copy_adapt_record(&c->tx_copy, kind, k, copy_adapt_ticks() - t0);
+}
+
 /* Copies n bytes (n <= free room) from the iovecs into the ring, publishing the producer
  * cursor chunk by chunk. */
 static void tx_copy_publish(struct smc_conn *c, const struct iovec *iov, int iovcnt,
@@ -994,7 +1024,7 @@ static void tx_copy_publish(struct smc_conn *c, const struct iovec *iov, int iov
 	while (n) {
 		size_t k = n < chunk ? n : chunk;
 
-		ring_copy_in_iov(c->tx_ring, c->tx_size, c->tx_prod, iov, iovcnt, skip, k);
+		tx_copy_in(c, iov, iovcnt, skip, k);
 		__atomic_store_n(&c->tx_prod, cursor_add(c->tx_prod, (uint32_t)k, c->tx_size),
 				 __ATOMIC_RELAXED);
 		tx_publish(c, k == n);

@@ -22,6 +22,7 @@
 #include <sys/types.h>
 #include <sys/uio.h>
 
+#include "core/copy_adapt.h"
 #include "core/ring.h"
 #include "core/shm.h"
 #include "core/stats.h"
@@ -62,6 +63,7 @@ struct smc_conn {
 	smc_cursor rx_prod_seen;    /* last validated peer producer cursor */
 	smc_cursor tx_prod;         /* our producer cursor (authoritative copy) */
 	smc_cursor tx_cons_seen;    /* last validated peer consumer cursor */
+	struct copy_adapt tx_copy;  /* how we store into the peer's ring (under tx_lock) */
 	uint32_t rung_rx_seq;       /* peer's r_seq we last rang its rx bell for */
 	uint32_t rung_tx_seq;       /* peer's w_seq we last rang its tx bell for */
 	uint32_t asleep_rx, asleep_tx; /* our sleepers counted in the shared block */

@@ -12,6 +12,9 @@
 #include "core/ring.h"
 
 #include <string.h>
+#if defined(__x86_64__)
+#include <emmintrin.h>
+#endif
 
 #define CURSOR_HIGH_MASK 0xFFFF000000000000ULL
 
@@ -113,16 +116,66 @@ static void ring_memcpy(void *dst, const void *src, size_t len)
 	}
 }
 
+#if defined(__x86_64__)
+/* Non-temporal stores of whole 64-byte lines: the lines go to memory without being
+ * read into this CPU's cache first (no read-for-ownership from the reader's cache).
+ * The partial lines at either end take the cached path. SSE2 is part of x86-64. */
+static void ring_memcpy_stream(void *dst, const void *src, size_t len)
+{
+	uint8_t *d = dst;
+	const uint8_t *s = src;
+	size_t head = (64 - ((uintptr_t)d & 63)) & 63;
+
+	if (len < 64 + head) {
+		ring_memcpy(d, s, len);
+		return;
+	}
+	ring_memcpy(d, s, head);
+	d += head;
+	s += head;
+	len -= head;
+	for (; len >= 64; len -= 64, d += 64, s += 64) {
+		__m128i a = _mm_loadu_si128((const __m128i *)(const void *)s);
+		__m128i b = _mm_loadu_si128((const __m128i *)(const void *)(s + 16));
+		__m128i c = _mm_loadu_si128((const __m128i *)(const void *)(s + 32));
+		__m128i e = _mm_loadu_si128((const __m128i *)(const void *)(s + 48));
+
+		_mm_stream_si128((__m128i *)(void *)d, a);
+		_mm_stream_si128((__m128i *)(void *)(d + 16), b);
+		_mm_stream_si128((__m128i *)(void *)(d + 32), c);
+		_mm_stream_si128((__m128i *)(void *)(d + 48), e);
+	}
+	ring_memcpy(d, s, len);
+}
+
+void ring_stream_fence(void)
+{
+	_mm_sfence();
+}
+#else
+static void ring_memcpy_stream(void *dst, const void *src, size_t len)
+{
+	ring_memcpy(dst, src, len);
+}
+
+void ring_stream_fence(void)
+{
+}
+#endif
+
 /* Copy into the ring at offset `off`; returns the offset after the copy. */
 static uint32_t copy_in_at(uint8_t *ring, uint32_t size, uint32_t off, const uint8_t *src,
-			   size_t len)
+			   size_t len, bool stream)
 {
 	while (len > 0) {
 		size_t chunk = size - off;
 
 		if (chunk > len)
 			chunk = len;
-		ring_memcpy(ring + off, src, chunk);
+		if (stream)
+			ring_memcpy_stream(ring + off, src, chunk);
+		else
+			ring_memcpy(ring + off, src, chunk);
 		src += chunk;
 		len -= chunk;
 		off += (uint32_t)chunk;
@@ -165,7 +218,7 @@ smc_cursor ring_copy_in(uint8_t *ring, uint32_t size, smc_cursor at, const void 
 {
 	if (size == 0 || len == 0)
 		return at;
-	copy_in_at(ring, size, ring_offset(at, size), src, len);
+	copy_in_at(ring, size, ring_offset(at, size), src, len, false);
 	return cursor_add_len(at, len, size);
 }
 
@@ -222,7 +275,7 @@ static size_t iov_walk_next(struct iov_walk *w, size_t max, uint8_t **base)
 }
 
 size_t ring_copy_in_iov(uint8_t *ring, uint32_t size, smc_cursor at,
-			const struct iovec *iov, int iovcnt, size_t skip, size_t len)
+			const struct iovec *iov, int iovcnt, size_t skip, size_t len, bool stream)
 {
 	struct iov_walk w;
 	size_t done = 0, n;
@@ -234,7 +287,7 @@ size_t ring_copy_in_iov(uint8_t *ring, uint32_t size, smc_cursor at,
 
 	iov_walk_init(&w, iov, iovcnt, skip);
 	while ((n = iov_walk_next(&w, len - done, &seg)) > 0) {
-		off = copy_in_at(ring, size, off, seg, n);
+		off = copy_in_at(ring, size, off, seg, n, stream);
 		done += n;
 	}
 	return done;

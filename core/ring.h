@@ -47,9 +47,13 @@ smc_cursor ring_copy_in(uint8_t *ring, uint32_t size, smc_cursor at, const void 
 smc_cursor ring_copy_out(const uint8_t *ring, uint32_t size, smc_cursor at, void *dst,
 			 size_t len);
 /* Gather/scatter forms: copy up to len bytes from/to the iovec array, starting `skip`
- * bytes into it. Return the number of bytes copied (min(len, iov bytes - skip)). */
+ * bytes into it. Return the number of bytes copied (min(len, iov bytes - skip)).
+ * `stream`: write whole cache lines with non-temporal stores (x86-64; elsewhere the
+ * same as false); the caller must ring_stream_fence() before publishing the cursor. */
 size_t ring_copy_in_iov(uint8_t *ring, uint32_t size, smc_cursor at,
-			const struct iovec *iov, int iovcnt, size_t skip, size_t len);
+			const struct iovec *iov, int iovcnt, size_t skip, size_t len, bool stream);
+/* Orders earlier non-temporal stores before later stores (sfence on x86-64). */
+void ring_stream_fence(void);
 size_t ring_copy_out_iov(const uint8_t *ring, uint32_t size, smc_cursor at,
 			 const struct iovec *iov, int iovcnt, size_t skip, size_t len);
 

@@ -28,6 +28,7 @@ static uint64_t bytes_sent[SMC_MODE_MAX];
 static uint64_t bytes_received[SMC_MODE_MAX];
 static uint64_t aborts;
 static uint64_t wakeups_sent;
+static uint64_t stream_bytes;
 static uint64_t ib_events[SMC_IB_EVENT_MAX];
 
 static const char *const ib_event_names[SMC_IB_EVENT_MAX] = {
@@ -120,6 +121,11 @@ void stats_count_wakeup(void)
 	count(&wakeups_sent, 1);
 }
 
+void stats_count_stream(size_t bytes)
+{
+	count(&stream_bytes, bytes);
+}
+
 void stats_count_ib(enum smc_ib_event e, uint64_t n)
 {
 	if ((unsigned)e < SMC_IB_EVENT_MAX)
@@ -137,6 +143,7 @@ void stats_snapshot(struct smc_stats_snapshot *out)
 		out->reasons[r] = load(&reasons[r]);
 	out->aborts = load(&aborts);
 	out->wakeups_sent = load(&wakeups_sent);
+	out->stream_bytes = load(&stream_bytes);
 	for (int e = 0; e < SMC_IB_EVENT_MAX; e++)
 		out->ib[e] = load(&ib_events[e]);
 }
@@ -205,6 +212,8 @@ static void stats_format_json(struct json_buf *jb, const struct smc_stats_snapsh
 		  SMC_STATS_KEY_WAKEUPS_SENT, (unsigned long long)s->wakeups_sent);
 	for (int e = 0; e < SMC_IB_EVENT_MAX; e++)
 		jb_printf(jb, ",\"%s\":%llu", ib_event_names[e], (unsigned long long)s->ib[e]);
+	jb_printf(jb, ",\"%s\":%llu", SMC_STATS_KEY_SHM_STREAM_BYTES,
+		  (unsigned long long)s->stream_bytes);
 	jb_printf(jb, "}}\n");
 }
 

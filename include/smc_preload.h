@@ -32,6 +32,8 @@
  *                already failed are not counted); "ib_link_failures": links (RC queue
  *                pairs) that failed, each aborting its connections (dead peer, lost
  *                path, QP error, port down); "ib_links": links created.
+ *                "shm_stream_bytes": payload written into peers' shared-memory rings
+ *                with non-temporal stores (SMC_COPY; the rest went through memcpy).
  *
  * All numbers are unsigned 64-bit decimal integers. The file is written to a temporary
  * name in the same directory and renamed, so a reader sees a complete file or none.
@@ -66,6 +68,7 @@
 #define SMC_STATS_KEY_IB_CDC_SENT  "ib_cdc_sent"
 #define SMC_STATS_KEY_IB_CONS_UPDATES "ib_cons_updates"
 #define SMC_STATS_KEY_IB_CREDIT_WAITS "ib_credit_waits"
+#define SMC_STATS_KEY_SHM_STREAM_BYTES "shm_stream_bytes"
 
 /* Mode names: keys inside "connections" and "bytes". */
 #define SMC_STATS_MODE_SHM "shm"

@@ -164,7 +164,7 @@ END_TEST
 
 START_TEST(table_is_sane)
 {
-	ck_assert_uint_eq(smc_cfg_nvars, 16);
+	ck_assert_uint_eq(smc_cfg_nvars, 17);
 	for (size_t i = 0; i < smc_cfg_nvars; i++) {
 		const struct smc_cfg_var *v = &smc_cfg_vars[i];
 
@@ -202,6 +202,7 @@ START_TEST(static_defaults_match_table)
 	ck_assert_ptr_null(before.stats_file);
 	ck_assert_uint_eq(before.spin_us, smc_cfg.spin_us);
 	ck_assert_uint_eq(before.short_conn_us, smc_cfg.short_conn_us);
+	ck_assert_int_eq(before.copy_store, smc_cfg.copy_store);
 	ck_assert_uint_eq(before.mem_cap, smc_cfg.mem_cap);
 	ck_assert_uint_eq(before.handshake_timeout_ms, smc_cfg.handshake_timeout_ms);
 	ck_assert_int_eq(before.transport, smc_cfg.transport);
@@ -210,6 +211,7 @@ START_TEST(static_defaults_match_table)
 	ck_assert_uint_eq(smc_cfg.sndbuf, MIB);
 	ck_assert_uint_eq(smc_cfg.spin_us, 20);
 	ck_assert_uint_eq(smc_cfg.short_conn_us, 10000);
+	ck_assert_int_eq(smc_cfg.copy_store, -1);
 	ck_assert_uint_eq(smc_cfg.mem_cap, 4 * GIB);
 	ck_assert_uint_eq(smc_cfg.handshake_timeout_ms, 2000);
 	ck_assert_int_eq(smc_cfg.transport, SMC_TRANSPORT_AUTO);
@@ -233,6 +235,7 @@ START_TEST(load_good_values)
 	setenv("SMC_MEM_CAP", "64g", 1);
 	setenv("SMC_HANDSHAKE_TIMEOUT_MS", "60000", 1);
 	setenv("SMC_TRANSPORT", "TCP", 1);
+	setenv("SMC_COPY", "Stream", 1);
 	setenv("SMC_LOG_FILE", "/tmp/smc-%p.log", 1);
 	setenv("SMC_STATS_FILE", "/tmp/stats.json", 1);
 	err = load_capture(&bad);
@@ -244,6 +247,7 @@ START_TEST(load_good_values)
 	ck_assert_uint_eq(smc_cfg.mem_cap, 64 * GIB);
 	ck_assert_uint_eq(smc_cfg.handshake_timeout_ms, 60000);
 	ck_assert_int_eq(smc_cfg.transport, SMC_TRANSPORT_TCP);
+	ck_assert_int_eq(smc_cfg.copy_store, 1);
 	ck_assert_str_eq(smc_cfg.log_file, "/tmp/smc-%p.log");
 	ck_assert_str_eq(smc_cfg.stats_file, "/tmp/stats.json");
 	ck_assert_int_eq(config_source(var_index("SMC_RCVBUF")), SMC_CFG_ENV);
@@ -316,6 +320,9 @@ START_TEST(bad_values_keep_defaults)
 	check_rejected("SMC_TRANSPORT", "3"); /* no numeric form for transports */
 	ck_assert_int_eq(smc_cfg.transport, SMC_TRANSPORT_AUTO);
 	check_rejected("SMC_TRANSPORT", "rdma");
+	check_rejected("SMC_COPY", "2"); /* no numeric form either */
+	check_rejected("SMC_COPY", "nt");
+	ck_assert_int_eq(smc_cfg.copy_store, -1);
 }
 END_TEST
 
@@ -690,7 +697,8 @@ START_TEST(stats_json_shape)
 		 "\"ib\":{\"sent\":0,\"received\":0},\"tcp\":{\"sent\":0,\"received\":5}},"
 		 "\"events\":{\"aborts\":1,\"wakeups_sent\":2,\"rnr\":0,\"ib_wc_errors\":0,"
 		 "\"ib_link_failures\":0,\"ib_links\":0,\"ib_rdma_writes\":0,\"ib_cdc_sent\":0,"
-		 "\"ib_cons_updates\":0,\"ib_credit_waits\":0}}\n", (long)getpid());
+		 "\"ib_cons_updates\":0,\"ib_credit_waits\":0,\"shm_stream_bytes\":0}}\n",
+		 (long)getpid());
 	ck_assert_str_eq(json, expect);
 
 	/* No temporary file is left next to it. */

@@ -254,7 +254,7 @@ START_TEST(test_copy_iov)
 				make_iov(iov, src, lens, n);
 				memset(ring, 0, sizeof(ring));
 				memset(model, 0, sizeof(model));
-				size_t got = ring_copy_in_iov(ring, SMALL, at, iov, n, skip, len);
+				size_t got = ring_copy_in_iov(ring, SMALL, at, iov, n, skip, len, false);
 
 				ck_assert_uint_eq(got, expect);
 				model_write(model, SMALL, start, src + (skip < total ? skip : 0),
@@ -281,15 +281,57 @@ START_TEST(test_copy_iov_edge)
 	uint8_t ring[SMALL] = { 0 }, a[4] = { 1, 2, 3, 4 };
 	struct iovec iov[2] = { { a, 4 }, { NULL, 0 } };
 
-	ck_assert_uint_eq(ring_copy_in_iov(ring, SMALL, 0, NULL, 0, 0, 10), 0);
-	ck_assert_uint_eq(ring_copy_in_iov(ring, SMALL, 0, iov, -1, 0, 10), 0);
-	ck_assert_uint_eq(ring_copy_in_iov(ring, SMALL, 0, iov, 2, 4, 10), 0);
-	ck_assert_uint_eq(ring_copy_in_iov(ring, SMALL, 0, iov, 2, 0, 0), 0);
-	ck_assert_uint_eq(ring_copy_in_iov(ring, SMALL, cursor_make(0, 14), iov, 2, 1, 10), 3);
+	ck_assert_uint_eq(ring_copy_in_iov(ring, SMALL, 0, NULL, 0, 0, 10, false), 0);
+	ck_assert_uint_eq(ring_copy_in_iov(ring, SMALL, 0, iov, -1, 0, 10, false), 0);
+	ck_assert_uint_eq(ring_copy_in_iov(ring, SMALL, 0, iov, 2, 4, 10, false), 0);
+	ck_assert_uint_eq(ring_copy_in_iov(ring, SMALL, 0, iov, 2, 0, 0, false), 0);
+	ck_assert_uint_eq(ring_copy_in_iov(ring, SMALL, cursor_make(0, 14), iov, 2, 1, 10, false), 3);
 	ck_assert_uint_eq(ring[14], 2);
 	ck_assert_uint_eq(ring[15], 3);
 	ck_assert_uint_eq(ring[0], 4);
 	ck_assert_uint_eq(ring_copy_out_iov(ring, 0, 0, iov, 2, 0, 4), 0);
+}
+END_TEST
+
+/* Non-temporal copies write exactly what cached ones write: every start offset within
+ * a line, lengths around whole lines, across the ring's end, from unaligned sources. */
+START_TEST(test_copy_in_stream)
+{
+	enum { RING = 1024, SRC = 700 };
+	static uint8_t ring[RING], model[RING], src[SRC + 64];
+	static const size_t lens[] = { 0, 1, 63, 64, 65, 127, 128, 129, 191, 255, 256, 300, SRC };
+
+	for (size_t i = 0; i < sizeof(src); i++)
+		src[i] = (uint8_t)(i * 7 + 1);
+	for (uint32_t start = RING - 200; start < RING - 200 + 70; start++) {
+		for (size_t soff = 0; soff < 3; soff++) {
+			for (size_t li = 0; li < sizeof(lens) / sizeof(lens[0]); li++) {
+				struct iovec iov = { src + soff, lens[li] };
+				size_t got;
+
+				memset(ring, 0xee, sizeof(ring));
+				memset(model, 0xee, sizeof(model));
+				got = ring_copy_in_iov(ring, RING, cursor_make(0, start), &iov, 1, 0,
+						       lens[li], true);
+				ring_stream_fence();
+				ck_assert_uint_eq(got, lens[li]);
+				model_write(model, RING, start, src + soff, lens[li]);
+				ck_assert_mem_eq(ring, model, RING);
+			}
+		}
+	}
+	/* and at the start of an aligned ring, a whole ring's worth */
+	memset(ring, 0, sizeof(ring));
+	{
+		static uint8_t big[RING];
+		struct iovec iov = { big, RING };
+
+		for (size_t i = 0; i < RING; i++)
+			big[i] = (uint8_t)(i ^ 0x5a);
+		ck_assert_uint_eq(ring_copy_in_iov(ring, RING, 0, &iov, 1, 0, RING, true), RING);
+		ring_stream_fence();
+		ck_assert_mem_eq(ring, big, RING);
+	}
 }
 END_TEST
 
@@ -315,6 +357,7 @@ static Suite *ring_suite(void)
 	tcase_add_test(tc, test_copy_defensive);
 	tcase_add_test(tc, test_copy_iov);
 	tcase_add_test(tc, test_copy_iov_edge);
+	tcase_add_test(tc, test_copy_in_stream);
 	suite_add_tcase(s, tc);
 	return s;
 }

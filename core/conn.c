@@ -983,24 +983,13 @@ static void rx_copy_publish(struct smc_conn *c, const struct iovec *iov, int iov
 }
 
 /* Copies k bytes from the iovecs into the peer's ring at our producer cursor; over shm
- * with the store kind copy_adapt picks (and times some of the copies for it). */
+ * with the store kind copy_adapt chose for this stretch of the stream. */
 static void tx_copy_in(struct smc_conn *c, const struct iovec *iov, int iovcnt, size_t skip,
 		       size_t k)
 {
-	enum copy_store kind;
-	uint64_t t0 = 0;
-	bool timed;
+	enum copy_store kind = c->ib ? COPY_CACHED
+				     : copy_adapt_kind(&c->tx_copy, k, smc_cfg.copy_store);
 
-	if (c->ib) {
-		ring_copy_in_iov(c->tx_ring, c->tx_size, c->tx_prod, iov, iovcnt, skip, k, false);
-		return;
-	}
-	kind = copy_adapt_pick(&c->tx_copy, k, smc_cfg.copy_store, &timed);
-	/* the ring's first pass also faults its pages in: not what a kind costs */
-	if (cursor_wrap(c->tx_prod) == 0)
-		timed = false;
-	if (timed)
-		t0 = copy_adapt_ticks();
 	ring_copy_in_iov(c->tx_ring, c->tx_size, c->tx_prod, iov, iovcnt, skip, k,
 			 kind == COPY_STREAM);
 	if (kind == COPY_STREAM) {
@@ -1008,8 +997,6 @@ static void tx_copy_in(struct smc_conn *c, const struct iovec *iov, int iovcnt, 
 		ring_stream_fence();
 		stats_count_stream(k);
 	}
-	if (timed)
-		copy_adapt_record(&c->tx_copy, kind, k, copy_adapt_ticks() - t0);
 }
 
 /* Copies n bytes (n <= free room) from the iovecs into the ring, publishing the producer
@@ -1115,13 +1102,18 @@ static void raise_sigpipe(int flags)
 ssize_t conn_send(struct smc_conn *c, const struct iovec *iov, int iovcnt, int flags)
 {
 	size_t want = iov_total(iov, iovcnt), sent = 0;
-	bool nonblock = c->nonblock || (flags & MSG_DONTWAIT);
+	bool nonblock = c->nonblock || (flags & MSG_DONTWAIT), full = false;
 	uint64_t deadline = deadline_from(c->sndtimeo_ns);
+	/* copy_adapt times the shm pipeline when it chooses the store kind itself */
+	bool adapt = !c->ib && smc_cfg.copy_store < 0;
+	uint64_t t_in = 0;
 	int err = 0;
 
 	if (flags & MSG_OOB)
 		return errno = EOPNOTSUPP, -1; /* urgent data is not supported over SMC */
 	pthread_mutex_lock(&c->tx_lock);
+	if (adapt)
+		t_in = copy_adapt_ticks();
 	conn_note_cpu(c);
 	tx_resync(c);
 	for (;;) {
@@ -1151,6 +1143,7 @@ ssize_t conn_send(struct smc_conn *c, const struct iovec *iov, int iovcnt, int f
 			if (!sent)
 				err = EAGAIN;
 			conn_tx_full(c);
+			full = true;
 			break;
 		}
 		if (c->ib)
@@ -1161,6 +1154,9 @@ ssize_t conn_send(struct smc_conn *c, const struct iovec *iov, int iovcnt, int f
 		if (err)
 			break;
 	}
+	if (adapt && conn_state(c) == CONN_ACTIVE)
+		copy_adapt_sent(&c->tx_copy, t_in, copy_adapt_ticks(), sent, full,
+				copy_adapt_window(c->tx_size));
 	pthread_mutex_unlock(&c->tx_lock);
 	if (sent) {
 		c->bytes_sent += sent;

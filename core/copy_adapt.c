@@ -7,15 +7,13 @@
 #include <x86intrin.h>
 #endif
 
-/* Streaming stores are chosen when memcpy costs the writer more than this many times
- * what they cost it. The writer's clock sees only its own side: streaming stores are
- * cheap to issue (50-150 ticks per KiB here, wherever the reader is) but leave the
- * lines in memory, so the reader pays a memory read for each (~400 ticks per KiB) where
- * after memcpy it would have found them in a cache. memcpy costs the writer 240-350 ticks
- * per KiB when the CPUs share a cache (ratio 2-6: memcpy's pipeline is faster, 11-18
- * GB/s against 7-8) and 990-1550 when they do not (ratio 8-19: streaming is 3-5x
- * faster). Measured with bench/msgsize at 16 KiB-1 MiB writes, 1 MiB RMB. */
-#define COPY_ADAPT_STREAM_RATIO 7
+/* A probe takes over when its window cost less than 9/10 of the current kind's: two
+ * kinds within noise of each other do not flip back and forth. */
+#define COPY_ADAPT_SWITCH_NUM 9
+#define COPY_ADAPT_SWITCH_DEN 10
+/* A window counts when the writer was busy for at least 3/4 of it. */
+#define COPY_ADAPT_BUSY_NUM 1
+#define COPY_ADAPT_BUSY_DEN 2
 
 uint64_t copy_adapt_ticks(void)
 {
@@ -29,59 +27,44 @@ uint64_t copy_adapt_ticks(void)
 #endif
 }
 
-enum copy_store copy_adapt_pick(struct copy_adapt *a, size_t len, int fixed, bool *timed)
+size_t copy_adapt_window(uint32_t ring_size)
 {
-	*timed = false;
+	size_t w = 8 * (size_t)ring_size;
+
+	return w > COPY_ADAPT_WINDOW_MIN ? w : COPY_ADAPT_WINDOW_MIN;
+}
+
+enum copy_store copy_adapt_kind(const struct copy_adapt *a, size_t len, int fixed)
+{
 	if (len < COPY_ADAPT_MIN)
 		return COPY_CACHED;
 	if (fixed >= 0)
 		return fixed ? COPY_STREAM : COPY_CACHED;
-	if (a->gap == 0)
-		a->gap = a->until_probe = COPY_ADAPT_GAP_MIN;
-	if (a->until_probe == 0) {
-		a->until_probe = a->gap; /* copy_adapt_record sets the next gap */
-		*timed = true;
-		return a->kind == COPY_CACHED ? COPY_STREAM : COPY_CACHED;
-	}
-	a->until_probe--;
-	if (++a->tick >= COPY_ADAPT_TIME_EVERY) {
-		a->tick = 0;
-		*timed = true;
-	}
-	return (enum copy_store)a->kind;
+	return (enum copy_store)a->win_kind;
 }
 
-static void probe_again_soon(struct copy_adapt *a)
+static void probe_soon(struct copy_adapt *a)
 {
 	a->gap = COPY_ADAPT_GAP_MIN;
 	if (a->until_probe > COPY_ADAPT_GAP_MIN)
 		a->until_probe = COPY_ADAPT_GAP_MIN;
 }
 
-static bool want_stream(const struct copy_adapt *a)
+/* A busy window of `kind`: `elapsed` ticks for `bytes`. */
+static void record(struct copy_adapt *a, enum copy_store kind, uint64_t bytes, uint64_t elapsed)
 {
-	return (uint64_t)a->cost[COPY_CACHED] >
-	       (uint64_t)a->cost[COPY_STREAM] * COPY_ADAPT_STREAM_RATIO;
-}
+	uint64_t c64 = elapsed * 1024 / bytes;
+	uint32_t c = c64 == 0 ? 1 : c64 > UINT32_MAX / 8 ? UINT32_MAX / 8 : (uint32_t)c64;
+	uint32_t cur;
 
-void copy_adapt_record(struct copy_adapt *a, enum copy_store kind, size_t len, uint64_t ticks)
-{
-	uint64_t c64;
-	uint32_t c, cur, other;
-	bool moved;
-
-	if (len == 0 || (unsigned)kind > COPY_STREAM)
-		return;
-	c64 = ticks * 1024 / len;
-	c = c64 == 0 ? 1 : c64 > UINT32_MAX / 8 ? UINT32_MAX / 8 : (uint32_t)c64;
-	if (a->gap == 0)
-		a->gap = a->until_probe = COPY_ADAPT_GAP_MIN;
 	if (kind == a->kind) {
 		cur = a->cost[kind];
-		/* one chunk during which we were preempted must not look like a slow kind */
-		if (cur && c > 4 * cur)
-			c = 4 * cur;
-		cur = cur ? (3 * cur + c) / 4 : c;
+		/* one window during which we were preempted is not a slower kind: clamped
+		 * to 2x, it alone cannot lift the average past 2x the best; a real move
+		 * (memcpy 4-6x slower) does so in two windows */
+		if (cur && c > 2 * cur)
+			c = 2 * cur;
+		cur = cur ? (cur + c) / 2 : c;
 		a->cost[kind] = cur;
 		if (a->best == 0 || cur < a->best) {
 			a->best = cur;
@@ -89,28 +72,70 @@ void copy_adapt_record(struct copy_adapt *a, enum copy_store kind, size_t len, u
 			/* much slower than it was: the CPUs moved; see whether the other
 			 * kind is better now, and measure "best" afresh from here */
 			a->best = cur;
-			probe_again_soon(a);
+			probe_soon(a);
 		}
 		return;
 	}
-	/* a probe: half its sample, half what the kind cost before */
-	other = a->cost[kind];
-	moved = other && (c > 2 * other || 2 * c < other);
-	other = other ? (other + c) / 2 : c;
-	a->cost[kind] = other;
+	/* a probe: rare, and what it measures may be new: its sample stands alone */
+	a->cost[kind] = c;
 	cur = a->cost[a->kind];
-	if (cur && want_stream(a) != (a->kind == COPY_STREAM)) {
+	if (cur && (uint64_t)c * COPY_ADAPT_SWITCH_DEN < (uint64_t)cur * COPY_ADAPT_SWITCH_NUM) {
 		a->kind = (uint8_t)kind;
-		a->best = other;
+		a->best = c;
 		a->gap = a->until_probe = COPY_ADAPT_GAP_MIN;
 		return;
 	}
-	/* the other kind still loses: look less often, unless its cost just changed a
-	 * lot (the CPUs moved), when the next probe settles it soon */
-	if (moved)
-		a->gap = COPY_ADAPT_GAP_MIN;
-	else
-		a->gap = a->gap >= COPY_ADAPT_GAP_MAX / 2 ? COPY_ADAPT_GAP_MAX
-							   : (uint16_t)(2 * a->gap);
+	a->gap = a->gap >= COPY_ADAPT_GAP_MAX / 2 ? COPY_ADAPT_GAP_MAX : (uint16_t)(2 * a->gap);
 	a->until_probe = a->gap;
+}
+
+static void window_end(struct copy_adapt *a, uint64_t elapsed)
+{
+	bool busy = a->win_busy * COPY_ADAPT_BUSY_DEN >= elapsed * COPY_ADAPT_BUSY_NUM;
+	bool probe = a->win_kind != a->kind;
+
+	if (!busy || a->started == 1) {
+		/* the application's pace, not the copies' (or the ring's first pass, which
+		 * also faults its pages in): not counted; a probe is tried again later */
+		if (probe)
+			a->until_probe = a->gap;
+		a->win_kind = a->kind;
+		return;
+	}
+	record(a, (enum copy_store)a->win_kind, a->win_bytes, elapsed);
+	if (a->until_probe == 0) {
+		a->win_kind = a->kind == COPY_CACHED ? COPY_STREAM : COPY_CACHED;
+		a->until_probe = a->gap; /* record() sets the next gap from its result */
+	} else {
+		a->until_probe--;
+		a->win_kind = a->kind;
+	}
+}
+
+void copy_adapt_sent(struct copy_adapt *a, uint64_t t_in, uint64_t t_out, size_t bytes,
+		     bool ring_full, size_t window)
+{
+	if (t_out < t_in)
+		t_out = t_in;
+	if (!a->started) {
+		a->started = 1;
+		a->win_start = t_in;
+		a->win_busy = a->win_bytes = 0;
+		a->gap = a->until_probe = COPY_ADAPT_GAP_MIN;
+		a->win_kind = a->kind;
+	} else if (a->ring_full && t_in > a->last_exit) {
+		/* an event loop that was told "full" waited for room until this call */
+		a->win_busy += t_in - a->last_exit;
+	}
+	a->win_busy += t_out - t_in;
+	a->win_bytes += bytes;
+	a->last_exit = t_out;
+	a->ring_full = ring_full;
+	if (a->win_bytes < window)
+		return;
+	window_end(a, t_out - a->win_start);
+	if (a->started < 2)
+		a->started = 2;
+	a->win_start = t_out;
+	a->win_busy = a->win_bytes = 0;
 }

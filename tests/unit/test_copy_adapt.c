@@ -1,22 +1,24 @@
 /* SPDX-License-Identifier: GPL-2.0-only OR BSD-2-Clause */
 /* Unit tests for the ring store-kind chooser (core/copy_adapt.c), driven by a model of
- * the two machines it must tell apart: CPUs sharing a cache (memcpy cheaper) and CPUs
- * far apart (streaming stores cheaper). */
+ * the machines it must tell apart: a writer's sends take the pipeline's time per byte
+ * for the kind in use, as measured on the project's VM. */
 #include <check.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "core/copy_adapt.h"
 
-#define CHUNK (16u * 1024)
+#define RING (1024u * 1024)
+#define MSG (128u * 1024)
 
-/* the writer's ticks per KiB for each kind, as measured on the project's machine
- * (copy_adapt.c): streaming stores cost the writer little wherever the reader is */
+/* pipeline ticks per KiB with each kind */
 struct machine {
 	uint32_t cost[2];
 };
-static const struct machine near = { { 280, 80 } };  /* memcpy's pipeline is faster */
-static const struct machine far = { { 1150, 80 } };  /* streaming's is, 3-5x */
+/* CPUs sharing a cache, 1 MiB ring, 128 KiB writes: memcpy ~11, streaming ~7.5 GB/s */
+static const struct machine near = { { 250, 370 } };
+/* CPUs far apart: memcpy ~2, streaming ~8 GB/s */
+static const struct machine far = { { 1400, 350 } };
 
 static uint32_t rng = 12345;
 
@@ -28,148 +30,164 @@ static uint64_t jitter(uint64_t v)
 }
 
 struct run {
-	unsigned chunks[2]; /* chunks copied with each kind */
-	unsigned timed;
-	int first_stream;   /* index of the first chunk stored with COPY_STREAM, -1 none */
-	int last_switch;    /* index of the last chunk whose kind differs from the one before */
+	unsigned calls[2];  /* send calls made with each kind */
+	int first_stream;   /* index of the first call made with COPY_STREAM, -1 none */
 };
 
-/* n chunks of `len` on machine m; `outlier_at` >= 0: that chunk's timing is 100x. */
-static void drive(struct copy_adapt *a, const struct machine *m, unsigned n, size_t len,
-		  int outlier_at, struct run *r)
+struct writer {
+	struct copy_adapt a;
+	uint64_t now;
+};
+
+/* n blocking sends of `msg` bytes on machine m, `idle` ticks of application work
+ * between them; `slow_call` >= 0: that call takes 100x as long (preempted). */
+static void drive(struct writer *w, const struct machine *m, unsigned n, size_t msg,
+		  uint64_t idle, int slow_call, struct run *r)
 {
 	memset(r, 0, sizeof(*r));
-	r->first_stream = r->last_switch = -1;
+	r->first_stream = -1;
 	for (unsigned i = 0; i < n; i++) {
-		bool timed;
-		enum copy_store k = copy_adapt_pick(a, len, -1, &timed);
+		enum copy_store k = copy_adapt_kind(&w->a, msg, -1);
+		uint64_t t_in = w->now, d = jitter((uint64_t)m->cost[k] * msg / 1024);
 
-		r->chunks[k]++;
+		if ((int)i == slow_call)
+			d *= 100;
+		r->calls[k]++;
 		if (k == COPY_STREAM && r->first_stream < 0)
 			r->first_stream = (int)i;
-		if (!timed)
-			continue;
-		r->timed++;
-		uint64_t t = jitter((uint64_t)m->cost[k] * len / 1024);
-
-		if ((int)i == outlier_at)
-			t *= 100;
-		copy_adapt_record(a, k, len, t);
+		w->now += d;
+		copy_adapt_sent(&w->a, t_in, w->now, msg, false, copy_adapt_window(RING));
+		w->now += idle;
 	}
 }
 
+/* sends per window */
+#define PER_WIN (copy_adapt_window(RING) / MSG)
+
 START_TEST(near_stays_cached)
 {
-	struct copy_adapt a = { 0 };
+	struct writer w = { .now = 1000 };
 	struct run r;
 
-	drive(&a, &near, 20000, CHUNK, -1, &r);
-	/* probes back off to one per COPY_ADAPT_GAP_MAX chunks: well under 1% */
-	ck_assert_msg(r.chunks[COPY_STREAM] * 100 < r.chunks[COPY_CACHED],
-		      "%u streaming chunks of 20000", r.chunks[COPY_STREAM]);
-	ck_assert_uint_gt(r.chunks[COPY_STREAM], 0); /* it did look */
-	ck_assert_int_eq(a.kind, COPY_CACHED);
-	/* about one chunk in COPY_ADAPT_TIME_EVERY is timed */
-	ck_assert_uint_lt(r.timed, 20000 / COPY_ADAPT_TIME_EVERY + 200);
+	drive(&w, &near, 20000, MSG, 0, -1, &r);
+	ck_assert_int_eq(w.a.kind, COPY_CACHED);
+	ck_assert_uint_gt(r.calls[COPY_STREAM], 0); /* it did look */
+	/* probes back off to one window in COPY_ADAPT_GAP_MAX + 1 */
+	ck_assert_msg(r.calls[COPY_STREAM] * 30 < r.calls[COPY_CACHED],
+		      "%u streaming sends of 20000", r.calls[COPY_STREAM]);
 }
 END_TEST
 
 START_TEST(far_switches_to_stream)
 {
-	struct copy_adapt a = { 0 };
+	struct writer w = { .now = 1000 };
 	struct run r;
 
-	drive(&a, &far, 20000, CHUNK, -1, &r);
-	ck_assert_int_eq(a.kind, COPY_STREAM);
-	/* the first probe comes after COPY_ADAPT_GAP_MIN chunks and wins at once */
-	ck_assert_int_le(r.first_stream, COPY_ADAPT_GAP_MIN + 1);
-	ck_assert_msg(r.chunks[COPY_CACHED] * 50 < r.chunks[COPY_STREAM],
-		      "%u cached chunks of 20000", r.chunks[COPY_CACHED]);
+	drive(&w, &far, 20000, MSG, 0, -1, &r);
+	ck_assert_int_eq(w.a.kind, COPY_STREAM);
+	/* first window not counted, COPY_ADAPT_GAP_MIN + 1 counted, then the probe */
+	ck_assert_int_le(r.first_stream, (COPY_ADAPT_GAP_MIN + 3) * PER_WIN);
+	ck_assert_msg(r.calls[COPY_CACHED] * 20 < r.calls[COPY_STREAM],
+		      "%u cached sends of 20000", r.calls[COPY_CACHED]);
 }
 END_TEST
 
 START_TEST(follows_the_host)
 {
-	struct copy_adapt a = { 0 };
+	struct writer w = { .now = 1000 };
 	struct run r;
 
-	drive(&a, &near, 5000, CHUNK, -1, &r);
-	ck_assert_int_eq(a.kind, COPY_CACHED);
-	/* the host moves a vCPU away: memcpy gets 6x slower; noticed within a few timed
-	 * chunks, then one probe */
-	drive(&a, &far, 5000, CHUNK, -1, &r);
-	ck_assert_int_eq(a.kind, COPY_STREAM);
-	ck_assert_int_le(r.first_stream, 4 * COPY_ADAPT_TIME_EVERY + COPY_ADAPT_GAP_MIN);
-	ck_assert_uint_lt(r.chunks[COPY_CACHED], 4 * COPY_ADAPT_TIME_EVERY + COPY_ADAPT_GAP_MIN + 40);
-	/* and back: streaming gets no slower there, so only the backed-off probe finds it */
-	drive(&a, &near, 5000, CHUNK, -1, &r);
-	ck_assert_int_eq(a.kind, COPY_CACHED);
-	ck_assert_uint_lt(r.chunks[COPY_STREAM], COPY_ADAPT_GAP_MAX + 60);
+	drive(&w, &near, 5000, MSG, 0, -1, &r);
+	ck_assert_int_eq(w.a.kind, COPY_CACHED);
+	/* the host moves a vCPU away: memcpy gets 5x slower, noticed within two windows,
+	 * then a probe within COPY_ADAPT_GAP_MIN (the current window may be the first) */
+	drive(&w, &far, (COPY_ADAPT_GAP_MIN + 5) * PER_WIN, MSG, 0, -1, &r);
+	ck_assert_int_eq(w.a.kind, COPY_STREAM);
+	drive(&w, &far, 80 * PER_WIN, MSG, 0, -1, &r);
+	ck_assert_int_eq(w.a.kind, COPY_STREAM);
+	/* in 80 windows, probes of memcpy 4, 8, 16 and 32 windows apart */
+	ck_assert_msg(r.calls[COPY_CACHED] <= 4 * PER_WIN, "%u cached sends", r.calls[COPY_CACHED]);
+	/* and back: streaming costs the same there, so only the backed-off probe finds it */
+	drive(&w, &near, (COPY_ADAPT_GAP_MAX + 3) * PER_WIN, MSG, 0, -1, &r);
+	ck_assert_int_eq(w.a.kind, COPY_CACHED);
 }
 END_TEST
 
-START_TEST(cheaper_streaming_is_not_enough)
+START_TEST(close_costs_do_not_flip)
 {
-	/* streaming costs the writer 1/5 of memcpy: the reader would pay more than that */
-	static const struct machine fifth = { { 300, 60 } };
-	static const struct machine same = { { 100, 90 } };
-	struct copy_adapt a = { 0 }, b = { 0 };
+	static const struct machine close = { { 100, 95 } }; /* within COPY_ADAPT_SWITCH */
+	struct writer w = { .now = 1000 };
 	struct run r;
 
-	drive(&a, &fifth, 20000, CHUNK, -1, &r);
-	ck_assert_int_eq(a.kind, COPY_CACHED);
-	ck_assert_uint_lt(r.chunks[COPY_STREAM], 200);
-	drive(&b, &same, 20000, CHUNK, -1, &r);
-	ck_assert_int_eq(b.kind, COPY_CACHED);
-	ck_assert_uint_lt(r.chunks[COPY_STREAM], 200);
+	drive(&w, &close, 20000, MSG, 0, -1, &r);
+	ck_assert_int_eq(w.a.kind, COPY_CACHED);
 }
 END_TEST
 
-START_TEST(one_preempted_chunk_is_not_a_move)
+START_TEST(idle_writer_is_not_measured)
 {
-	struct copy_adapt a = { 0 };
+	struct writer w = { .now = 1000 };
 	struct run r;
 
-	drive(&a, &near, 4000, CHUNK, -1, &r);
-	uint16_t gap = a.gap;
+	/* the application works 2x as long as each send takes: its pace, not the copies' */
+	drive(&w, &far, 20000, MSG, 2ull * far.cost[COPY_CACHED] * MSG / 1024, -1, &r);
+	ck_assert_int_eq(w.a.kind, COPY_CACHED);
+	ck_assert_uint_eq(r.calls[COPY_STREAM], 0);
+	ck_assert_uint_eq(w.a.cost[COPY_CACHED], 0);
+}
+END_TEST
+
+START_TEST(event_loop_waiting_for_room_is_busy)
+{
+	struct writer w = { .now = 1000 };
+	unsigned stream = 0;
+
+	/* a nonblocking writer: each call fills what room there is and returns "full";
+	 * the loop then waits (epoll) for room, which is the pipeline's time too */
+	for (unsigned i = 0; i < 20000; i++) {
+		enum copy_store k = copy_adapt_kind(&w.a, MSG, -1);
+		uint64_t t_in = w.now, d = jitter((uint64_t)far.cost[k] * MSG / 1024);
+
+		stream += k == COPY_STREAM;
+		w.now += d / 10; /* the copy */
+		copy_adapt_sent(&w.a, t_in, w.now, MSG, true, copy_adapt_window(RING));
+		w.now += d - d / 10; /* waiting for the reader */
+	}
+	ck_assert_int_eq(w.a.kind, COPY_STREAM);
+	ck_assert_uint_gt(stream, 19000);
+}
+END_TEST
+
+START_TEST(one_preempted_window_is_not_a_move)
+{
+	struct writer w = { .now = 1000 };
+	struct run r;
+
+	drive(&w, &near, 3000, MSG, 0, -1, &r);
+	uint16_t gap = w.a.gap;
 
 	ck_assert_uint_gt(gap, COPY_ADAPT_GAP_MIN); /* backed off by now */
-	/* one timed chunk 100x slower: clamped to 4x, it moves the average but neither
-	 * the kind nor the probe schedule */
-	copy_adapt_record(&a, COPY_CACHED, CHUNK, 100ull * near.cost[0] * CHUNK / 1024);
-	ck_assert_int_eq(a.kind, COPY_CACHED);
-	ck_assert_uint_eq(a.gap, gap);
-	drive(&a, &near, 4000, CHUNK, -1, &r);
-	ck_assert_int_eq(a.kind, COPY_CACHED);
-	ck_assert_uint_lt(r.chunks[COPY_STREAM], 12);
-	/* a run of them (a long preemption) may trigger a look at streaming: it loses
-	 * there, and memcpy comes back within a few probes */
-	for (int i = 0; i < 4; i++)
-		copy_adapt_record(&a, COPY_CACHED, CHUNK, 100ull * near.cost[0] * CHUNK / 1024);
-	drive(&a, &near, 4000, CHUNK, -1, &r);
-	ck_assert_int_eq(a.kind, COPY_CACHED);
-	ck_assert_uint_lt(r.chunks[COPY_STREAM], 4 * COPY_ADAPT_GAP_MIN);
+	/* one send 100x slower: its window's cost is clamped to 2x the average, which rises
+	 * to 1.5x: neither the kind nor the probe schedule changes */
+	drive(&w, &near, 3000, MSG, 0, 5, &r);
+	ck_assert_int_eq(w.a.kind, COPY_CACHED);
+	ck_assert_uint_le(r.calls[COPY_STREAM], 3 * PER_WIN);
 }
 END_TEST
 
 START_TEST(small_chunks_and_fixed_kinds)
 {
-	struct copy_adapt a = { 0 }, zero = { 0 };
-	bool timed = true;
+	struct copy_adapt a = { 0 };
 
-	for (int i = 0; i < 1000; i++) {
-		ck_assert_int_eq(copy_adapt_pick(&a, COPY_ADAPT_MIN - 1, -1, &timed), COPY_CACHED);
-		ck_assert(!timed);
-		ck_assert_int_eq(copy_adapt_pick(&a, CHUNK, COPY_STREAM, &timed), COPY_STREAM);
-		ck_assert(!timed);
-		ck_assert_int_eq(copy_adapt_pick(&a, CHUNK, COPY_CACHED, &timed), COPY_CACHED);
-		ck_assert(!timed);
-	}
-	ck_assert_mem_eq(&a, &zero, sizeof(a)); /* none of them touched the state */
-	/* nonsense records are ignored */
-	copy_adapt_record(&a, COPY_CACHED, 0, 100);
-	copy_adapt_record(&a, (enum copy_store)7, CHUNK, 100);
-	ck_assert_mem_eq(&a, &zero, sizeof(a));
+	a.win_kind = COPY_STREAM;
+	ck_assert_int_eq(copy_adapt_kind(&a, COPY_ADAPT_MIN - 1, -1), COPY_CACHED);
+	ck_assert_int_eq(copy_adapt_kind(&a, COPY_ADAPT_MIN, -1), COPY_STREAM);
+	ck_assert_int_eq(copy_adapt_kind(&a, COPY_ADAPT_MIN, COPY_CACHED), COPY_CACHED);
+	a.win_kind = COPY_CACHED;
+	ck_assert_int_eq(copy_adapt_kind(&a, MSG, COPY_STREAM), COPY_STREAM);
+	ck_assert_int_eq(copy_adapt_kind(&a, COPY_ADAPT_MIN - 1, COPY_STREAM), COPY_CACHED);
+	ck_assert_uint_eq(copy_adapt_window(64 * 1024), COPY_ADAPT_WINDOW_MIN);
+	ck_assert_uint_eq(copy_adapt_window(4 * RING), 8 * 4 * RING);
 }
 END_TEST
 
@@ -193,8 +211,10 @@ static Suite *copy_adapt_suite(void)
 	tcase_add_test(tc, near_stays_cached);
 	tcase_add_test(tc, far_switches_to_stream);
 	tcase_add_test(tc, follows_the_host);
-	tcase_add_test(tc, cheaper_streaming_is_not_enough);
-	tcase_add_test(tc, one_preempted_chunk_is_not_a_move);
+	tcase_add_test(tc, close_costs_do_not_flip);
+	tcase_add_test(tc, idle_writer_is_not_measured);
+	tcase_add_test(tc, event_loop_waiting_for_room_is_busy);
+	tcase_add_test(tc, one_preempted_window_is_not_a_move);
 	tcase_add_test(tc, small_chunks_and_fixed_kinds);
 	tcase_add_test(tc, ticks_advance);
 	suite_add_tcase(s, tc);

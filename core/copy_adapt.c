@@ -11,6 +11,8 @@
  * kinds within noise of each other do not flip back and forth. */
 #define COPY_ADAPT_SWITCH_NUM 9
 #define COPY_ADAPT_SWITCH_DEN 10
+/* The current kind's average past this many times its best: the CPUs moved. */
+#define COPY_ADAPT_MOVED 3
 /* A window counts when the writer was busy for at least 3/4 of it. */
 #define COPY_ADAPT_BUSY_NUM 1
 #define COPY_ADAPT_BUSY_DEN 2
@@ -60,15 +62,17 @@ static void record(struct copy_adapt *a, enum copy_store kind, uint64_t bytes, u
 	if (kind == a->kind) {
 		cur = a->cost[kind];
 		/* one window during which we were preempted is not a slower kind: clamped
-		 * to 2x, it alone cannot lift the average past 2x the best; a real move
-		 * (memcpy 4-6x slower) does so in two windows */
+		 * to 2x, it alone cannot lift the average past 3x the best; a real move
+		 * (memcpy 4-6x slower) does so in three windows. Not 2x: windows of one
+		 * kind vary up to 2x here (1 MiB ring, 4 MiB writes: 140-320 ticks/KiB),
+		 * and every false alarm costs a round of probes (5% at 2x) */
 		if (cur && c > 2 * cur)
 			c = 2 * cur;
 		cur = cur ? (cur + c) / 2 : c;
 		a->cost[kind] = cur;
 		if (a->best == 0 || cur < a->best) {
 			a->best = cur;
-		} else if (cur > 2 * a->best) {
+		} else if (cur > COPY_ADAPT_MOVED * a->best) {
 			/* much slower than it was: the CPUs moved; see whether the other
 			 * kind is better now, and measure "best" afresh from here */
 			a->best = cur;

@@ -113,6 +113,31 @@ START_TEST(follows_the_host)
 }
 END_TEST
 
+START_TEST(noisy_windows_do_not_raise_alarms)
+{
+	struct writer w = { .now = 1000 };
+	struct run r;
+
+	unsigned stream = 0;
+
+	/* whole windows 0.5x-1.5x as fast as usual (measured here: 8 MiB windows of one
+	 * kind vary up to 2x), which must not look like a move of the CPUs */
+	for (unsigned win = 0; win < 600; win++) {
+		rng = rng * 1103515245u + 12345u;
+		struct machine m = near;
+		unsigned f = 50 + (rng >> 16) % 101;
+
+		m.cost[0] = m.cost[0] * f / 100;
+		m.cost[1] = m.cost[1] * f / 100;
+		drive(&w, &m, PER_WIN, MSG, 0, -1, &r);
+		stream += r.calls[COPY_STREAM];
+	}
+	ck_assert_int_eq(w.a.kind, COPY_CACHED);
+	/* backed-off probes only: 4+8+16+32, then one per COPY_ADAPT_GAP_MAX + 1 */
+	ck_assert_msg(stream <= 14 * PER_WIN, "%u streaming sends in 600 windows", stream);
+}
+END_TEST
+
 START_TEST(close_costs_do_not_flip)
 {
 	static const struct machine close = { { 100, 95 } }; /* within COPY_ADAPT_SWITCH */
@@ -212,6 +237,7 @@ static Suite *copy_adapt_suite(void)
 	tcase_add_test(tc, far_switches_to_stream);
 	tcase_add_test(tc, follows_the_host);
 	tcase_add_test(tc, close_costs_do_not_flip);
+	tcase_add_test(tc, noisy_windows_do_not_raise_alarms);
 	tcase_add_test(tc, idle_writer_is_not_measured);
 	tcase_add_test(tc, event_loop_waiting_for_room_is_busy);
 	tcase_add_test(tc, one_preempted_window_is_not_a_move);

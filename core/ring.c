@@ -101,15 +101,61 @@ static inline uint32_t ring_offset(smc_cursor at, uint32_t size)
  * at 1.4-2 GB/s instead of 7-8 whenever its cursors fell badly against the buffer). */
 static void *(*volatile ring_libc_memcpy)(void *, const void *, size_t) = memcpy;
 
+#if defined(__x86_64__)
+/*
+ * glibc's memcpy (its AVX-512 variant on this project's AMD EPYC VMs) runs at 2/3 of
+ * its speed when the destination lies 0-255 bytes above the source modulo 4 KiB, the
+ * signature of 4K aliasing (loads matched against pending stores by their low 12
+ * address bits). A plain forward loop of 16-byte moves is not affected. 2 KiB pieces
+ * from memory into an L2-resident buffer: glibc 8.7-9.5 GB/s in that zone and
+ * 12.8-13.9 outside it; the loop 12.2-13.5 everywhere. A ring copy meets the zone
+ * whenever a message of a multiple of 4 KiB is read into (or written from) a buffer
+ * that starts just past a page, as glibc's malloc() returns them from 128 KiB up
+ * (page + 16), rings starting on a page: the sweep's 131072-byte and larger messages.
+ */
+#define RING_ALIAS_ZONE 256
+
+static bool ring_copy_aliases(const uint8_t *d, const uint8_t *s)
+{
+	return (((uintptr_t)d - (uintptr_t)s) & 4095) < RING_ALIAS_ZONE;
+}
+
+static void ring_memcpy_sse2(uint8_t *d, const uint8_t *s, size_t n)
+{
+	for (; n >= 64; n -= 64, d += 64, s += 64) {
+		__m128i a = _mm_loadu_si128((const __m128i *)(const void *)s);
+		__m128i b = _mm_loadu_si128((const __m128i *)(const void *)(s + 16));
+		__m128i c = _mm_loadu_si128((const __m128i *)(const void *)(s + 32));
+		__m128i e = _mm_loadu_si128((const __m128i *)(const void *)(s + 48));
+
+		_mm_storeu_si128((__m128i *)(void *)d, a);
+		_mm_storeu_si128((__m128i *)(void *)(d + 16), b);
+		_mm_storeu_si128((__m128i *)(void *)(d + 32), c);
+		_mm_storeu_si128((__m128i *)(void *)(d + 48), e);
+	}
+	if (n)
+		ring_libc_memcpy(d, s, n);
+}
+#endif
+
 static void ring_memcpy(void *dst, const void *src, size_t len)
 {
 	uint8_t *d = dst;
 	const uint8_t *s = src;
+#if defined(__x86_64__)
+	/* d - s stays the same for every piece */
+	bool own_loop = len >= RING_ALIAS_ZONE && ring_copy_aliases(d, s);
+#endif
 
 	while (len > 0) {
 		size_t n = len < RING_COPY_PIECE ? len : RING_COPY_PIECE;
 
-		ring_libc_memcpy(d, s, n);
+#if defined(__x86_64__)
+		if (own_loop)
+			ring_memcpy_sse2(d, s, n);
+		else
+#endif
+			ring_libc_memcpy(d, s, n);
 		d += n;
 		s += n;
 		len -= n;

@@ -335,6 +335,54 @@ START_TEST(test_copy_in_stream)
 }
 END_TEST
 
+/* Copies whose destination sits 0-255 bytes above the source modulo 4 KiB take the
+ * library's own loop instead of glibc's memcpy (ring.c): same bytes, both ways, at
+ * every such distance tried, across the ring's end and with partial 64-byte tails. */
+START_TEST(test_copy_alias_zone)
+{
+	enum { RING = 8192 };
+	static const size_t deltas[] = { 0, 1, 16, 63, 255, 256, 2048, 4095 };
+	static const size_t lens[] = { 255, 256, 300, 2048 + 65, 5000, RING };
+	static const uint32_t starts[] = { 0, 100, RING - 50 };
+	uint8_t *ring = aligned_alloc(4096, RING), *model = malloc(RING);
+	uint8_t *buf = aligned_alloc(4096, RING + 8192), *back = malloc(RING);
+
+	ck_assert_ptr_nonnull(ring);
+	ck_assert_ptr_nonnull(model);
+	ck_assert_ptr_nonnull(buf);
+	ck_assert_ptr_nonnull(back);
+	for (size_t di = 0; di < sizeof(deltas) / sizeof(deltas[0]); di++) {
+		for (size_t si = 0; si < sizeof(starts) / sizeof(starts[0]); si++) {
+			for (size_t li = 0; li < sizeof(lens) / sizeof(lens[0]); li++) {
+				/* the buffer's page offset against the ring position */
+				uint8_t *app = buf + ((starts[si] + deltas[di]) & 4095);
+				size_t len = lens[li];
+				struct iovec iov = { app, len };
+
+				for (size_t i = 0; i < len; i++)
+					app[i] = (uint8_t)(i * 13 + di + si);
+				memset(ring, 0xa5, RING);
+				memset(model, 0xa5, RING);
+				ck_assert_uint_eq(ring_copy_in_iov(ring, RING, cursor_make(0, starts[si]),
+								   &iov, 1, 0, len, false), len);
+				model_write(model, RING, starts[si], app, len);
+				ck_assert_mem_eq(ring, model, RING);
+				memset(app, 0, len);
+				ck_assert_uint_eq(ring_copy_out_iov(ring, RING, cursor_make(0, starts[si]),
+								    &iov, 1, 0, len), len);
+				for (size_t i = 0; i < len; i++)
+					back[i] = (uint8_t)(i * 13 + di + si);
+				ck_assert_mem_eq(app, back, len);
+			}
+		}
+	}
+	free(ring);
+	free(model);
+	free(buf);
+	free(back);
+}
+END_TEST
+
 static Suite *ring_suite(void)
 {
 	Suite *s = suite_create("ring");
@@ -358,6 +406,7 @@ static Suite *ring_suite(void)
 	tcase_add_test(tc, test_copy_iov);
 	tcase_add_test(tc, test_copy_iov_edge);
 	tcase_add_test(tc, test_copy_in_stream);
+	tcase_add_test(tc, test_copy_alias_zone);
 	suite_add_tcase(s, tc);
 	return s;
 }

@@ -120,21 +120,39 @@ static bool ring_copy_aliases(const uint8_t *d, const uint8_t *s)
 	return (((uintptr_t)d - (uintptr_t)s) & 4095) < RING_ALIAS_ZONE;
 }
 
+/* Copies the whole 64-byte blocks of n bytes forward in 16-byte moves, with ordinary
+ * or non-temporal stores (those need d 16-byte aligned); returns the bytes copied. */
+static inline size_t ring_copy_blocks(uint8_t *d, const uint8_t *s, size_t n, bool stream)
+{
+	size_t done = 0;
+
+	for (; n - done >= 64; done += 64) {
+		const __m128i *from = (const __m128i *)(const void *)(s + done);
+		__m128i *to = (__m128i *)(void *)(d + done);
+		__m128i a = _mm_loadu_si128(from), b = _mm_loadu_si128(from + 1);
+		__m128i c = _mm_loadu_si128(from + 2), e = _mm_loadu_si128(from + 3);
+
+		if (stream) {
+			_mm_stream_si128(to, a);
+			_mm_stream_si128(to + 1, b);
+			_mm_stream_si128(to + 2, c);
+			_mm_stream_si128(to + 3, e);
+		} else {
+			_mm_storeu_si128(to, a);
+			_mm_storeu_si128(to + 1, b);
+			_mm_storeu_si128(to + 2, c);
+			_mm_storeu_si128(to + 3, e);
+		}
+	}
+	return done;
+}
+
 static void ring_memcpy_sse2(uint8_t *d, const uint8_t *s, size_t n)
 {
-	for (; n >= 64; n -= 64, d += 64, s += 64) {
-		__m128i a = _mm_loadu_si128((const __m128i *)(const void *)s);
-		__m128i b = _mm_loadu_si128((const __m128i *)(const void *)(s + 16));
-		__m128i c = _mm_loadu_si128((const __m128i *)(const void *)(s + 32));
-		__m128i e = _mm_loadu_si128((const __m128i *)(const void *)(s + 48));
+	size_t done = ring_copy_blocks(d, s, n, false);
 
-		_mm_storeu_si128((__m128i *)(void *)d, a);
-		_mm_storeu_si128((__m128i *)(void *)(d + 16), b);
-		_mm_storeu_si128((__m128i *)(void *)(d + 32), c);
-		_mm_storeu_si128((__m128i *)(void *)(d + 48), e);
-	}
-	if (n)
-		ring_libc_memcpy(d, s, n);
+	if (n > done)
+		ring_libc_memcpy(d + done, s + done, n - done);
 }
 #endif
 
@@ -170,7 +188,7 @@ static void ring_memcpy_stream(void *dst, const void *src, size_t len)
 {
 	uint8_t *d = dst;
 	const uint8_t *s = src;
-	size_t head = (64 - ((uintptr_t)d & 63)) & 63;
+	size_t head = (64 - ((uintptr_t)d & 63)) & 63, done;
 
 	if (len < 64 + head) {
 		ring_memcpy(d, s, len);
@@ -180,18 +198,8 @@ static void ring_memcpy_stream(void *dst, const void *src, size_t len)
 	d += head;
 	s += head;
 	len -= head;
-	for (; len >= 64; len -= 64, d += 64, s += 64) {
-		__m128i a = _mm_loadu_si128((const __m128i *)(const void *)s);
-		__m128i b = _mm_loadu_si128((const __m128i *)(const void *)(s + 16));
-		__m128i c = _mm_loadu_si128((const __m128i *)(const void *)(s + 32));
-		__m128i e = _mm_loadu_si128((const __m128i *)(const void *)(s + 48));
-
-		_mm_stream_si128((__m128i *)(void *)d, a);
-		_mm_stream_si128((__m128i *)(void *)(d + 16), b);
-		_mm_stream_si128((__m128i *)(void *)(d + 32), c);
-		_mm_stream_si128((__m128i *)(void *)(d + 48), e);
-	}
-	ring_memcpy(d, s, len);
+	done = ring_copy_blocks(d, s, len, true);
+	ring_memcpy(d + done, s + done, len - done);
 }
 
 void ring_stream_fence(void)

@@ -80,7 +80,7 @@ static void store_debug(const void *v) { smc_cfg.debug = *(const bool *)v; }
 static void store_log_level(const void *v) { smc_cfg.log_level = *(const int *)v; }
 static void store_spin_us(const void *v) { smc_cfg.spin_us = (unsigned)*(const unsigned long long *)v; }
 static void store_short_conn_us(const void *v) { smc_cfg.short_conn_us = (unsigned)*(const unsigned long long *)v; }
-/* choice 0 (auto) is -1: copy_adapt_pick's "not fixed"; cache 0, stream 1 */
+/* choice 0 (auto) is -1: copy_adapt_kind's "not fixed"; cache 0, stream 1 */
 static void store_copy(const void *v) { smc_cfg.copy_store = *(const int *)v - 1; }
 static void store_mem_cap(const void *v) { smc_cfg.mem_cap = (size_t)*(const unsigned long long *)v; }
 static void store_transport(const void *v)

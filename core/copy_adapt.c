@@ -13,7 +13,7 @@
 #define COPY_ADAPT_SWITCH_DEN 10
 /* The current kind's average past this many times its best: the CPUs moved. */
 #define COPY_ADAPT_MOVED 3
-/* A window counts when the writer was busy for at least 3/4 of it. */
+/* A window counts when the writer was busy for at least half of it. */
 #define COPY_ADAPT_BUSY_NUM 1
 #define COPY_ADAPT_BUSY_DEN 2
 

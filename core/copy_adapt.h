@@ -17,7 +17,7 @@
  * worth of bytes, each copied with one kind; a window in which the writer was busy
  * (inside send, or waiting for room after the ring filled) most of the time is paced by
  * the copies and the reader, and its wall time per byte is that kind's cost. Now and
- * then a window uses the other kind; a probe that is clearly faster (COPY_ADAPT_SWITCH)
+ * then a window uses the other kind; a probe at least 10% faster (COPY_ADAPT_SWITCH_NUM/DEN)
  * takes over. Probes back off while they lose (COPY_ADAPT_GAP_MIN..MAX windows apart)
  * and come back soon when the current kind's cost rises (the host moved a vCPU).
  * Windows during which the application kept the writer idle measure the application,

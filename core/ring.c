@@ -86,13 +86,13 @@ static inline uint32_t ring_offset(smc_cursor at, uint32_t size)
 }
 
 /*
- * Bulk copies in pieces of at most RING_COPY_PIECE bytes. glibc's memcpy switches to
- * `rep movsb` above a few KiB, and on this project's AMD EPYC VMs that path runs at a
- * fraction of the vector loop's speed when source and destination are not mutually
- * aligned: a 64 KiB-RMB stream of 117964-byte messages moved 4.0 GB/s through
- * `rep movsb` and 20 GB/s with it disabled (GLIBC_TUNABLES
- * glibc.cpu.x86_rep_movsb_threshold=1048576), 117952-byte ones 7.3 vs 20.8. Pieces
- * below the threshold always take the vector loop; the extra call per 2 KiB is noise.
+ * Bulk copies in pieces of at most RING_COPY_PIECE bytes where glibc's memcpy does the
+ * work (not x86-64). glibc's memcpy switches to `rep movsb` above a few KiB, and on this
+ * project's AMD EPYC VMs that path runs at a fraction of the vector loop's speed when
+ * source and destination are not mutually aligned: a 64 KiB-RMB stream of 117964-byte
+ * messages moved 4.0 GB/s through `rep movsb` and 20 GB/s with it disabled
+ * (GLIBC_TUNABLES glibc.cpu.x86_rep_movsb_threshold=1048576). Pieces below the
+ * threshold always take the vector loop.
  */
 #define RING_COPY_PIECE 2048
 
@@ -102,24 +102,6 @@ static inline uint32_t ring_offset(smc_cursor at, uint32_t size)
 static void *(*volatile ring_libc_memcpy)(void *, const void *, size_t) = memcpy;
 
 #if defined(__x86_64__)
-/*
- * glibc's memcpy (its AVX-512 variant on this project's AMD EPYC VMs) runs at 2/3 of
- * its speed when the destination lies 0-255 bytes above the source modulo 4 KiB, the
- * signature of 4K aliasing (loads matched against pending stores by their low 12
- * address bits). A plain forward loop of 16-byte moves is not affected. 2 KiB pieces
- * from memory into an L2-resident buffer: glibc 8.7-9.5 GB/s in that zone and
- * 12.8-13.9 outside it; the loop 12.2-13.5 everywhere. A ring copy meets the zone
- * whenever a message of a multiple of 4 KiB is read into (or written from) a buffer
- * that starts just past a page, as glibc's malloc() returns them from 128 KiB up
- * (page + 16), rings starting on a page: the sweep's 131072-byte and larger messages.
- */
-#define RING_ALIAS_ZONE 256
-
-static bool ring_copy_aliases(const uint8_t *d, const uint8_t *s)
-{
-	return (((uintptr_t)d - (uintptr_t)s) & 4095) < RING_ALIAS_ZONE;
-}
-
 /* Copies the whole 64-byte blocks of n bytes forward in 16-byte moves, with ordinary
  * or non-temporal stores (those need d 16-byte aligned); returns the bytes copied. */
 static inline size_t ring_copy_blocks(uint8_t *d, const uint8_t *s, size_t n, bool stream)
@@ -147,38 +129,46 @@ static inline size_t ring_copy_blocks(uint8_t *d, const uint8_t *s, size_t n, bo
 	return done;
 }
 
-static void ring_memcpy_sse2(uint8_t *d, const uint8_t *s, size_t n)
-{
-	size_t done = ring_copy_blocks(d, s, n, false);
-
-	if (n > done)
-		ring_libc_memcpy(d + done, s + done, n - done);
-}
-#endif
-
+/*
+ * On x86-64 every ring copy, in and out, takes this plain forward loop of 16-byte
+ * moves; glibc's memcpy only copies the tail below 64 bytes. A ring copy is paced by
+ * cache lines moving between the writer's and the reader's CPUs, and there the loop
+ * does better than glibc's memcpy (its AVX-512 variant here, called per 2 KiB piece).
+ * bench/msgsize, both processes pinned, SMC_COPY=auto, 8 alternated runs each, GB/s
+ * glibc -> loop: 64 KiB RMB, 16 KiB messages 8.8-10.0 -> 9.3-10.4; 128 KiB RMB, 64 KiB
+ * messages 8.4-9.8 -> 9.7-11.6, 117964 B 9.1-9.7 -> 10.5-11.2; 1 KiB messages +5%;
+ * 1 MiB RMB with 256 KiB and 4 MiB messages the same. sockperf tp (64000 B, 1 MiB RMB,
+ * pinned, 16 alternated 2 s runs): mean 12.4 -> 12.8 on near CPUs, 11.2 -> 12.7 in a
+ * stretch on far-apart ones. The loop never meets glibc's 4K-aliasing slowdown either
+ * (destination 0-255 bytes above the source modulo 4 KiB: 2/3 of its speed), which the
+ * sweep's 131072-byte and larger messages hit against page-aligned rings. A 128-byte
+ * loop, a 32-byte AVX2 loop and aligned stores (a head block first) did no better.
+ */
 static void ring_memcpy(void *dst, const void *src, size_t len)
 {
 	uint8_t *d = dst;
 	const uint8_t *s = src;
-#if defined(__x86_64__)
-	/* d - s stays the same for every piece */
-	bool own_loop = len >= RING_ALIAS_ZONE && ring_copy_aliases(d, s);
-#endif
+	size_t done = ring_copy_blocks(d, s, len, false);
+
+	if (len > done)
+		ring_libc_memcpy(d + done, s + done, len - done);
+}
+#else
+static void ring_memcpy(void *dst, const void *src, size_t len)
+{
+	uint8_t *d = dst;
+	const uint8_t *s = src;
 
 	while (len > 0) {
 		size_t n = len < RING_COPY_PIECE ? len : RING_COPY_PIECE;
 
-#if defined(__x86_64__)
-		if (own_loop)
-			ring_memcpy_sse2(d, s, n);
-		else
-#endif
-			ring_libc_memcpy(d, s, n);
+		ring_libc_memcpy(d, s, n);
 		d += n;
 		s += n;
 		len -= n;
 	}
 }
+#endif
 
 #if defined(__x86_64__)
 /* Non-temporal stores of whole 64-byte lines: the lines go to memory without being

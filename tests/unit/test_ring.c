@@ -335,9 +335,9 @@ START_TEST(test_copy_in_stream)
 }
 END_TEST
 
-/* Copies whose destination sits 0-255 bytes above the source modulo 4 KiB take the
- * library's own loop instead of glibc's memcpy (ring.c): same bytes, both ways, at
- * every such distance tried, across the ring's end and with partial 64-byte tails. */
+/* The library's own copy loop (ring.c) at the 4K distances where glibc's memcpy slows
+ * down and elsewhere: same bytes, both ways, at every distance tried, across the ring's
+ * end and with partial 64-byte tails. */
 START_TEST(test_copy_alias_zone)
 {
 	enum { RING = 8192 };

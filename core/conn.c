@@ -424,10 +424,34 @@ static void conn_abort_protocol(struct smc_conn *c, const char *what)
 		conn_wake_local(c);
 }
 
+static void rx_publish(struct smc_conn *c, bool last);
+
+/* The writer rewound (tx_rewind) where our consumer cursor stands: it jumps the rest of
+ * the lap, which holds no data. Returns the readable bytes after the jump, or -1
+ * (aborted) for a rewind that cannot be: elsewhere than at our cursor, or not yet
+ * covered by the producer cursor (the writer publishes the two together). */
+static int64_t rx_skip(struct smc_conn *c, uint32_t seq)
+{
+	smc_cursor at = __atomic_load_n(&c->rx->skip_at, __ATOMIC_RELAXED);
+	smc_cursor next = cursor_add(c->rx_cons, c->rx_size - cursor_count(c->rx_cons),
+				     c->rx_size);
+
+	if (at != c->rx_cons || cursor_diff(c->rx_prod_seen, next, c->rx_size) < 0) {
+		conn_abort_protocol(c, "ring rewind");
+		return -1;
+	}
+	__atomic_store_n(&c->rx_cons, next, __ATOMIC_RELAXED);
+	__atomic_store_n(&c->rx->skip_done, seq, __ATOMIC_RELAXED);
+	rx_publish(c, true); /* the writer gets the skipped room back now */
+	return ring_used(c->rx_prod_seen, c->rx_cons, c->rx_size);
+}
+
 /* Peer's producer cursor, validated. Returns readable bytes (>= 0) or -1 when aborted. */
 static int64_t rx_used(struct smc_conn *c)
 {
 	smc_cursor prod;
+	int64_t used;
+	uint32_t seq;
 
 	if (c->ib)
 		return conn_ib_rx_used(c);
@@ -440,7 +464,15 @@ static int64_t rx_used(struct smc_conn *c)
 		}
 		c->rx_prod_seen = prod;
 	}
-	return ring_used(c->rx_prod_seen, c->rx_cons, c->rx_size);
+	used = ring_used(c->rx_prod_seen, c->rx_cons, c->rx_size);
+	/* A rewind comes with the bytes written after it and never at a lap's start.
+	 * skip_seq shares prod's cache line: this load moves no extra line. */
+	if (used > 0 && cursor_count(c->rx_cons) != 0) {
+		seq = __atomic_load_n(&c->rx->skip_seq, __ATOMIC_ACQUIRE);
+		if (seq != __atomic_load_n(&c->rx->skip_done, __ATOMIC_RELAXED))
+			return rx_skip(c, seq);
+	}
+	return used;
 }
 
 /* Peer's consumer cursor, validated. Returns free bytes (>= 0) or -1 when aborted. */
@@ -458,6 +490,7 @@ static int64_t tx_free(struct smc_conn *c)
 			return -1;
 		}
 		c->tx_cons_seen = cons;
+		c->tx_skip_len = 0; /* the reader moved: past our latest rewind */
 	}
 	return ring_free(c->tx_prod, c->tx_cons_seen, c->tx_size);
 }
@@ -948,6 +981,44 @@ static void rx_publish(struct smc_conn *c, bool last)
 			       c->peer_tx_bell);
 }
 
+/*
+ * Rewinds. The cursors go round the ring lap after lap, so a request/response connection
+ * on a 1 MiB ring touches a new 1 MiB of memory every lap even when each message is
+ * 1 KiB: redis-benchmark -c 50 -P 16 wrote, and redis-server read, 50 MiB of rings that
+ * were never in a cache, where TCP recycles the same warm buffers (ring_memcpy was 17.5%
+ * of redis-server's CPU, most of it in the loads; the kernel's copy 6.2% under TCP). So
+ * when the reader has taken every byte (the ring is empty) and our cursor is at least
+ * CONN_REWIND_MIN and twice the message into its lap, the message starts the next lap
+ * instead: we name the cursor we leave (skip_at, then skip_seq bumped) and publish our
+ * producer cursor as usual; the reader's cursor jumps the empty rest of the lap
+ * (rx_skip). A ring's warm part stays within CONN_REWIND_MIN plus twice a message.
+ * Twice: the rest of the lap is out of our room until the reader jumps it, so a writer
+ * streaming messages of half the ring would otherwise wait for the reader after each.
+ * redis-benchmark -c 50 -d 1024 -P 16, pinned, 9 rounds: GET 1.64-1.84 -> 2.15-2.37 M
+ * requests/s, SET 1.58-1.81 -> 1.71-2.00 M; 4 KiB and 64 KiB minimums did as well as 16.
+ * Shared memory only (over RDMA the ring follows SMC-R's cursor rules); both peers must
+ * speak CLC_SAMEHOST_PROTO 2.
+ */
+#define CONN_REWIND_MIN (16u * 1024)
+
+/* Before writing n bytes into our empty ring, under tx_lock. */
+static void tx_rewind(struct smc_conn *c, size_t n)
+{
+	uint32_t off = cursor_count(c->tx_prod);
+
+	if (off < CONN_REWIND_MIN || off / 2 < n)
+		return;
+	c->tx_skip_at = c->tx_prod;
+	c->tx_skip_len = c->tx_size - off;
+	/* the reader sees both through the release store of prod that follows */
+	__atomic_store_n(&c->tx->skip_at, c->tx_prod, __ATOMIC_RELAXED);
+	__atomic_store_n(&c->tx->skip_seq, __atomic_load_n(&c->tx->skip_seq, __ATOMIC_RELAXED) + 1,
+			 __ATOMIC_RELAXED);
+	__atomic_store_n(&c->tx_prod, cursor_add(c->tx_prod, c->tx_skip_len, c->tx_size),
+			 __ATOMIC_RELAXED);
+	stats_count_rewind();
+}
+
 static void tx_publish(struct smc_conn *c, bool last)
 {
 	if (c->ib) {
@@ -1135,6 +1206,8 @@ ssize_t conn_send(struct smc_conn *c, const struct iovec *iov, int iovcnt, int f
 		if (room > 0) {
 			size_t n = (size_t)room < want - sent ? (size_t)room : want - sent;
 
+			if (!c->ib && room == c->tx_size)
+				tx_rewind(c, n);
 			tx_copy_publish(c, iov, iovcnt, sent, n);
 			sent += n;
 			continue;
@@ -1208,6 +1281,8 @@ int conn_tx_queued(struct smc_conn *c)
 		return 0;
 	pthread_mutex_lock(&c->tx_lock);
 	room = tx_free(c);
+	if (room >= 0)
+		room += c->tx_skip_len; /* skipped by a rewind: no data in it */
 	pthread_mutex_unlock(&c->tx_lock);
 	return room >= 0 ? (int)(c->tx_size - (uint32_t)room) : 0;
 }

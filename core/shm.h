@@ -33,11 +33,14 @@ struct shm_dir_ctl {
 	uint32_t wflags;
 	uint32_t w_sleepers;  /* writer threads asleep waiting for room */
 	uint32_t w_seq;       /* bumped each time one goes to sleep */
+	uint32_t skip_seq;    /* bumped at each rewind (conn.c, tx_rewind) */
+	uint64_t skip_at;     /* cursor at which the latest rewind left its lap */
 	/* written by the reader */
 	_Alignas(64) uint64_t cons;
 	uint32_t rflags;
 	uint32_t r_sleepers;  /* reader threads asleep waiting for data */
 	uint32_t r_seq;       /* bumped each time one goes to sleep */
+	uint32_t skip_done;   /* the skip_seq whose rewind the reader has jumped */
 };
 
 struct shm_hdr {

@@ -33,7 +33,10 @@
  *                pairs) that failed, each aborting its connections (dead peer, lost
  *                path, QP error, port down); "ib_links": links created.
  *                "shm_stream_bytes": payload written into peers' shared-memory rings
- *                with non-temporal stores (SMC_COPY; the rest went through memcpy).
+ *                with non-temporal stores (SMC_COPY; the rest went through memcpy);
+ *                "shm_rewinds": messages written at the beginning of a peer's
+ *                shared-memory ring because it was empty (keeps the ring's used part
+ *                small and warm in the caches).
  *
  * All numbers are unsigned 64-bit decimal integers. The file is written to a temporary
  * name in the same directory and renamed, so a reader sees a complete file or none.
@@ -69,6 +72,7 @@
 #define SMC_STATS_KEY_IB_CONS_UPDATES "ib_cons_updates"
 #define SMC_STATS_KEY_IB_CREDIT_WAITS "ib_credit_waits"
 #define SMC_STATS_KEY_SHM_STREAM_BYTES "shm_stream_bytes"
+#define SMC_STATS_KEY_SHM_REWINDS  "shm_rewinds"
 
 /* Mode names: keys inside "connections" and "bytes". */
 #define SMC_STATS_MODE_SHM "shm"

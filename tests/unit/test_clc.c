@@ -395,7 +395,10 @@ START_TEST(test_out_of_range_encode)
 	EXPECT_INVALID(sh_proposal(AF_INET), x_.u.s_prop.server_port = 0, -ERANGE);
 	EXPECT_INVALID(sh_proposal(AF_INET), x_.u.s_prop.client_token = 0, -ERANGE);
 	EXPECT_INVALID(sh_proposal(AF_INET), x_.u.s_prop.server_addr[4] = 1, -ERANGE);
-	EXPECT_INVALID(sh_proposal(AF_INET), x_.u.s_prop.proto = 2, -EPROTONOSUPPORT);
+	EXPECT_INVALID(sh_proposal(AF_INET), x_.u.s_prop.proto = CLC_SAMEHOST_PROTO + 1,
+		       -EPROTONOSUPPORT);
+	/* protocol 1 had no rewinds: its reader would take a skipped lap for data */
+	EXPECT_INVALID(sh_proposal(AF_INET), x_.u.s_prop.proto = 1, -EPROTONOSUPPORT);
 	EXPECT_INVALID(sh_proposal(AF_INET), x_.flags = 0x08, -EPROTO);
 	EXPECT_INVALID(sh_accept(), x_.u.s_acc.server_token = 0, -ERANGE);
 	EXPECT_INVALID(sh_accept(), x_.u.s_acc.c2s_size = 1, -ERANGE);
@@ -438,7 +441,9 @@ START_TEST(test_out_of_range_decode)
 	b[35] = 1; /* reserved */
 	ck_assert_int_eq(clc_decode(b, n, &d), -EPROTO);
 	n = encode_ok(&m, b, sizeof(b));
-	b[9] = 2; /* library protocol version */
+	b[9] = CLC_SAMEHOST_PROTO + 1; /* library protocol version */
+	ck_assert_int_eq(clc_decode(b, n, &d), -EPROTONOSUPPORT);
+	b[9] = 1; /* protocol 1: no rewinds */
 	ck_assert_int_eq(clc_decode(b, n, &d), -EPROTONOSUPPORT);
 
 	m = sh_decline();
@@ -683,7 +688,9 @@ START_TEST(test_sh_checks)
 	a.u.s_acc.s2c_size >>= 1;
 	ck_assert_uint_eq(clc_sh_check_accept(&p.u.s_prop, &a.u.s_acc), CLC_DECL_SH_SIZE);
 	a = sh_accept();
-	a.u.s_acc.proto = 2;
+	a.u.s_acc.proto = CLC_SAMEHOST_PROTO + 1;
+	ck_assert_uint_eq(clc_sh_check_accept(&p.u.s_prop, &a.u.s_acc), CLC_DECL_VERSMISMAT);
+	a.u.s_acc.proto = 1;
 	ck_assert_uint_eq(clc_sh_check_accept(&p.u.s_prop, &a.u.s_acc), CLC_DECL_VERSMISMAT);
 	a = sh_accept();
 	ck_assert_uint_eq(clc_sh_check_confirm(&p.u.s_prop, &a.u.s_acc, &c.u.s_conf), 0);

@@ -426,73 +426,93 @@ static void conn_abort_protocol(struct smc_conn *c, const char *what)
 
 static void rx_publish(struct smc_conn *c, bool last);
 
-/* The writer rewound (tx_rewind) where our consumer cursor stands: it jumps the rest of
- * the lap, which holds no data. Returns the readable bytes after the jump, or -1
- * (aborted) for a rewind that cannot be: elsewhere than at our cursor, or not yet
- * covered by the producer cursor (the writer publishes the two together). */
-static int64_t rx_skip(struct smc_conn *c, uint32_t seq)
+/* The start of the lap after the one cursor `at` is in. */
+static smc_cursor lap_after(smc_cursor at, uint32_t size)
 {
-	smc_cursor at = __atomic_load_n(&c->rx->skip_at, __ATOMIC_RELAXED);
-	smc_cursor next = cursor_add(c->rx_cons, c->rx_size - cursor_count(c->rx_cons),
-				     c->rx_size);
+	return cursor_add(at, size - cursor_count(at), size);
+}
 
-	if (at != c->rx_cons || cursor_diff(c->rx_prod_seen, next, c->rx_size) < 0) {
+/* Before a new producer cursor is validated: when the writer rewound (tx_rewind) at our
+ * cursor, ours jumps to the lap start it moved to, and the new cursor counts from there.
+ * 0, or -1 (aborted) for a rewind that cannot be: anywhere but at our cursor with
+ * everything before it read, or a producer cursor that does not cover the jump. */
+static int rx_take_rewind(struct smc_conn *c, smc_cursor prod)
+{
+	uint32_t seq = __atomic_load_n(&c->rx->skip_seq, __ATOMIC_ACQUIRE);
+	smc_cursor at, next;
+
+	if (seq == __atomic_load_n(&c->rx->skip_done, __ATOMIC_RELAXED))
+		return 0;
+	at = __atomic_load_n(&c->rx->skip_at, __ATOMIC_RELAXED);
+	next = lap_after(c->rx_cons, c->rx_size);
+	if (at != c->rx_cons || c->rx_prod_seen != c->rx_cons || cursor_count(at) == 0 ||
+	    cursor_diff(prod, next, c->rx_size) < 0) {
 		conn_abort_protocol(c, "ring rewind");
 		return -1;
 	}
 	__atomic_store_n(&c->rx_cons, next, __ATOMIC_RELAXED);
+	c->rx_prod_seen = next;
 	__atomic_store_n(&c->rx->skip_done, seq, __ATOMIC_RELAXED);
-	rx_publish(c, true); /* the writer gets the skipped room back now */
-	return ring_used(c->rx_prod_seen, c->rx_cons, c->rx_size);
+	rx_publish(c, true); /* the writer's view of its room no longer needs the rewind */
+	return 0;
 }
 
 /* Peer's producer cursor, validated. Returns readable bytes (>= 0) or -1 when aborted. */
 static int64_t rx_used(struct smc_conn *c)
 {
 	smc_cursor prod;
-	int64_t used;
-	uint32_t seq;
 
 	if (c->ib)
 		return conn_ib_rx_used(c);
 	prod = __atomic_load_n(&c->rx->prod, __ATOMIC_ACQUIRE);
 
 	if (prod != c->rx_prod_seen) {
+		if (rx_take_rewind(c, prod) < 0)
+			return -1;
 		if (cdc_validate_peer_prod(prod, c->rx_prod_seen, c->rx_cons, c->rx_size) < 0) {
 			conn_abort_protocol(c, "producer cursor");
 			return -1;
 		}
 		c->rx_prod_seen = prod;
 	}
-	used = ring_used(c->rx_prod_seen, c->rx_cons, c->rx_size);
-	/* A rewind comes with the bytes written after it and never at a lap's start.
-	 * skip_seq shares prod's cache line: this load moves no extra line. */
-	if (used > 0 && cursor_count(c->rx_cons) != 0) {
-		seq = __atomic_load_n(&c->rx->skip_seq, __ATOMIC_ACQUIRE);
-		if (seq != __atomic_load_n(&c->rx->skip_done, __ATOMIC_RELAXED))
-			return rx_skip(c, seq);
-	}
-	return used;
+	return ring_used(c->rx_prod_seen, c->rx_cons, c->rx_size);
+}
+
+/* The cursor our room counts from, given the reader's cons: while the reader has not
+ * jumped our latest rewind, the lap start it moved to (the skipped rest of the lap holds
+ * nothing, so it is room as soon as the rewind is published, reader or not). Lockless:
+ * everything here is in the shared block. */
+static smc_cursor tx_room_base(struct smc_conn *c, smc_cursor cons)
+{
+	if (__atomic_load_n(&c->tx->skip_seq, __ATOMIC_RELAXED) !=
+		    __atomic_load_n(&c->tx->skip_done, __ATOMIC_RELAXED) &&
+	    cons == __atomic_load_n(&c->tx->skip_at, __ATOMIC_RELAXED) && cursor_count(cons) != 0)
+		return lap_after(cons, c->tx_size);
+	return cons;
 }
 
 /* Peer's consumer cursor, validated. Returns free bytes (>= 0) or -1 when aborted. */
 static int64_t tx_free(struct smc_conn *c)
 {
 	smc_cursor cons;
+	int64_t room;
 
 	if (c->ib)
 		return conn_ib_tx_free(c);
 	cons = __atomic_load_n(&c->tx->cons, __ATOMIC_ACQUIRE);
 
+	/* Not checked against the last one seen: a reader that jumped a rewind and then
+	 * read a whole lap moved more than a lap since we last looked. Going backwards
+	 * would only cost it room; it must stay within what we wrote. */
 	if (cons != c->tx_cons_seen) {
-		if (cdc_validate_peer_cons(cons, c->tx_cons_seen, c->tx_prod, c->tx_size) < 0) {
+		if (!cursor_valid(cons, c->tx_size) || cursor_diff(c->tx_prod, cons, c->tx_size) < 0) {
 			conn_abort_protocol(c, "consumer cursor");
 			return -1;
 		}
 		c->tx_cons_seen = cons;
-		c->tx_skip_len = 0; /* the reader moved: past our latest rewind */
 	}
-	return ring_free(c->tx_prod, c->tx_cons_seen, c->tx_size);
+	room = ring_free(c->tx_prod, tx_room_base(c, c->tx_cons_seen), c->tx_size);
+	return room < 0 ? 0 : room; /* a forged rewind: no room, never a wrong one */
 }
 
 static inline uint32_t peer_wflags(struct smc_conn *c)
@@ -530,7 +550,7 @@ static void tx_resync(struct smc_conn *c)
 
 	if (!c->fork_shared || prod == c->tx_prod)
 		return;
-	used = cursor_diff(prod, cons, c->tx_size);
+	used = cursor_diff(prod, tx_room_base(c, cons), c->tx_size);
 	if (!cursor_valid(prod, c->tx_size) || used < 0 || used > c->tx_size) {
 		conn_abort_protocol(c, "producer cursor"); /* the caller meets c->aborted */
 		return;
@@ -555,7 +575,8 @@ static int64_t tx_free_peek(struct smc_conn *c)
 {
 	smc_cursor cons = __atomic_load_n(&c->tx->cons, __ATOMIC_ACQUIRE);
 	smc_cursor prod = __atomic_load_n(&c->tx_prod, __ATOMIC_RELAXED);
-	int64_t d = c->ib ? c->tx_size - conn_ib_tx_free(c) : cursor_diff(prod, cons, c->tx_size);
+	int64_t d = c->ib ? c->tx_size - conn_ib_tx_free(c)
+			  : cursor_diff(prod, tx_room_base(c, cons), c->tx_size);
 
 	return d < 0 || d > c->tx_size ? 1 : c->tx_size - d;
 }
@@ -990,14 +1011,16 @@ static void rx_publish(struct smc_conn *c, bool last)
  * when the reader has taken every byte (the ring is empty) and our cursor is at least
  * CONN_REWIND_MIN and twice the message into its lap, the message starts the next lap
  * instead: we name the cursor we leave (skip_at, then skip_seq bumped) and publish our
- * producer cursor as usual; the reader's cursor jumps the empty rest of the lap
- * (rx_skip). A ring's warm part stays within CONN_REWIND_MIN plus twice a message.
- * Twice: the rest of the lap is out of our room until the reader jumps it, so a writer
- * streaming messages of half the ring would otherwise wait for the reader after each.
- * redis-benchmark -c 50 -d 1024 -P 16, pinned, 9 rounds: GET 1.64-1.84 -> 2.15-2.37 M
- * requests/s, SET 1.58-1.81 -> 1.71-2.00 M; 4 KiB and 64 KiB minimums did as well as 16.
- * Shared memory only (over RDMA the ring follows SMC-R's cursor rules); both peers must
- * speak CLC_SAMEHOST_PROTO 2.
+ * producer cursor as usual; the reader's cursor jumps the empty rest of the lap when it
+ * next looks (rx_take_rewind). Until then our room counts from the lap start we moved
+ * to (tx_room_base), so a rewind never shrinks the buffer a program may rely on. A
+ * ring's warm part stays within CONN_REWIND_MIN plus twice a message; twice, so that a
+ * writer streaming messages of half the ring or more, which finds the ring empty only
+ * because the reader is faster, keeps going round (a jump costs the reader one more
+ * cursor publish). redis-benchmark -c 50 -d 1024 -P 16, pinned, 9 rounds: GET
+ * 1.64-1.84 -> 2.15-2.37 M requests/s, SET 1.58-1.81 -> 1.71-2.00 M; 4 KiB and 64 KiB
+ * minimums did as well as 16. Shared memory only (over RDMA the ring follows SMC-R's
+ * cursor rules); both peers must speak CLC_SAMEHOST_PROTO 2.
  */
 #define CONN_REWIND_MIN (16u * 1024)
 
@@ -1005,17 +1028,15 @@ static void rx_publish(struct smc_conn *c, bool last)
 static void tx_rewind(struct smc_conn *c, size_t n)
 {
 	uint32_t off = cursor_count(c->tx_prod);
+	uint32_t seq = __atomic_load_n(&c->tx->skip_seq, __ATOMIC_RELAXED);
 
-	if (off < CONN_REWIND_MIN || off / 2 < n)
+	if (off < CONN_REWIND_MIN || off / 2 < n ||
+	    seq != __atomic_load_n(&c->tx->skip_done, __ATOMIC_RELAXED))
 		return;
-	c->tx_skip_at = c->tx_prod;
-	c->tx_skip_len = c->tx_size - off;
 	/* the reader sees both through the release store of prod that follows */
 	__atomic_store_n(&c->tx->skip_at, c->tx_prod, __ATOMIC_RELAXED);
-	__atomic_store_n(&c->tx->skip_seq, __atomic_load_n(&c->tx->skip_seq, __ATOMIC_RELAXED) + 1,
-			 __ATOMIC_RELAXED);
-	__atomic_store_n(&c->tx_prod, cursor_add(c->tx_prod, c->tx_skip_len, c->tx_size),
-			 __ATOMIC_RELAXED);
+	__atomic_store_n(&c->tx->skip_seq, seq + 1, __ATOMIC_RELAXED);
+	__atomic_store_n(&c->tx_prod, lap_after(c->tx_prod, c->tx_size), __ATOMIC_RELAXED);
 	stats_count_rewind();
 }
 
@@ -1268,6 +1289,7 @@ int conn_rx_available(struct smc_conn *c)
 	if (conn_state(c) != CONN_ACTIVE)
 		return 0;
 	pthread_mutex_lock(&c->rx_lock);
+	rx_resync(c); /* after a fork our cursor may be behind the one in the shared block */
 	used = rx_used(c);
 	pthread_mutex_unlock(&c->rx_lock);
 	return used > 0 ? (int)used : 0;
@@ -1281,8 +1303,6 @@ int conn_tx_queued(struct smc_conn *c)
 		return 0;
 	pthread_mutex_lock(&c->tx_lock);
 	room = tx_free(c);
-	if (room >= 0)
-		room += c->tx_skip_len; /* skipped by a rewind: no data in it */
 	pthread_mutex_unlock(&c->tx_lock);
 	return room >= 0 ? (int)(c->tx_size - (uint32_t)room) : 0;
 }

@@ -63,8 +63,6 @@ struct smc_conn {
 	smc_cursor rx_prod_seen;    /* last validated peer producer cursor */
 	smc_cursor tx_prod;         /* our producer cursor (authoritative copy) */
 	smc_cursor tx_cons_seen;    /* last validated peer consumer cursor */
-	smc_cursor tx_skip_at;      /* where our latest rewind left its lap */
-	uint32_t tx_skip_len;       /* bytes it skipped, while the reader has not jumped them */
 	struct copy_adapt tx_copy;  /* how we store into the peer's ring (under tx_lock) */
 	uint32_t rung_rx_seq;       /* peer's r_seq we last rang its rx bell for */
 	uint32_t rung_tx_seq;       /* peer's w_seq we last rang its tx bell for */

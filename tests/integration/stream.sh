@@ -25,13 +25,16 @@ smc_stream_pair smc_expect_payload epoll-et "$STREAM_EPOLL_BYTES" --mode epoll -
 
 # Rewinds (core/conn.c): with random sizes a ring runs empty now and then while its
 # writer is far into the lap, and the next message starts the ring over; every byte
-# across them was checked above, and the stats must show they happened on both sides.
+# across them was checked above, and the stats must show they happened on both sides
+# (counted over the three runs: how many each run gets depends on timing).
 if [ "$SMC_TEST_EXPECT" = shm ]; then
-	for run in block epoll-lt epoll-et; do
-		for side in server client; do
-			smc_assert_ge "$side ($run): messages started at a ring's beginning" \
-				"$(smc_stats "$(smc_stats_dir "$side-$run")" '.events.shm_rewinds')" 1
+	for side in server client; do
+		n=0
+		for run in block epoll-lt epoll-et; do
+			n=$((n + $(smc_stats "$(smc_stats_dir "$side-$run")" '.events.shm_rewinds')))
 		done
+		smc_log "$side: $n rewinds in the three runs"
+		smc_assert_ge "$side: messages started at a ring's beginning" "$n" 1
 	done
 fi
 

@@ -15,7 +15,10 @@
 #include <stdint.h>
 
 #define SHM_MAGIC   0x534d4350u /* "SMCP" */
-#define SHM_VERSION 1
+/* Layout and ring rules of the region, for anyone inspecting it: 2 since rewinds (the
+ * skip fields below). Peers never read it: the handshake's CLC_SAMEHOST_PROTO is what
+ * keeps two different versions from sharing a ring. */
+#define SHM_VERSION 2
 
 /* Writer -> reader flags (dir_ctl.wflags) */
 #define SHM_W_DONE_WRITING 0x1u /* shutdown(SHUT_WR): EOF after the ring drains */

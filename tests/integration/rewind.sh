@@ -2,16 +2,22 @@
 # SPDX-License-Identifier: GPL-2.0-only OR BSD-2-Clause
 #
 # Rewinds (core/conn.c, tx_rewind): a message written into an empty shared-memory ring,
-# far enough into the lap, starts the next lap, and the rest of the lap is the writer's
-# room at once, whether the reader has read since or not. Over one connection with 1 MiB
-# rings: five 24 KiB request/response exchanges (the ring is empty after each, and the
-# writer 24 or 48 KiB into its lap), one 4 KiB message (so always a rewind), then the
-# client writes without the server reading until its nonblocking socket would block: it
-# must have got at least 3/4 of the ring in (a writer that counted the skipped rest of
-# the lap as used would stop after 20 or 44 KiB, and a program that relies on that much
-# buffer would hang). Then the server reads to EOF
-# and checks every byte's position in the stream, and the stats must show the rewind
-# and the payload over shared memory.
+# far enough into the lap, by a writer that read from its peer since its last send,
+# starts the next lap, and the rest of the lap is the writer's room at once, whether the
+# reader has read since or not. Over one connection with 1 MiB rings:
+# - one-way: the client sends 32 KiB, the server reads them all (and says so through a
+#   file, not the socket), the client sends 4 KiB into the empty ring: no rewind, as the
+#   client has read nothing in between;
+# - five 24 KiB request/response exchanges (the ring is empty before each): rewinds at
+#   the 2nd and 4th (60 and 48 KiB into the lap, at least twice the message), then one
+#   4 KiB message (48 KiB into the lap): a rewind. Exactly 3 for the client; a writer
+#   that also rewound in the one-way part would count 4 (its cursors shift with it).
+# - then the client writes without the server reading until its nonblocking socket
+#   would block: it must have got at least 3/4 of the ring in (a writer that counted the
+#   skipped rest of the lap as used would stop after 44 KiB, and a program that relies
+#   on that much buffer would hang).
+# Then the server reads to EOF and checks every byte's position in the stream, and the
+# stats must show the payload over shared memory.
 [ -n "${BASH_VERSION:-}" ] || exec bash "$0" "$@"
 . "$(dirname -- "$0")/lib.sh"
 
@@ -22,6 +28,7 @@ smc_free_port port
 srv=$(smc_stats_dir server)
 cli=$(smc_stats_dir client)
 flag=$SMC_TMP/filled
+drained=$SMC_TMP/drained
 export SMC_SNDBUF=1m SMC_RCVBUF=1m
 
 # The stream's byte at offset o is PAT[o % 251]: a misplaced or skipped byte shows.
@@ -43,7 +50,7 @@ import os, socket, sys, time
 sys.path.insert(0, os.path.dirname(sys.argv[0]))
 from common import piece
 
-port, flag = int(sys.argv[1]), sys.argv[2]
+port, flag, drained = int(sys.argv[1]), sys.argv[2], sys.argv[3]
 ls = socket.socket()
 ls.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
 ls.bind(("127.0.0.1", port))
@@ -63,6 +70,10 @@ def take(n):
         sys.exit("server: wrong bytes in [%d, %d)" % (off, off + n))
     off += n
 
+take(32768)
+open(drained, "w").close()
+take(4096)
+s.sendall(b"k")
 for _ in range(5):
     take(24576)
     s.sendall(b"k")
@@ -83,19 +94,29 @@ print("OK total=%d" % off)
 PY
 
 cat >"$SMC_TMP/client.py" <<'PY'
-import os, socket, sys
+import os, socket, sys, time
 sys.path.insert(0, os.path.dirname(sys.argv[0]))
 from common import piece
 
-port, flag = int(sys.argv[1]), sys.argv[2]
+port, flag, drained = int(sys.argv[1]), sys.argv[2], sys.argv[3]
 s = socket.create_connection(("127.0.0.1", port))
-off = 0
+s.sendall(piece(0, 32768))
+off = 32768
+deadline = time.time() + 60
+while not os.path.exists(drained):
+    if time.time() > deadline:
+        sys.exit("client: the server never read the first 32 KiB")
+    time.sleep(0.01)
+s.sendall(piece(off, 4096))  # one-way: no rewind
+off += 4096
+if s.recv(1) != b"k":
+    sys.exit("client: no answer")
 for _ in range(5):
     s.sendall(piece(off, 24576))
     off += 24576
     if s.recv(1) != b"k":
         sys.exit("client: no answer")
-s.sendall(piece(off, 4096))  # into an empty ring 24 or 48 KiB into its lap: a rewind
+s.sendall(piece(off, 4096))  # into an empty ring 48 KiB into its lap: a rewind
 off += 4096
 s.setblocking(False)
 filled = 0
@@ -112,9 +133,9 @@ s.close()
 print("OK filled=%d total=%d" % (filled, off))
 PY
 
-smc_start_server server "$srv" python3 "$SMC_TMP/server.py" "$port" "$flag"
+smc_start_server server "$srv" python3 "$SMC_TMP/server.py" "$port" "$flag" "$drained"
 smc_wait_port server "$port"
-out=$(smc_run "$cli" python3 "$SMC_TMP/client.py" "$port" "$flag" 2>&1) ||
+out=$(smc_run "$cli" python3 "$SMC_TMP/client.py" "$port" "$flag" "$drained" 2>&1) ||
 	smc_fail "client failed: $out"
 smc_log "client: $out"
 smc_wait_server_exit server 60
@@ -128,5 +149,5 @@ smc_assert_ge "bytes the client got into its 1 MiB ring after the rewind, unread
 	"$filled" $((3 << 18))
 smc_expect_payload "$srv" "$total" server
 smc_expect_payload "$cli" "$total" client
-smc_assert_ge "client: rewinds" "$(smc_stats "$cli" '.events.shm_rewinds')" 1
+smc_assert_eq "client: rewinds" "$(smc_stats "$cli" '.events.shm_rewinds')" 3
 smc_pass

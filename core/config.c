@@ -36,8 +36,8 @@
 #define SMC_CFG_STRING_MAX 4096
 
 struct smc_config smc_cfg = {
-	.rcvbuf = 1 * MIB,
-	.sndbuf = 1 * MIB,
+	.rcvbuf = 2 * MIB,
+	.sndbuf = 2 * MIB,
 	.debug = false,
 	.log_level = SMC_LOG_OFF,
 	.log_file = NULL,
@@ -45,7 +45,7 @@ struct smc_config smc_cfg = {
 	.spin_us = 20,
 	.short_conn_us = 10000,
 	.copy_store = -1,
-	.mem_cap = 4 * GIB,
+	.mem_cap = 8 * GIB,
 	.handshake_timeout_ms = 2000,
 	.bpf_dir = "/sys/fs/bpf/smc_preload",
 	.rdv_dir = "/run/smc-preload",
@@ -166,13 +166,13 @@ enum cfg_index {
 
 const struct smc_cfg_var smc_cfg_vars[CFG_NVARS] = {
 	[CFG_RCVBUF] = {
-		.name = "SMC_RCVBUF", .type = SMC_CFG_SIZE, .def = "1m",
+		.name = "SMC_RCVBUF", .type = SMC_CFG_SIZE, .def = "2m",
 		.min = 16 * KIB, .max = 512 * MIB,
 		.doc = "receive buffer (RMB) size per connection, as smc_run -r",
 		.store = store_rcvbuf,
 	},
 	[CFG_SNDBUF] = {
-		.name = "SMC_SNDBUF", .type = SMC_CFG_SIZE, .def = "1m",
+		.name = "SMC_SNDBUF", .type = SMC_CFG_SIZE, .def = "2m",
 		.min = 16 * KIB, .max = 512 * MIB,
 		.doc = "send buffer size: the RMB size proposed to the peer, as smc_run -t",
 		.store = store_sndbuf,
@@ -217,7 +217,7 @@ const struct smc_cfg_var smc_cfg_vars[CFG_NVARS] = {
 		.store = store_copy,
 	},
 	[CFG_MEM_CAP] = {
-		.name = "SMC_MEM_CAP", .type = SMC_CFG_SIZE, .def = "4g",
+		.name = "SMC_MEM_CAP", .type = SMC_CFG_SIZE, .def = "8g",
 		.min = 1 * MIB, .max = 64 * GIB,
 		.doc = "RMB memory of the whole process; past it new connections stay TCP",
 		.store = store_mem_cap,

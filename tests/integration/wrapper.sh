@@ -184,7 +184,7 @@ else
 	line=$(printf '%s\n' "$out" | grep '^SMC_RCVBUF=')
 	expect "-r shows as (env)" "${line%%  #*}" "SMC_RCVBUF=2m  (env)"
 	line=$(printf '%s\n' "$out" | grep '^SMC_MEM_CAP=')
-	expect "an unset variable shows its default" "${line%%  #*}" "SMC_MEM_CAP=4g  (default)"
+	expect "an unset variable shows its default" "${line%%  #*}" "SMC_MEM_CAP=8g  (default)"
 	line=$(printf '%s\n' "$out" | grep '^SMC_SPIN_US=')
 	expect "a bad value shows the default it falls back to" "${line%%  #*}" \
 		"SMC_SPIN_US=20  (invalid, using default)"

@@ -207,12 +207,12 @@ START_TEST(static_defaults_match_table)
 	ck_assert_uint_eq(before.handshake_timeout_ms, smc_cfg.handshake_timeout_ms);
 	ck_assert_int_eq(before.transport, smc_cfg.transport);
 	/* and the documented values */
-	ck_assert_uint_eq(smc_cfg.rcvbuf, MIB);
-	ck_assert_uint_eq(smc_cfg.sndbuf, MIB);
+	ck_assert_uint_eq(smc_cfg.rcvbuf, 2 * MIB);
+	ck_assert_uint_eq(smc_cfg.sndbuf, 2 * MIB);
 	ck_assert_uint_eq(smc_cfg.spin_us, 20);
 	ck_assert_uint_eq(smc_cfg.short_conn_us, 10000);
 	ck_assert_int_eq(smc_cfg.copy_store, -1);
-	ck_assert_uint_eq(smc_cfg.mem_cap, 4 * GIB);
+	ck_assert_uint_eq(smc_cfg.mem_cap, 8 * GIB);
 	ck_assert_uint_eq(smc_cfg.handshake_timeout_ms, 2000);
 	ck_assert_int_eq(smc_cfg.transport, SMC_TRANSPORT_AUTO);
 	ck_assert_int_eq(smc_cfg.log_level, SMC_LOG_OFF);
@@ -261,7 +261,7 @@ START_TEST(load_good_values)
 	clear_env();
 	err = load_capture(&bad);
 	ck_assert_int_eq(bad, 0);
-	ck_assert_uint_eq(smc_cfg.rcvbuf, MIB);
+	ck_assert_uint_eq(smc_cfg.rcvbuf, 2 * MIB);
 	ck_assert_int_eq(smc_cfg.transport, SMC_TRANSPORT_AUTO);
 	ck_assert_ptr_null(smc_cfg.log_file);
 	ck_assert_int_eq(config_source(var_index("SMC_RCVBUF")), SMC_CFG_DEFAULT);
@@ -293,19 +293,19 @@ static void check_rejected(const char *name, const char *value)
 START_TEST(bad_values_keep_defaults)
 {
 	check_rejected("SMC_RCVBUF", "12q");
-	ck_assert_uint_eq(smc_cfg.rcvbuf, MIB);
+	ck_assert_uint_eq(smc_cfg.rcvbuf, 2 * MIB);
 	check_rejected("SMC_RCVBUF", "");
-	ck_assert_uint_eq(smc_cfg.rcvbuf, MIB);
+	ck_assert_uint_eq(smc_cfg.rcvbuf, 2 * MIB);
 	check_rejected("SMC_RCVBUF", "8k"); /* below min */
-	ck_assert_uint_eq(smc_cfg.rcvbuf, MIB);
+	ck_assert_uint_eq(smc_cfg.rcvbuf, 2 * MIB);
 	check_rejected("SMC_SNDBUF", "1g"); /* above max */
-	ck_assert_uint_eq(smc_cfg.sndbuf, MIB);
+	ck_assert_uint_eq(smc_cfg.sndbuf, 2 * MIB);
 	check_rejected("SMC_SNDBUF", "99999999999999999999g");
-	ck_assert_uint_eq(smc_cfg.sndbuf, MIB);
+	ck_assert_uint_eq(smc_cfg.sndbuf, 2 * MIB);
 	check_rejected("SMC_MEM_CAP", "-1");
-	ck_assert_uint_eq(smc_cfg.mem_cap, 4 * GIB);
+	ck_assert_uint_eq(smc_cfg.mem_cap, 8 * GIB);
 	check_rejected("SMC_MEM_CAP", "65g");
-	ck_assert_uint_eq(smc_cfg.mem_cap, 4 * GIB);
+	ck_assert_uint_eq(smc_cfg.mem_cap, 8 * GIB);
 	check_rejected("SMC_SPIN_US", "100001");
 	ck_assert_uint_eq(smc_cfg.spin_us, 20);
 	check_rejected("SMC_SPIN_US", "1kk");
@@ -334,7 +334,7 @@ START_TEST(bad_value_message_text)
 	setenv("SMC_RCVBUF", "12q", 1);
 	err = load_capture(&bad);
 	ck_assert_str_eq(err, "smc-preload: SMC_RCVBUF=\"12q\": not a size; accepted: "
-			      "16k..512m (k/m/g suffixes); using default 1m\n");
+			      "16k..512m (k/m/g suffixes); using default 2m\n");
 	free(err);
 
 	clear_env();
@@ -509,7 +509,7 @@ START_TEST(print_lists_every_variable)
 	int bad;
 	char *out;
 
-	setenv("SMC_RCVBUF", "2m", 1);
+	setenv("SMC_RCVBUF", "4m", 1);
 	setenv("SMC_SNDBUF", "bogus", 1);
 	setenv("SMC_DEBUG", "yes", 1);
 	free(load_capture(&bad));
@@ -521,12 +521,12 @@ START_TEST(print_lists_every_variable)
 		ck_assert_msg(strstr(line, "  # ") != NULL, "%s", line);
 	}
 	printed_line(out, "SMC_RCVBUF", line, sizeof(line));
-	ck_assert_msg(strncmp(line, "SMC_RCVBUF=2m  (env)  # ", 24) == 0, "%s", line);
+	ck_assert_msg(strncmp(line, "SMC_RCVBUF=4m  (env)  # ", 24) == 0, "%s", line);
 	printed_line(out, "SMC_SNDBUF", line, sizeof(line));
-	ck_assert_msg(strncmp(line, "SMC_SNDBUF=1m  (invalid, using default)  # ", 43) == 0,
+	ck_assert_msg(strncmp(line, "SMC_SNDBUF=2m  (invalid, using default)  # ", 43) == 0,
 		      "%s", line);
 	printed_line(out, "SMC_MEM_CAP", line, sizeof(line));
-	ck_assert_msg(strncmp(line, "SMC_MEM_CAP=4g  (default)  # ", 29) == 0, "%s", line);
+	ck_assert_msg(strncmp(line, "SMC_MEM_CAP=8g  (default)  # ", 29) == 0, "%s", line);
 	printed_line(out, "SMC_DEBUG", line, sizeof(line));
 	ck_assert_msg(strncmp(line, "SMC_DEBUG=1  (env)", 18) == 0, "%s", line);
 	printed_line(out, "SMC_LOG_LEVEL", line, sizeof(line));

@@ -64,7 +64,7 @@ struct smc_conn {
 	smc_cursor tx_prod;         /* our producer cursor (authoritative copy) */
 	smc_cursor tx_cons_seen;    /* last validated peer consumer cursor */
 	struct copy_adapt tx_copy;  /* how we store into the peer's ring (under tx_lock) */
-	uint64_t tx_rx_mark;        /* bytes_received when our last send ended (tx_lock) */
+	uint64_t tx_rx_mark;        /* bytes_received as our last send began (tx_lock) */
 	uint32_t rung_rx_seq;       /* peer's r_seq we last rang its rx bell for */
 	uint32_t rung_tx_seq;       /* peer's w_seq we last rang its tx bell for */
 	uint32_t asleep_rx, asleep_tx; /* our sleepers counted in the shared block */

@@ -501,11 +501,12 @@ static int64_t tx_free(struct smc_conn *c)
 		return conn_ib_tx_free(c);
 	cons = __atomic_load_n(&c->tx->cons, __ATOMIC_ACQUIRE);
 
-	/* Not checked against the last one seen: a reader that jumped a rewind and then
-	 * read a whole lap moved more than a lap since we last looked. Going backwards
-	 * would only cost it room; it must stay within what we wrote. */
+	/* Checked against itself, not the last one seen (last_cons = cons): a reader that
+	 * jumped a rewind and then read a whole lap moved more than a lap since we last
+	 * looked. Going backwards would only cost it room; it must stay within what we
+	 * wrote. */
 	if (cons != c->tx_cons_seen) {
-		if (!cursor_valid(cons, c->tx_size) || cursor_diff(c->tx_prod, cons, c->tx_size) < 0) {
+		if (cdc_validate_peer_cons(cons, cons, c->tx_prod, c->tx_size) < 0) {
 			conn_abort_protocol(c, "consumer cursor");
 			return -1;
 		}

@@ -35,8 +35,9 @@
  *                "shm_stream_bytes": payload written into peers' shared-memory rings
  *                with non-temporal stores (SMC_COPY; the rest went through memcpy);
  *                "shm_rewinds": messages written at the beginning of a peer's
- *                shared-memory ring because it was empty (keeps the ring's used part
- *                small and warm in the caches).
+ *                shared-memory ring because it was empty and the writer had read
+ *                from that peer since its last send (request/response traffic; keeps
+ *                the ring's used part small and warm in the caches).
  *
  * All numbers are unsigned 64-bit decimal integers. The file is written to a temporary
  * name in the same directory and renamed, so a reader sees a complete file or none.

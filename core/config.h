@@ -54,7 +54,9 @@ static inline struct timeval smc_cfg_handshake_timeout(void)
 
 enum smc_cfg_type { SMC_CFG_BOOL, SMC_CFG_UINT, SMC_CFG_SIZE, SMC_CFG_STRING, SMC_CFG_ENUM };
 
-enum smc_cfg_source { SMC_CFG_DEFAULT = 0, SMC_CFG_ENV, SMC_CFG_INVALID };
+/* SMC_CFG_CPU: a default that config_load() raised for this CPU's L2 cache (the rings
+ * and the memory cap; see config_ring_for_l2) */
+enum smc_cfg_source { SMC_CFG_DEFAULT = 0, SMC_CFG_ENV, SMC_CFG_INVALID, SMC_CFG_CPU };
 
 struct smc_cfg_var {
 	const char *name;           /* "SMC_RCVBUF" */
@@ -72,6 +74,13 @@ extern const size_t smc_cfg_nvars;
 /* Reads the environment (getenv) into smc_cfg. Reports each bad value once on `err`
  * (stderr when NULL). Returns the number of bad values. Safe to call again. */
 int config_load(FILE *err);
+
+/* The default ring for a CPU with l2_bytes of L2 per core: `floor` doubled until it is
+ * at least twice the L2 (8 MiB at most); `floor` when the L2 is unknown (<= 0). */
+size_t config_ring_for_l2(size_t floor, long l2_bytes);
+
+/* Tests: the L2 size config_load() uses instead of asking the CPU; -1 = ask again. */
+void config_set_cpu_l2(long l2_bytes);
 
 /* Where the effective value of variable i came from after config_load(). */
 enum smc_cfg_source config_source(size_t i);

@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "core/config.h"
+#include "core/cpu_cache.h"
 #include "core/log.h"
 #include "core/stats.h"
 #include "smc_preload.h"
@@ -19,11 +20,13 @@
 #define MIB (1024ULL * KIB)
 #define GIB (1024ULL * MIB)
 
-/* Every test starts from an environment without any SMC_* variable. */
+/* Every test starts from an environment without any SMC_* variable, and with an unknown
+ * L2 size, so the defaults are the table's on any CPU (the L2 tests set their own). */
 static void clear_env(void)
 {
 	for (size_t i = 0; i < smc_cfg_nvars; i++)
 		unsetenv(smc_cfg_vars[i].name);
+	config_set_cpu_l2(0);
 }
 
 static size_t var_index(const char *name)
@@ -743,12 +746,187 @@ START_TEST(stats_names)
 }
 END_TEST
 
+/* ---------------------------------------------------------------- rings and the L2 */
+
+START_TEST(ring_for_l2_rule)
+{
+	ck_assert_uint_eq(config_ring_for_l2(2 * MIB, 0), 2 * MIB);   /* unknown */
+	ck_assert_uint_eq(config_ring_for_l2(2 * MIB, -1), 2 * MIB);
+	ck_assert_uint_eq(config_ring_for_l2(2 * MIB, 256 * KIB), 2 * MIB);
+	ck_assert_uint_eq(config_ring_for_l2(2 * MIB, 1 * MIB), 2 * MIB); /* the project VM */
+	ck_assert_uint_eq(config_ring_for_l2(2 * MIB, 1 * MIB + 1), 4 * MIB);
+	ck_assert_uint_eq(config_ring_for_l2(2 * MIB, 1280 * KIB), 4 * MIB);
+	ck_assert_uint_eq(config_ring_for_l2(2 * MIB, 2 * MIB), 4 * MIB);
+	ck_assert_uint_eq(config_ring_for_l2(2 * MIB, 3 * MIB), 8 * MIB);
+	ck_assert_uint_eq(config_ring_for_l2(2 * MIB, 4 * MIB), 8 * MIB);
+	ck_assert_uint_eq(config_ring_for_l2(2 * MIB, 64 * MIB), 8 * MIB); /* at most 8m */
+	ck_assert_uint_eq(config_ring_for_l2(16 * KIB, 1 * MIB), 2 * MIB);
+	ck_assert_uint_eq(config_ring_for_l2(16 * MIB, 4 * MIB), 16 * MIB); /* never shrinks */
+}
+END_TEST
+
+/* This project's VM: 1 MiB of L2, the table's defaults stand. */
+START_TEST(load_l2_within_default)
+{
+	int bad;
+
+	config_set_cpu_l2(1 * MIB);
+	free(load_capture(&bad));
+	ck_assert_int_eq(bad, 0);
+	ck_assert_uint_eq(smc_cfg.rcvbuf, 2 * MIB);
+	ck_assert_uint_eq(smc_cfg.sndbuf, 2 * MIB);
+	ck_assert_uint_eq(smc_cfg.mem_cap, 8 * GIB);
+	ck_assert_int_eq(config_source(var_index("SMC_RCVBUF")), SMC_CFG_DEFAULT);
+	ck_assert_int_eq(config_source(var_index("SMC_MEM_CAP")), SMC_CFG_DEFAULT);
+}
+END_TEST
+
+/* 2 MiB of L2 per core: 4 MiB rings, and the cap doubles with them. */
+START_TEST(load_l2_raises_defaults)
+{
+	char line[512];
+	char *out;
+	int bad;
+
+	config_set_cpu_l2(2 * MIB);
+	free(load_capture(&bad));
+	ck_assert_int_eq(bad, 0);
+	ck_assert_uint_eq(smc_cfg.rcvbuf, 4 * MIB);
+	ck_assert_uint_eq(smc_cfg.sndbuf, 4 * MIB);
+	ck_assert_uint_eq(smc_cfg.mem_cap, 16 * GIB);
+	ck_assert_int_eq(config_source(var_index("SMC_RCVBUF")), SMC_CFG_CPU);
+	ck_assert_int_eq(config_source(var_index("SMC_SNDBUF")), SMC_CFG_CPU);
+	ck_assert_int_eq(config_source(var_index("SMC_MEM_CAP")), SMC_CFG_CPU);
+	out = print_capture();
+	printed_line(out, "SMC_RCVBUF", line, sizeof(line));
+	ck_assert_msg(strstr(line, "SMC_RCVBUF=4m  (default, raised for this CPU's L2 cache)  # ")
+		      == line, "%s", line);
+	printed_line(out, "SMC_MEM_CAP", line, sizeof(line));
+	ck_assert_msg(strstr(line, "SMC_MEM_CAP=16g  (default, raised") == line, "%s", line);
+	free(out);
+
+	/* the largest L2 the rule follows: 8 MiB rings, the cap four times the table's */
+	clear_env();
+	config_set_cpu_l2(4 * MIB);
+	free(load_capture(&bad));
+	ck_assert_uint_eq(smc_cfg.rcvbuf, 8 * MIB);
+	ck_assert_uint_eq(smc_cfg.mem_cap, 32 * GIB);
+}
+END_TEST
+
+/* What the user set stays; what the user got wrong stays the table default, as the
+ * message says. */
+START_TEST(load_l2_keeps_env_values)
+{
+	char *msg;
+	int bad;
+
+	config_set_cpu_l2(2 * MIB);
+	setenv("SMC_RCVBUF", "1m", 1);
+	free(load_capture(&bad));
+	ck_assert_uint_eq(smc_cfg.rcvbuf, 1 * MIB);
+	ck_assert_int_eq(config_source(var_index("SMC_RCVBUF")), SMC_CFG_ENV);
+	ck_assert_uint_eq(smc_cfg.sndbuf, 4 * MIB);
+	ck_assert_uint_eq(smc_cfg.mem_cap, 16 * GIB);
+
+	clear_env();
+	config_set_cpu_l2(2 * MIB);
+	setenv("SMC_MEM_CAP", "1g", 1);
+	setenv("SMC_SNDBUF", "12q", 1);
+	msg = load_capture(&bad);
+	ck_assert_int_eq(bad, 1);
+	ck_assert_msg(strstr(msg, "using default 2m") != NULL, "%s", msg);
+	free(msg);
+	ck_assert_uint_eq(smc_cfg.sndbuf, 2 * MIB);
+	ck_assert_int_eq(config_source(var_index("SMC_SNDBUF")), SMC_CFG_INVALID);
+	ck_assert_uint_eq(smc_cfg.rcvbuf, 4 * MIB);
+	ck_assert_uint_eq(smc_cfg.mem_cap, 1 * GIB);
+
+	/* both rings set: nothing grew, the cap stays the table's */
+	clear_env();
+	config_set_cpu_l2(2 * MIB);
+	setenv("SMC_RCVBUF", "2m", 1);
+	setenv("SMC_SNDBUF", "2m", 1);
+	free(load_capture(&bad));
+	ck_assert_uint_eq(smc_cfg.mem_cap, 8 * GIB);
+	ck_assert_int_eq(config_source(var_index("SMC_MEM_CAP")), SMC_CFG_DEFAULT);
+}
+END_TEST
+
+START_TEST(cache_size_text)
+{
+	ck_assert_int_eq(cpu_cache_parse_size("1024K\n"), 1048576);
+	ck_assert_int_eq(cpu_cache_parse_size("1024K"), 1048576);
+	ck_assert_int_eq(cpu_cache_parse_size("2M\n"), 2097152);
+	ck_assert_int_eq(cpu_cache_parse_size("512"), 512);
+	ck_assert_int_eq(cpu_cache_parse_size(""), -1);
+	ck_assert_int_eq(cpu_cache_parse_size("K"), -1);
+	ck_assert_int_eq(cpu_cache_parse_size("-1K"), -1);
+	ck_assert_int_eq(cpu_cache_parse_size("12X"), -1);
+	ck_assert_int_eq(cpu_cache_parse_size("1024K\n\n"), -1);
+	ck_assert_int_eq(cpu_cache_parse_size("99999999999999999999999K"), -1);
+	ck_assert_int_eq(cpu_cache_parse_size("9999999999999999M"), -1);
+}
+END_TEST
+
+static void write_text(const char *dir, const char *name, const char *text)
+{
+	char path[512];
+	FILE *f;
+
+	snprintf(path, sizeof(path), "%s/%s", dir, name);
+	f = fopen(path, "w");
+	ck_assert_ptr_nonnull(f);
+	fputs(text, f);
+	fclose(f);
+}
+
+/* A sysfs cache directory: index<i> with level, type and size. */
+static void fake_cache(const char *root, int i, const char *level, const char *type,
+		       const char *size)
+{
+	char dir[512];
+
+	snprintf(dir, sizeof(dir), "%s/index%d", root, i);
+	ck_assert_int_eq(mkdir(dir, 0700), 0);
+	write_text(dir, "level", level);
+	write_text(dir, "type", type);
+	write_text(dir, "size", size);
+}
+
+START_TEST(l2_from_sysfs)
+{
+	char root[] = "/tmp/smc-cache-XXXXXX", other[] = "/tmp/smc-cache-XXXXXX";
+	char cmd[128];
+
+	ck_assert_ptr_nonnull(mkdtemp(root));
+	fake_cache(root, 0, "1\n", "Data\n", "48K\n");
+	fake_cache(root, 1, "1\n", "Instruction\n", "32K\n");
+	fake_cache(root, 2, "2\n", "Unified\n", "2048K\n");
+	fake_cache(root, 3, "3\n", "Unified\n", "32768K\n");
+	ck_assert_int_eq(cpu_l2_from_sysfs(root), 2 * 1024 * 1024);
+
+	/* an instruction-only L2 and an unreadable size do not count; no L2 at all is 0 */
+	ck_assert_ptr_nonnull(mkdtemp(other));
+	fake_cache(other, 0, "1\n", "Data\n", "32K\n");
+	fake_cache(other, 1, "2\n", "Instruction\n", "1024K\n");
+	fake_cache(other, 2, "2\n", "Data\n", "lots\n");
+	fake_cache(other, 3, "3\n", "Unified\n", "8M\n");
+	ck_assert_int_eq(cpu_l2_from_sysfs(other), 0);
+	ck_assert_int_eq(cpu_l2_from_sysfs("/nonexistent/smc-cache"), 0);
+
+	snprintf(cmd, sizeof(cmd), "rm -rf %s %s", root, other);
+	ck_assert_int_eq(system(cmd), 0);
+}
+END_TEST
+
 static Suite *config_suite(void)
 {
 	Suite *s = suite_create("config");
 	TCase *parse = tcase_create("parse");
 	TCase *load = tcase_create("load");
 	TCase *other = tcase_create("log+stats");
+	TCase *cpu = tcase_create("rings+L2");
 
 	tcase_add_checked_fixture(parse, clear_env, NULL);
 	tcase_add_test(parse, size_plain_and_suffixes);
@@ -780,6 +958,15 @@ static Suite *config_suite(void)
 	tcase_add_test(other, stats_empty_fallback_and_at_exit);
 	tcase_add_test(other, stats_names);
 	suite_add_tcase(s, other);
+
+	tcase_add_checked_fixture(cpu, clear_env, NULL);
+	tcase_add_test(cpu, ring_for_l2_rule);
+	tcase_add_test(cpu, load_l2_within_default);
+	tcase_add_test(cpu, load_l2_raises_defaults);
+	tcase_add_test(cpu, load_l2_keeps_env_values);
+	tcase_add_test(cpu, cache_size_text);
+	tcase_add_test(cpu, l2_from_sysfs);
+	suite_add_tcase(s, cpu);
 	return s;
 }
 

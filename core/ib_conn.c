@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/random.h>
+#include <sys/resource.h>
 
 #include "core/log.h"
 #include "core/shm.h"
@@ -44,6 +45,31 @@ static void *alloc_ring(uint32_t size)
 	return p;
 }
 
+/*
+ * A registration that fails for lack of lockable memory declines this connection (it
+ * stays TCP, fallback reason mem-cap) and, with the same limit, the ones after it: said
+ * once per process, with the limit, since RLIMIT_MEMLOCK (8 MiB for Debian's users, and
+ * each connection pins its RMB plus a send buffer of the peer's) is the usual cause.
+ */
+static void warn_reg_failed(size_t bytes, int err)
+{
+	static bool warned;
+	struct rlimit rl;
+
+	if (err != ENOMEM && err != EAGAIN && err != EPERM)
+		return;
+	if (__atomic_exchange_n(&warned, true, __ATOMIC_RELAXED))
+		return;
+	if (getrlimit(RLIMIT_MEMLOCK, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY)
+		log_warn("cannot register %zu bytes of RDMA memory (%s; RLIMIT_MEMLOCK %llu "
+			 "bytes): connections that need more stay TCP; raise the limit "
+			 "(ulimit -l) or lower SMC_RCVBUF/SMC_SNDBUF", bytes, strerror(err),
+			 (unsigned long long)rl.rlim_cur);
+	else
+		log_warn("cannot register %zu bytes of RDMA memory (%s): connections that "
+			 "need more stay TCP", bytes, strerror(err));
+}
+
 int ib_conn_create(struct ib_link *l, uint32_t rmb_size, ib_conn_notify_fn notify,
 		   void *arg, struct ib_conn **out)
 {
@@ -74,6 +100,7 @@ int ib_conn_create(struct ib_link *l, uint32_t rmb_size, ib_conn_notify_fn notif
 			       IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE);
 	if (!c->rmb_mr) {
 		rc = errno ? -errno : -ENOMEM;
+		warn_reg_failed(rmb_size, -rc);
 		ib_conn_free(c);
 		return rc;
 	}
@@ -120,6 +147,7 @@ int ib_conn_set_peer(struct ib_conn *c, const struct ib_rmb_params *peer)
 	if (!mr) {
 		int rc = errno ? -errno : -ENOMEM;
 
+		warn_reg_failed(peer->size, -rc);
 		free(tx);
 		shm_unreserve(peer->size);
 		return rc;
@@ -302,7 +330,7 @@ void ib_conn_close(struct ib_conn *c, bool abort)
 	c->closed = true;
 	c->my_flags |= CDC_CONN_CLOSED | CDC_DONE_WRITING;
 	if (abort)
-		ib_conn_abort_locked(c, "closed with abort");
+		ib_conn_abort_locked(c, "closed with abort", SMC_LOG_DEBUG);
 	else
 		ib_link_flush_locked(l, c);
 	ib_link_reap_locked(l, c);

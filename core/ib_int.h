@@ -98,7 +98,9 @@ struct ib_conn {
 
 /* ib_link.c, called with the link lock held */
 void ib_link_flush_locked(struct ib_link *l, struct ib_conn *c);
-void ib_conn_abort_locked(struct ib_conn *c, const char *why);
+/* level: SMC_LOG_WARN for a fault (peer, link), SMC_LOG_DEBUG for an abort the owner
+ * chose (a close with abort, a handshake given up) */
+void ib_conn_abort_locked(struct ib_conn *c, const char *why, int level);
 void ib_link_reap_locked(struct ib_link *l, struct ib_conn *c);
 /* ib_conn.c */
 void ib_conn_free(struct ib_conn *c);

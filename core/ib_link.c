@@ -360,11 +360,11 @@ void ib_link_fail(struct ib_link *l, const char *why)
 	pthread_mutex_unlock(&l->lock);
 }
 
-void ib_conn_abort_locked(struct ib_conn *c, const char *why)
+void ib_conn_abort_locked(struct ib_conn *c, const char *why, int level)
 {
 	if (c->aborted)
 		return;
-	log_warn("ib: connection token %#x aborted: %s", c->token, why);
+	smc_log_at(level, "ib: connection token %#x aborted: %s", c->token, why);
 	c->link->cnt.conn_aborts++;
 	__atomic_store_n(&c->aborted, true, __ATOMIC_RELEASE);
 	c->my_flags |= CDC_CONN_ABORT; /* tell the peer, so it does not wait for us */
@@ -654,13 +654,13 @@ static void conn_on_cdc(struct ib_link *l, struct ib_conn *c, const struct cdc_m
 	    (c->peer_set ? cdc_validate_peer_cons(m->st.cons, c->tx_cons_peer, c->tx_sent,
 						   c->tx_size) < 0
 			 : m->st.cons != c->tx_cons_peer)) {
-		ib_conn_abort_locked(c, "CDC cursor out of range");
+		ib_conn_abort_locked(c, "CDC cursor out of range", SMC_LOG_WARN);
 		return;
 	}
 	/* nothing may arrive after the peer said it stopped writing */
 	if ((c->peer_flags & (CDC_DONE_WRITING | CDC_CONN_CLOSED)) &&
 	    m->st.prod != c->rx_prod_peer) {
-		ib_conn_abort_locked(c, "data after done-writing");
+		ib_conn_abort_locked(c, "data after done-writing", SMC_LOG_WARN);
 		return;
 	}
 	if (m->st.prod != c->rx_prod_peer)

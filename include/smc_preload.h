@@ -87,7 +87,7 @@
 #define SMC_STATS_REASON_NOT_LOCAL     "not-local"        /* remote peer, no RDMA path */
 #define SMC_STATS_REASON_HANDSHAKE     "handshake-failed" /* handshake error or timeout */
 #define SMC_STATS_REASON_DECLINED      "declined"         /* peer sent a Decline */
-#define SMC_STATS_REASON_MEM_CAP       "mem-cap"          /* SMC_MEM_CAP reached */
+#define SMC_STATS_REASON_MEM_CAP       "mem-cap"          /* SMC_MEM_CAP, or RLIMIT_MEMLOCK (SMC-R) */
 #define SMC_STATS_REASON_RESOURCES     "resources"        /* memfd/mmap/eventfd failed */
 #define SMC_STATS_REASON_SOCKOPT       "sockopt"          /* options SMC cannot honour */
 #define SMC_STATS_REASON_PEER_CLOSED   "peer-closed"      /* peer closed during the handshake */

@@ -26,6 +26,7 @@
 #include "core/fdpark.h"
 #include "core/hs_policy.h"
 #include "core/log.h"
+#include "core/negotiate.h"
 #include "core/real.h"
 #include "core/stats.h"
 #include "core/statsrv.h"
@@ -899,16 +900,50 @@ static uint64_t deadline_from(int64_t timeo_ns)
 	return timeo_ns > 0 ? now_ns() + (uint64_t)timeo_ns : 0;
 }
 
-int conn_wait_pending(struct smc_conn *c, bool nonblock)
+/*
+ * The progress thread decides every handshake within its deadline (a few handshake
+ * timeouts at most, see progress.c). Should a decision never come, a call waiting for
+ * it must not wait forever: after CONN_PENDING_WATCHDOG_TICKS handshake timeouts of
+ * waiting (the TCP connect is over by then), the waiting thread resets the connection
+ * itself (the peer may have taken it as upgraded, so plain TCP could mix protocols):
+ * the application gets ECONNRESET, as from a peer that died, and the log says so.
+ */
+#define CONN_PENDING_WATCHDOG_TICKS 15u
+
+static void pending_watchdog_reset(struct smc_conn *c)
 {
+	pthread_mutex_lock(&c->lock);
+	if (conn_state(c) == CONN_PENDING) {
+		log_warn("fd %d: handshake still undecided after %u ms: resetting the connection",
+			 c->fd, CONN_PENDING_WATCHDOG_TICKS * smc_cfg.handshake_timeout_ms);
+		stats_count_abort();
+		neg_reset(c->fd);
+		conn_fallback(c, SMC_REASON_HANDSHAKE);
+	}
+	pthread_mutex_unlock(&c->lock);
+}
+
+int conn_wait_pending(struct smc_conn *c, bool nonblock, int64_t timeo_ns)
+{
+	uint64_t deadline = deadline_from(timeo_ns);
+	uint64_t watchdog = now_ns() + (uint64_t)CONN_PENDING_WATCHDOG_TICKS *
+					       smc_cfg.handshake_timeout_ms * 1000000ull;
+
 	while (conn_state(c) == CONN_PENDING) {
+		uint64_t until = deadline && deadline < watchdog ? deadline : watchdog;
 		int r;
 
 		if (nonblock)
 			return -EAGAIN;
-		r = conn_wait(c, 0, 0);
-		if (r == -EINTR && eintr_restarts(0))
+		r = conn_wait(c, 0, until);
+		if (r == -EINTR && eintr_restarts(timeo_ns))
 			r = 0;
+		if (r == -EAGAIN && conn_state(c) == CONN_PENDING) {
+			if (until == deadline)
+				return -EAGAIN; /* SO_RCVTIMEO / SO_SNDTIMEO, as TCP */
+			pending_watchdog_reset(c);
+			r = 0;
+		}
 		if (r < 0)
 			return r;
 	}

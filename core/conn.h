@@ -106,8 +106,10 @@ void conn_put(struct smc_conn *c);
 /* Transitions; both ring our own bells so every waiter re-evaluates. */
 void conn_activate(struct smc_conn *c);
 void conn_fallback(struct smc_conn *c, enum smc_reason why);
-/* Waits while the handshake runs (-EAGAIN when nonblock, -EINTR on a signal). */
-int conn_wait_pending(struct smc_conn *c, bool nonblock);
+/* Waits while the handshake runs: -EAGAIN when nonblock or after timeo_ns (the socket's
+ * SO_RCVTIMEO/SO_SNDTIMEO; 0 = none), -EINTR on a signal. A handshake left undecided
+ * far past its deadline resets the connection (conn.c: the watchdog). */
+int conn_wait_pending(struct smc_conn *c, bool nonblock, int64_t timeo_ns);
 /* fork(): every ACTIVE connection gains a holder before the fork (and loses it again
  * when the fork failed); the registry lock is held across the fork. */
 void conn_fork_prepare(void);

@@ -465,8 +465,12 @@ ssize_t rdv_recv(int ufd, void *buf, size_t cap, int *fds, int *nfds, int maxfds
 		}
 	}
 	if (bad || (msg.msg_flags & (MSG_TRUNC | MSG_CTRUNC))) {
-		for (int i = 0; i < *nfds; i++)
+		/* closed here, so no caller may close the numbers again: by then another
+		 * thread may hold them (the application's sockets, our own doorbells) */
+		for (int i = 0; i < *nfds; i++) {
 			REAL(close)(fds[i]);
+			fds[i] = -1;
+		}
 		*nfds = 0;
 		return -EPROTO;
 	}

@@ -731,13 +731,14 @@ int smc_sock_accept(int fd, struct sockaddr *addr, socklen_t *len, int flags)
 
 /* A PENDING connection first finishes its handshake; returns the conn when it is
  * ACTIVE, NULL when the socket is plain TCP (fallback), or sets *err. */
-static struct smc_conn *conn_ready_for_io(struct smc_conn *c, int flags, int *err)
+static struct smc_conn *conn_ready_for_io(struct smc_conn *c, int flags, int64_t timeo_ns,
+					   int *err)
 {
 	int st = __atomic_load_n(&c->state, __ATOMIC_ACQUIRE);
 
 	*err = 0;
 	if (st == CONN_PENDING) {
-		int r = conn_wait_pending(c, c->nonblock || (flags & MSG_DONTWAIT));
+		int r = conn_wait_pending(c, c->nonblock || (flags & MSG_DONTWAIT), timeo_ns);
 
 		if (r < 0) {
 			*err = -r;
@@ -781,7 +782,7 @@ ssize_t smc_sock_recv(int fd, const struct iovec *iov, int iovcnt, int flags)
 
 	if (!c)
 		return plain_recv(fd, iov, iovcnt, flags);
-	if (!conn_ready_for_io(c, flags, &err)) {
+	if (!conn_ready_for_io(c, flags, c->rcvtimeo_ns, &err)) {
 		r = err ? (errno = err, -1) : plain_recv(fd, iov, iovcnt, flags);
 	} else {
 		r = conn_recv(c, iov, iovcnt, flags);
@@ -834,7 +835,7 @@ static ssize_t conn_sock_send(struct smc_conn *c, int fd, const struct iovec *io
 		r = conn_sock_send(c, fd, rest, n, flags);
 		return r < 0 ? staged : staged + r;
 	}
-	if (!conn_ready_for_io(c, flags, &err)) {
+	if (!conn_ready_for_io(c, flags, c->sndtimeo_ns, &err)) {
 		if (err)
 			return errno = err, -1;
 		return plain_send(fd, iov, iovcnt, flags);
@@ -866,7 +867,7 @@ int smc_sock_shutdown(int fd, int how)
 		return REAL(shutdown)(fd, how);
 	/* TCP accepts a shutdown right after connect(): wait for the (bounded) handshake
 	 * even on a nonblocking socket, so the half close lands after the staged data */
-	r = conn_wait_pending(c, false);
+	r = conn_wait_pending(c, false, 0);
 	if (r < 0) {
 		err = -r;
 		r = -1;
@@ -1013,7 +1014,7 @@ int smc_sock_ioctl(int fd, unsigned long req, void *arg)
 	int err, r = 0;
 
 	if (c && (req == FIONREAD || req == SIOCOUTQ) && arg &&
-	    conn_ready_for_io(c, MSG_DONTWAIT, &err))
+	    conn_ready_for_io(c, MSG_DONTWAIT, 0, &err))
 		*(int *)arg = req == FIONREAD ? conn_rx_available(c) : conn_tx_queued(c);
 	else
 		r = REAL(ioctl)(fd, req, arg);

@@ -12,4 +12,8 @@
 /* Returns fd moved to a high number (CLOEXEC), or fd itself when there is no room. */
 int fd_park(int fd);
 
+/* At load, while the process is most likely still single-threaded: grows its fd table
+ * to the park area once (see fdpark.c), for limits up to FD_PARK_PREPARE_MAX. */
+void fd_park_prepare(void);
+
 #endif

@@ -5,6 +5,7 @@
 #include "core/config.h"
 #include "core/conn.h"
 #include "core/epoll.h"
+#include "core/fdpark.h"
 #include "core/fdtab.h"
 #include "core/init.h"
 #include "core/log.h"
@@ -39,6 +40,7 @@ static void init_run(void)
 	real_init();
 	config_load(NULL);
 	log_init();
+	fd_park_prepare();
 	atexit(stats_at_exit);
 	pthread_atfork(fork_prepare, fork_parent, fork_child);
 }

@@ -579,35 +579,34 @@ void config_set_cpu_l2(long l2_bytes)
 	cpu_l2_override = l2_bytes;
 }
 
-/* Raises a ring left at its table default to the size for this CPU's L2. */
-static bool fit_ring(enum cfg_index i, size_t *ring, long l2)
+/* Raises a ring left at its table default to the size for this CPU's L2; returns the
+ * factor it grew by (1: unchanged). */
+static size_t fit_ring(enum cfg_index i, size_t *ring, long l2)
 {
-	size_t fit;
+	size_t fit, factor;
 
 	if (cfg_source[i] != SMC_CFG_DEFAULT)
-		return false;
+		return 1;
 	fit = config_ring_for_l2(*ring, l2);
-	if (fit == *ring)
-		return false;
-	*ring = fit;
-	cfg_source[i] = SMC_CFG_CPU;
-	return true;
+	factor = fit / *ring;
+	if (factor > 1) {
+		*ring = fit;
+		cfg_source[i] = SMC_CFG_CPU;
+	}
+	return factor;
 }
 
 static void fit_rings_to_cpu(void)
 {
 	long l2 = cpu_l2_override >= 0 ? cpu_l2_override : cpu_l2_bytes();
-	bool grew = fit_ring(CFG_RCVBUF, &smc_cfg.rcvbuf, l2);
-	unsigned long long table_ring;
+	size_t rcv = fit_ring(CFG_RCVBUF, &smc_cfg.rcvbuf, l2);
+	size_t snd = fit_ring(CFG_SNDBUF, &smc_cfg.sndbuf, l2);
+	size_t factor = rcv > snd ? rcv : snd;
 
-	grew |= fit_ring(CFG_SNDBUF, &smc_cfg.sndbuf, l2);
-	if (!grew || cfg_source[CFG_MEM_CAP] != SMC_CFG_DEFAULT)
+	if (factor == 1 || cfg_source[CFG_MEM_CAP] != SMC_CFG_DEFAULT)
 		return;
 	/* the cap grows as the default rings did: the same number of connections */
-	if (config_parse_size(smc_cfg_vars[CFG_RCVBUF].def, 0, ~0ULL, &table_ring) != 0 ||
-	    table_ring == 0)
-		return;
-	smc_cfg.mem_cap *= config_ring_for_l2((size_t)table_ring, l2) / (size_t)table_ring;
+	smc_cfg.mem_cap *= factor;
 	if (smc_cfg.mem_cap > smc_cfg_vars[CFG_MEM_CAP].max)
 		smc_cfg.mem_cap = smc_cfg_vars[CFG_MEM_CAP].max;
 	cfg_source[CFG_MEM_CAP] = SMC_CFG_CPU;

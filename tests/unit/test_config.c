@@ -765,17 +765,28 @@ START_TEST(ring_for_l2_rule)
 }
 END_TEST
 
-/* This project's VM: 1 MiB of L2, the table's defaults stand. */
-START_TEST(load_l2_within_default)
+/* config_load() for a CPU with l2 bytes of L2 and no SMC_* variable set. */
+static void load_for_l2(long l2)
 {
 	int bad;
 
-	config_set_cpu_l2(1 * MIB);
+	config_set_cpu_l2(l2);
 	free(load_capture(&bad));
 	ck_assert_int_eq(bad, 0);
-	ck_assert_uint_eq(smc_cfg.rcvbuf, 2 * MIB);
-	ck_assert_uint_eq(smc_cfg.sndbuf, 2 * MIB);
-	ck_assert_uint_eq(smc_cfg.mem_cap, 8 * GIB);
+}
+
+static void expect_rings_and_cap(size_t rcvbuf, size_t sndbuf, size_t cap)
+{
+	ck_assert_uint_eq(smc_cfg.rcvbuf, rcvbuf);
+	ck_assert_uint_eq(smc_cfg.sndbuf, sndbuf);
+	ck_assert_uint_eq(smc_cfg.mem_cap, cap);
+}
+
+/* This project's VM: 1 MiB of L2, the table's defaults stand. */
+START_TEST(load_l2_within_default)
+{
+	load_for_l2(1 * MIB);
+	expect_rings_and_cap(2 * MIB, 2 * MIB, 8 * GIB);
 	ck_assert_int_eq(config_source(var_index("SMC_RCVBUF")), SMC_CFG_DEFAULT);
 	ck_assert_int_eq(config_source(var_index("SMC_MEM_CAP")), SMC_CFG_DEFAULT);
 }
@@ -786,14 +797,9 @@ START_TEST(load_l2_raises_defaults)
 {
 	char line[512];
 	char *out;
-	int bad;
 
-	config_set_cpu_l2(2 * MIB);
-	free(load_capture(&bad));
-	ck_assert_int_eq(bad, 0);
-	ck_assert_uint_eq(smc_cfg.rcvbuf, 4 * MIB);
-	ck_assert_uint_eq(smc_cfg.sndbuf, 4 * MIB);
-	ck_assert_uint_eq(smc_cfg.mem_cap, 16 * GIB);
+	load_for_l2(2 * MIB);
+	expect_rings_and_cap(4 * MIB, 4 * MIB, 16 * GIB);
 	ck_assert_int_eq(config_source(var_index("SMC_RCVBUF")), SMC_CFG_CPU);
 	ck_assert_int_eq(config_source(var_index("SMC_SNDBUF")), SMC_CFG_CPU);
 	ck_assert_int_eq(config_source(var_index("SMC_MEM_CAP")), SMC_CFG_CPU);
@@ -807,10 +813,8 @@ START_TEST(load_l2_raises_defaults)
 
 	/* the largest L2 the rule follows: 8 MiB rings, the cap four times the table's */
 	clear_env();
-	config_set_cpu_l2(4 * MIB);
-	free(load_capture(&bad));
-	ck_assert_uint_eq(smc_cfg.rcvbuf, 8 * MIB);
-	ck_assert_uint_eq(smc_cfg.mem_cap, 32 * GIB);
+	load_for_l2(4 * MIB);
+	expect_rings_and_cap(8 * MIB, 8 * MIB, 32 * GIB);
 }
 END_TEST
 

@@ -95,16 +95,20 @@ grep -q "^OK server conns=$CONNS bytes=$BYTES" "$(smc_server_log server)" ||
 
 # side DIR LABEL: the connection and byte accounting of one side's stats
 side() {
-	local dir=$1 label=$2 ib tcp bytes aborts reasons
+	local dir=$1 label=$2 ib tcp bytes aborts reasons ibbytes
 	smc_require_stats "$dir"
-	read -r ib tcp bytes aborts <<<"$(jq -rs '[ (map(.connections.ib) | add),
+	read -r ib tcp bytes aborts ibbytes <<<"$(jq -rs '[ (map(.connections.ib) | add),
 		(map(.connections.tcp) | add),
 		(map(.bytes.ib.sent + .bytes.ib.received + .bytes.tcp.sent + .bytes.tcp.received)
-		 | add), (map(.events.aborts) | add) ] | @tsv' "$dir"/*.json)"
+		 | add), (map(.events.aborts) | add),
+		(map(.bytes.ib.sent + .bytes.ib.received) | add) ] | @tsv' "$dir"/*.json)"
 	reasons=$(jq -sc 'map(.fallback) | add' "$dir"/*.json)
-	smc_log "$label: ib connections $ib, tcp connections $tcp (fallback $reasons)," \
-		"bytes $bytes, aborts $aborts"
+	smc_log "$label: ib connections $ib ($ibbytes bytes), tcp connections $tcp" \
+		"(fallback $reasons), bytes $bytes, aborts $aborts"
 	smc_assert_ge "$label: ib connections" "$ib" 1
+	# each connection on ib carries its BYTES both ways over RDMA
+	smc_assert_ge "$label: payload bytes over ib (sent+received)" "$ibbytes" \
+		"$((2 * ib * BYTES))"
 	[ "$ib" -le 2 ] || smc_fail "$label: $ib ib connections under an 8 MiB limit (at most 2 fit)"
 	smc_assert_eq "$label: ib + tcp connections" "$((ib + tcp))" "$CONNS"
 	smc_assert_eq "$label: fallback reasons counted" \

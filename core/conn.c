@@ -24,6 +24,7 @@
 #include "core/conn.h"
 #include "core/conn_ib.h"
 #include "core/fdpark.h"
+#include "core/fdtab.h"
 #include "core/hs_policy.h"
 #include "core/log.h"
 #include "core/negotiate.h"
@@ -910,12 +911,33 @@ static uint64_t deadline_from(int64_t timeo_ns)
  */
 #define CONN_PENDING_WATCHDOG_TICKS 15u
 
+static const char *hs_watch_name(uint8_t w)
+{
+	switch (w) {
+	case HS_WATCH_NONE: return "never handed to the progress thread";
+	case HS_WATCH_QUEUED: return "queued for the progress thread, never armed";
+	case HS_WATCH_ARMED: return "armed on the progress thread";
+	case HS_WATCH_DONE: return "released by the progress thread";
+	}
+	return "?";
+}
+
 static void pending_watchdog_reset(struct smc_conn *c)
 {
 	pthread_mutex_lock(&c->lock);
 	if (conn_state(c) == CONN_PENDING) {
-		log_warn("fd %d: handshake still undecided after %u ms: resetting the connection",
-			 c->fd, CONN_PENDING_WATCHDOG_TICKS * smc_cfg.handshake_timeout_ms);
+		struct fd_entry *e = fdtab_peek(c->fd);
+		bool in_table = e && __atomic_load_n(&e->obj, __ATOMIC_ACQUIRE) == (void *)c;
+
+		/* Should never happen: say everything that tells how it did. */
+		log_warn("fd %d: handshake still undecided after %u ms: resetting the connection "
+			 "(%s side, %s%s, rendezvous fd %d, tcp eof %d, fd refs %d, object refs %d, "
+			 "%s the fd table)",
+			 c->fd, CONN_PENDING_WATCHDOG_TICKS * smc_cfg.handshake_timeout_ms,
+			 c->side == CONN_CLIENT ? "client" : "server",
+			 hs_watch_name(__atomic_load_n(&c->hs_watch, __ATOMIC_ACQUIRE)),
+			 c->deferred ? ", deferred" : "", c->rdv_listen_fd, c->tcp_eof, c->fd_refs,
+			 c->obj_refs, in_table ? "in" : "not in");
 		stats_count_abort();
 		neg_reset(c->fd);
 		conn_fallback(c, SMC_REASON_HANDSHAKE);

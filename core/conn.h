@@ -29,6 +29,9 @@
 
 enum conn_state { CONN_PENDING = 0, CONN_ACTIVE, CONN_FALLBACK, CONN_CLOSED };
 enum conn_side { CONN_CLIENT = 0, CONN_SERVER = 1 };
+/* How far the progress thread has taken a PENDING connection's handshake: only for the
+ * report of a wait that never saw a decision (conn.c, the watchdog). */
+enum conn_hs_watch { HS_WATCH_NONE = 0, HS_WATCH_QUEUED, HS_WATCH_ARMED, HS_WATCH_DONE };
 
 struct smc_ep_reg;
 struct conn_ib;
@@ -78,6 +81,7 @@ struct smc_conn {
 	bool aborted;               /* protocol error or peer abort: ECONNRESET */
 	bool fork_shared;           /* another process may drive this side too (fork) */
 	bool deferred;              /* server, PENDING: negotiated on the progress thread */
+	uint8_t hs_watch;           /* enum conn_hs_watch, atomic stores */
 	bool reset_reported;        /* SO_ERROR gave ECONNRESET once, as the kernel clears it */
 
 	uint64_t bytes_sent, bytes_received; /* for smcpstat / stats at close */

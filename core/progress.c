@@ -42,10 +42,16 @@ static void event_drop(struct event **ev)
 	*ev = NULL;
 }
 
+static void hs_watch_set(struct smc_conn *c, enum conn_hs_watch w)
+{
+	__atomic_store_n(&c->hs_watch, (uint8_t)w, __ATOMIC_RELEASE);
+}
+
 static void pending_finish(struct pending *p)
 {
 	struct smc_conn *c = p->c;
 
+	hs_watch_set(c, HS_WATCH_DONE);
 	event_drop(&p->ev_rdv);
 	event_drop(&p->ev_tcp);
 	event_drop(&p->ev_deadline);
@@ -407,8 +413,10 @@ static void pending_register(evutil_socket_t fd, short what, void *arg)
 		event_add(p->ev_rdv, NULL);
 	event_add(p->ev_tcp, NULL);
 	event_add(p->ev_deadline, &tv);
+	hs_watch_set(c, HS_WATCH_ARMED);
 	return;
 fail:
+	hs_watch_set(c, HS_WATCH_DONE);
 	pthread_mutex_lock(&c->lock);
 	if (__atomic_load_n(&c->state, __ATOMIC_ACQUIRE) == CONN_PENDING)
 		conn_fallback(c, SMC_REASON_RESOURCES);
@@ -425,12 +433,14 @@ int progress_watch_pending(struct smc_conn *c)
 	if (!base)
 		return -ENOMEM;
 	conn_get(c);
+	hs_watch_set(c, HS_WATCH_QUEUED);
 	/* libevent may touch its epoll set right here, in the application's thread: those
 	 * calls must reach the kernel, not our emulation. */
 	smc_thread_internal = true;
 	r = event_base_once(base, -1, EV_TIMEOUT, pending_register, c, &now);
 	smc_thread_internal = false;
 	if (r < 0) {
+		hs_watch_set(c, HS_WATCH_NONE);
 		conn_put(c);
 		return -ENOMEM;
 	}
@@ -447,6 +457,7 @@ struct server_wait {
 
 static void server_wait_finish(struct server_wait *w)
 {
+	hs_watch_set(w->c, HS_WATCH_DONE);
 	event_drop(&w->ev_tcp);
 	event_drop(&w->ev_deadline);
 	conn_put(w->c);
@@ -493,6 +504,7 @@ static void server_register(evutil_socket_t fd, short what, void *arg)
 	}
 	event_add(w->ev_tcp, NULL);
 	event_add(w->ev_deadline, &tv);
+	hs_watch_set(w->c, HS_WATCH_ARMED);
 	/* the message may have arrived before the event was armed (edge-triggered) */
 	if (w->step(w->c, false))
 		server_wait_finish(w);
@@ -513,10 +525,12 @@ int progress_watch_server(struct smc_conn *c, progress_server_step step)
 	w->c = c;
 	w->step = step;
 	conn_get(c);
+	hs_watch_set(c, HS_WATCH_QUEUED);
 	smc_thread_internal = true;
 	r = event_base_once(base, -1, EV_TIMEOUT, server_register, w, &now);
 	smc_thread_internal = false;
 	if (r < 0) {
+		hs_watch_set(c, HS_WATCH_NONE);
 		conn_put(c);
 		free(w);
 		return -ENOMEM;

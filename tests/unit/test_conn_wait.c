@@ -1,0 +1,193 @@
+/* SPDX-License-Identifier: GPL-2.0-only OR BSD-2-Clause */
+/*
+ * Unit tests for a call waiting on a handshake decision (conn_wait_pending, core/conn.c):
+ * the socket's timeouts, non-blocking sockets, and the watchdog that resets a
+ * connection whose decision never comes. A connection that was never handed to the
+ * progress thread is exactly one whose decision never comes, so the watchdog can be
+ * made to fire here on purpose; in the library it must never (its log line says why
+ * it did).
+ */
+#include <arpa/inet.h>
+#include <check.h>
+#include <errno.h>
+#include <netinet/in.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "core/config.h"
+#include "core/conn.h"
+#include "core/fdtab.h"
+#include "core/log.h"
+#include "core/real.h"
+#include "core/stats.h"
+
+#define MS 1000000ll
+
+/* A connected TCP pair over loopback: fds[0] the client, fds[1] the accepted one. */
+static void tcp_pair(int fds[2])
+{
+	struct sockaddr_in sa = { .sin_family = AF_INET };
+	socklen_t len = sizeof(sa);
+	int lfd = socket(AF_INET, SOCK_STREAM, 0);
+
+	sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+	ck_assert_int_ge(lfd, 0);
+	ck_assert_int_eq(bind(lfd, (struct sockaddr *)&sa, sizeof(sa)), 0);
+	ck_assert_int_eq(listen(lfd, 1), 0);
+	ck_assert_int_eq(getsockname(lfd, (struct sockaddr *)&sa, &len), 0);
+	fds[0] = socket(AF_INET, SOCK_STREAM, 0);
+	ck_assert_int_ge(fds[0], 0);
+	ck_assert_int_eq(connect(fds[0], (struct sockaddr *)&sa, sizeof(sa)), 0);
+	fds[1] = accept(lfd, NULL, NULL);
+	ck_assert_int_ge(fds[1], 0);
+	close(lfd);
+}
+
+/* Everything the library logs from here on goes to a temporary file (its log writes to
+ * fd 2); returns the saved stderr for log_capture_end. */
+static int log_capture_begin(void)
+{
+	FILE *tmp = tmpfile();
+	int saved = dup(2);
+
+	ck_assert_ptr_nonnull(tmp);
+	ck_assert_int_ge(saved, 0);
+	ck_assert_int_eq(dup2(fileno(tmp), 2), 2);
+	return saved;
+}
+
+/* Restores stderr; returns what was logged (malloc'd). */
+static char *log_capture_end(int saved)
+{
+	static char buf[8192];
+	ssize_t n;
+
+	ck_assert_int_eq(lseek(2, 0, SEEK_SET), 0);
+	n = read(2, buf, sizeof(buf) - 1);
+	ck_assert_int_ge(n, 0);
+	buf[n] = '\0';
+	ck_assert_int_eq(dup2(saved, 2), 2);
+	close(saved);
+	return strdup(buf);
+}
+
+static void setup(void)
+{
+	real_init();
+	smc_log_level = SMC_LOG_WARN;
+	smc_cfg.handshake_timeout_ms = 20; /* the watchdog: 15 of them, 300 ms */
+}
+
+START_TEST(nonblocking_gets_eagain)
+{
+	int fds[2];
+	struct smc_conn *c;
+
+	tcp_pair(fds);
+	c = conn_new(fds[0], CONN_CLIENT);
+	ck_assert_ptr_nonnull(c);
+	ck_assert_int_eq(conn_wait_pending(c, true, 0), -EAGAIN);
+	ck_assert_int_eq(c->state, CONN_PENDING);
+}
+END_TEST
+
+/* SO_RCVTIMEO / SO_SNDTIMEO shorter than the watchdog: EAGAIN at expiry, as TCP gives,
+ * and the connection is left to its handshake. */
+START_TEST(socket_timeout_gets_eagain)
+{
+	int fds[2], saved;
+	struct smc_conn *c;
+	char *log;
+
+	tcp_pair(fds);
+	c = conn_new(fds[0], CONN_CLIENT);
+	ck_assert_ptr_nonnull(c);
+	saved = log_capture_begin();
+	ck_assert_int_eq(conn_wait_pending(c, false, 50 * MS), -EAGAIN);
+	log = log_capture_end(saved);
+	ck_assert_int_eq(c->state, CONN_PENDING);
+	ck_assert_msg(log[0] == '\0', "unexpected log: %s", log);
+	free(log);
+}
+END_TEST
+
+/* No decision ever comes: the waiting call resets the connection itself, the
+ * application's next TCP call sees plain TCP (ECONNRESET from the reset), the peer gets
+ * the reset, and the log says what state the connection was found in. */
+START_TEST(watchdog_resets_undecided)
+{
+	int fds[2], saved;
+	struct smc_conn *c;
+	char *log, b;
+
+	tcp_pair(fds);
+	c = conn_new(fds[0], CONN_CLIENT);
+	ck_assert_ptr_nonnull(c);
+	fdtab_set(fds[0], FD_SMC, c);
+	saved = log_capture_begin();
+	ck_assert_int_eq(conn_wait_pending(c, false, 0), 0);
+	log = log_capture_end(saved);
+	ck_assert_int_eq(c->state, CONN_FALLBACK);
+	ck_assert_int_eq(c->reason, SMC_REASON_HANDSHAKE);
+	ck_assert_msg(strstr(log, "handshake still undecided after 300 ms: resetting") != NULL,
+		      "log: %s", log);
+	ck_assert_msg(strstr(log, "(client side, never handed to the progress thread, "
+				  "rendezvous fd -1, tcp eof 0, fd refs 1, object refs 1, "
+				  "in the fd table)") != NULL, "log: %s", log);
+	free(log);
+	ck_assert_int_eq(recv(fds[1], &b, 1, 0), -1);
+	ck_assert_int_eq(errno, ECONNRESET);
+}
+END_TEST
+
+/* A wait longer than the socket timeout's reach: the socket timeout still wins when it
+ * comes first, the watchdog when it does. */
+START_TEST(watchdog_before_long_socket_timeout)
+{
+	int fds[2], saved;
+	struct smc_conn *c;
+	char *log;
+
+	tcp_pair(fds);
+	c = conn_new(fds[1], CONN_SERVER);
+	ck_assert_ptr_nonnull(c);
+	c->deferred = true;
+	saved = log_capture_begin();
+	ck_assert_int_eq(conn_wait_pending(c, false, 5000 * MS), 0);
+	log = log_capture_end(saved);
+	ck_assert_int_eq(c->state, CONN_FALLBACK);
+	ck_assert_msg(strstr(log, "(server side, never handed to the progress thread, deferred, "
+				  "rendezvous fd -1, tcp eof 0, fd refs 1, object refs 1, "
+				  "not in the fd table)") != NULL, "log: %s", log);
+	free(log);
+}
+END_TEST
+
+static Suite *conn_wait_suite(void)
+{
+	Suite *s = suite_create("conn_wait");
+	TCase *tc = tcase_create("pending");
+
+	tcase_add_checked_fixture(tc, setup, NULL);
+	tcase_set_timeout(tc, 20);
+	tcase_add_test(tc, nonblocking_gets_eagain);
+	tcase_add_test(tc, socket_timeout_gets_eagain);
+	tcase_add_test(tc, watchdog_resets_undecided);
+	tcase_add_test(tc, watchdog_before_long_socket_timeout);
+	suite_add_tcase(s, tc);
+	return s;
+}
+
+int main(void)
+{
+	SRunner *sr = srunner_create(conn_wait_suite());
+	int failed;
+
+	srunner_run_all(sr, CK_NORMAL);
+	failed = srunner_ntests_failed(sr);
+	srunner_free(sr);
+	return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+}

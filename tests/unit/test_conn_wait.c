@@ -46,32 +46,38 @@ static void tcp_pair(int fds[2])
 	close(lfd);
 }
 
-/* Everything the library logs from here on goes to a temporary file (its log writes to
- * fd 2); returns the saved stderr for log_capture_end. */
-static int log_capture_begin(void)
+/* A PENDING connection object on one end of a fresh loopback pair: the client's end
+ * for CONN_CLIENT, the accepted one for CONN_SERVER. */
+static struct smc_conn *pending_conn(int fds[2], enum conn_side side)
+{
+	struct smc_conn *c;
+
+	tcp_pair(fds);
+	c = conn_new(fds[side == CONN_CLIENT ? 0 : 1], side);
+	ck_assert_ptr_nonnull(c);
+	return c;
+}
+
+/* conn_wait_pending(c, blocking, timeo_ns) with everything the library logs meanwhile
+ * (it writes to fd 2) caught in log[cap]; returns the wait's result. */
+static int wait_logged(struct smc_conn *c, int64_t timeo_ns, char *log, size_t cap)
 {
 	FILE *tmp = tmpfile();
-	int saved = dup(2);
+	int saved = dup(2), r;
+	ssize_t n;
 
 	ck_assert_ptr_nonnull(tmp);
 	ck_assert_int_ge(saved, 0);
 	ck_assert_int_eq(dup2(fileno(tmp), 2), 2);
-	return saved;
-}
-
-/* Restores stderr; returns what was logged (malloc'd). */
-static char *log_capture_end(int saved)
-{
-	static char buf[8192];
-	ssize_t n;
-
+	r = conn_wait_pending(c, false, timeo_ns);
 	ck_assert_int_eq(lseek(2, 0, SEEK_SET), 0);
-	n = read(2, buf, sizeof(buf) - 1);
-	ck_assert_int_ge(n, 0);
-	buf[n] = '\0';
+	n = read(2, log, cap - 1);
 	ck_assert_int_eq(dup2(saved, 2), 2);
 	close(saved);
-	return strdup(buf);
+	fclose(tmp);
+	ck_assert_int_ge(n, 0);
+	log[n] = '\0';
+	return r;
 }
 
 static void setup(void)
@@ -84,11 +90,8 @@ static void setup(void)
 START_TEST(nonblocking_gets_eagain)
 {
 	int fds[2];
-	struct smc_conn *c;
+	struct smc_conn *c = pending_conn(fds, CONN_CLIENT);
 
-	tcp_pair(fds);
-	c = conn_new(fds[0], CONN_CLIENT);
-	ck_assert_ptr_nonnull(c);
 	ck_assert_int_eq(conn_wait_pending(c, true, 0), -EAGAIN);
 	ck_assert_int_eq(c->state, CONN_PENDING);
 }
@@ -98,19 +101,13 @@ END_TEST
  * and the connection is left to its handshake. */
 START_TEST(socket_timeout_gets_eagain)
 {
-	int fds[2], saved;
-	struct smc_conn *c;
-	char *log;
+	int fds[2];
+	struct smc_conn *c = pending_conn(fds, CONN_CLIENT);
+	char log[8192];
 
-	tcp_pair(fds);
-	c = conn_new(fds[0], CONN_CLIENT);
-	ck_assert_ptr_nonnull(c);
-	saved = log_capture_begin();
-	ck_assert_int_eq(conn_wait_pending(c, false, 50 * MS), -EAGAIN);
-	log = log_capture_end(saved);
+	ck_assert_int_eq(wait_logged(c, 50 * MS, log, sizeof(log)), -EAGAIN);
 	ck_assert_int_eq(c->state, CONN_PENDING);
 	ck_assert_msg(log[0] == '\0', "unexpected log: %s", log);
-	free(log);
 }
 END_TEST
 
@@ -119,17 +116,12 @@ END_TEST
  * the reset, and the log says what state the connection was found in. */
 START_TEST(watchdog_resets_undecided)
 {
-	int fds[2], saved;
-	struct smc_conn *c;
-	char *log, b;
+	int fds[2];
+	struct smc_conn *c = pending_conn(fds, CONN_CLIENT);
+	char log[8192], b;
 
-	tcp_pair(fds);
-	c = conn_new(fds[0], CONN_CLIENT);
-	ck_assert_ptr_nonnull(c);
 	fdtab_set(fds[0], FD_SMC, c);
-	saved = log_capture_begin();
-	ck_assert_int_eq(conn_wait_pending(c, false, 0), 0);
-	log = log_capture_end(saved);
+	ck_assert_int_eq(wait_logged(c, 0, log, sizeof(log)), 0);
 	ck_assert_int_eq(c->state, CONN_FALLBACK);
 	ck_assert_int_eq(c->reason, SMC_REASON_HANDSHAKE);
 	ck_assert_msg(strstr(log, "handshake still undecided after 300 ms: resetting") != NULL,
@@ -137,32 +129,25 @@ START_TEST(watchdog_resets_undecided)
 	ck_assert_msg(strstr(log, "(client side, never handed to the progress thread, "
 				  "rendezvous fd -1, tcp eof 0, fd refs 1, object refs 1, "
 				  "in the fd table)") != NULL, "log: %s", log);
-	free(log);
 	ck_assert_int_eq(recv(fds[1], &b, 1, 0), -1);
 	ck_assert_int_eq(errno, ECONNRESET);
 }
 END_TEST
 
-/* A wait longer than the socket timeout's reach: the socket timeout still wins when it
- * comes first, the watchdog when it does. */
+/* A socket timeout longer than the watchdog does not hold the watchdog back; a deferred
+ * server connection not in the fd table is reported as such. */
 START_TEST(watchdog_before_long_socket_timeout)
 {
-	int fds[2], saved;
-	struct smc_conn *c;
-	char *log;
+	int fds[2];
+	struct smc_conn *c = pending_conn(fds, CONN_SERVER);
+	char log[8192];
 
-	tcp_pair(fds);
-	c = conn_new(fds[1], CONN_SERVER);
-	ck_assert_ptr_nonnull(c);
 	c->deferred = true;
-	saved = log_capture_begin();
-	ck_assert_int_eq(conn_wait_pending(c, false, 5000 * MS), 0);
-	log = log_capture_end(saved);
+	ck_assert_int_eq(wait_logged(c, 5000 * MS, log, sizeof(log)), 0);
 	ck_assert_int_eq(c->state, CONN_FALLBACK);
 	ck_assert_msg(strstr(log, "(server side, never handed to the progress thread, deferred, "
 				  "rendezvous fd -1, tcp eof 0, fd refs 1, object refs 1, "
 				  "not in the fd table)") != NULL, "log: %s", log);
-	free(log);
 }
 END_TEST
 

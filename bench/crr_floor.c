@@ -1,0 +1,444 @@
+/* SPDX-License-Identifier: GPL-2.0-only OR BSD-2-Clause */
+/*
+ * crr_floor: what a connect/request/response/close cycle could cost if an SMC connection
+ * between two processes that already know each other needed no per-connection
+ * handshake. Not the library: a measurement of a design (README, "crr"), run by
+ * bench/crr-floor side by side with bench/crr over plain TCP.
+ *
+ * Both keep what the library must keep: the real TCP socket of every connection (TCP
+ * handshake, accept, close), the application's two SO_RCVTIMEO/SO_SNDTIMEO calls per
+ * socket, and a doorbell the application could poll (an eventfd waited on with ppoll
+ * together with the TCP socket, as the library's blocking reads do). What the design
+ * removes is everything the library does per connection today: the per-connection
+ * rendezvous socket, the three handshake messages, the progress-thread wake-ups, a
+ * memfd, mmap and munmap, four eventfds. Instead:
+ *
+ *   - once per process pair (here: when the client starts) the server hands the client
+ *     a pool over a unix socket: one memfd (a port directory and one slot per client
+ *     thread, each slot a 64-byte request and response area) and two eventfds per slot;
+ *   - a client thread connects, learns its port (getsockname), writes its slot number
+ *     into the directory entry for that port, writes the request into its slot and
+ *     rings the server's bell if a server thread sleeps on that slot;
+ *   - the server accepts, takes the directory entry of the peer's port (it waits with
+ *     sched_yield if the client has not written it yet), reads the request, writes the
+ *     response (which also stands for its close), rings back, closes;
+ *   - both close with SO_LINGER 0 (-C rst, what the library does for an SMC connection
+ *     whose close went through shared memory: no FIN exchange, no TIME_WAIT), or with a
+ *     normal close (-C fin).
+ *
+ * Limits, on purpose: one client process per server; every client is a crr_floor client
+ * (a server thread would wait forever for the directory entry of a plain TCP client).
+ *
+ *   crr_floor server [-p PORT] [-T THREADS] [-w bell|futex] [-C rst|fin]
+ *       Prints "PORT <n>" once listening; runs until SIGTERM/SIGINT.
+ *   crr_floor client -p PORT [-c THREADS] [-t MS] [-w bell|futex] [-C rst|fin]
+ *       Prints "CRR cycles=<n> errors=<n> secs=<s> rate=<cycles/s>" as bench/crr does.
+ * -w futex waits on a futex in the slot instead of the eventfd (not pollable, so not a
+ * design the library could use for an application's fd; for comparison).
+ */
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE
+#endif
+#include <arpa/inet.h>
+#include <errno.h>
+#include <linux/futex.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <pthread.h>
+#include <sched.h>
+#include <signal.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/eventfd.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <sys/syscall.h>
+#include <sys/un.h>
+#include <time.h>
+#include <unistd.h>
+
+#define MSG 64
+#define MAX_THREADS 32
+#define IO_TIMEOUT_S 5
+
+/* One direction of a slot: the writer bumps seq after the bytes; the reader sets
+ * sleeping before it sleeps, so the writer rings only then. */
+struct slot_dir {
+	_Atomic uint32_t seq;
+	_Atomic uint32_t sleeping;
+	char data[MSG];
+} __attribute__((aligned(64)));
+
+struct slot {
+	struct slot_dir req, resp;
+	uint32_t server_seen; /* the server's: last request seq it answered */
+};
+
+struct pool {
+	_Atomic uint32_t dir[65536]; /* client port -> slot + 1, 0 = none */
+	struct slot slot[MAX_THREADS];
+};
+
+static struct pool *g_pool;
+static int g_bell_req[MAX_THREADS], g_bell_resp[MAX_THREADS];
+static int g_port, g_listen_fd;
+static bool g_futex, g_fin;
+static volatile uint64_t g_deadline_ns;
+static _Atomic unsigned long g_errors;
+
+static uint64_t now_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+static void set_timeouts(int fd)
+{
+	struct timeval tv = { .tv_sec = IO_TIMEOUT_S };
+
+	setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+	setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
+}
+
+static void close_conn(int fd)
+{
+	struct linger lg = { .l_onoff = 1, .l_linger = 0 };
+
+	if (!g_fin)
+		setsockopt(fd, SOL_SOCKET, SO_LINGER, &lg, sizeof(lg));
+	close(fd);
+}
+
+/* Waits until d->seq differs from old; 0, or -1 after the I/O timeout. */
+static int dir_wait(struct slot_dir *d, uint32_t old, int bell, int tcp_fd)
+{
+	int rc = 0;
+
+	if (atomic_load(&d->seq) != old)
+		return 0;
+	atomic_store(&d->sleeping, 1);
+	while (atomic_load(&d->seq) == old) {
+		if (g_futex) {
+			struct timespec to = { .tv_sec = IO_TIMEOUT_S };
+
+			if (syscall(SYS_futex, &d->seq, FUTEX_WAIT, old, &to, NULL, 0) < 0 &&
+			    errno == ETIMEDOUT) {
+				rc = -1;
+				break;
+			}
+		} else {
+			/* the TCP socket only reports a dead peer, as in the library */
+			struct pollfd pfd[2] = { { bell, POLLIN, 0 },
+						 { tcp_fd, POLLIN | POLLRDHUP, 0 } };
+			struct timespec to = { .tv_sec = IO_TIMEOUT_S };
+			uint64_t v;
+			int n = ppoll(pfd, 2, &to, NULL);
+
+			if (n == 0) {
+				rc = -1;
+				break;
+			}
+			if (pfd[1].revents && atomic_load(&d->seq) == old) {
+				rc = -1; /* the peer closed before it wrote */
+				break;
+			}
+			if (read(bell, &v, sizeof(v)) < 0 && errno != EAGAIN)
+				rc = -1;
+		}
+	}
+	atomic_store(&d->sleeping, 0);
+	return rc;
+}
+
+static void dir_post(struct slot_dir *d, uint32_t seq, int bell)
+{
+	uint64_t one = 1;
+
+	atomic_store(&d->seq, seq);
+	if (!atomic_load(&d->sleeping))
+		return;
+	if (g_futex)
+		syscall(SYS_futex, &d->seq, FUTEX_WAKE, 1, NULL, NULL, 0);
+	else if (write(bell, &one, sizeof(one)) < 0)
+		atomic_fetch_add(&g_errors, 1);
+}
+
+static void *server_thread(void *arg)
+{
+	(void)arg;
+	for (;;) {
+		struct sockaddr_in peer;
+		socklen_t len = sizeof(peer);
+		int fd = accept(g_listen_fd, (struct sockaddr *)&peer, &len);
+		uint32_t s, q;
+		struct slot *sl;
+
+		if (fd < 0)
+			continue;
+		set_timeouts(fd);
+		/* the client writes its entry right after its connect() returns */
+		while ((s = atomic_exchange(&g_pool->dir[ntohs(peer.sin_port)], 0)) == 0)
+			sched_yield();
+		s--;
+		if (s >= MAX_THREADS) {
+			close_conn(fd);
+			continue;
+		}
+		sl = &g_pool->slot[s];
+		if (dir_wait(&sl->req, sl->server_seen, g_bell_req[s], fd) == 0) {
+			q = atomic_load(&sl->req.seq);
+			sl->server_seen = q;
+			memcpy(sl->resp.data, sl->req.data, MSG);
+			dir_post(&sl->resp, q, g_bell_resp[s]);
+		}
+		close_conn(fd);
+	}
+	return NULL;
+}
+
+static void *client_thread(void *arg)
+{
+	uint32_t s = (uint32_t)(uintptr_t)arg;
+	struct slot *sl = &g_pool->slot[s];
+	struct sockaddr_in sa = { .sin_family = AF_INET, .sin_port = htons((uint16_t)g_port) };
+	char resp[MSG];
+	uint64_t n, cycles = 0;
+
+	sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+	for (n = 0; now_ns() < g_deadline_ns; n++) {
+		struct sockaddr_in me;
+		socklen_t len = sizeof(me);
+		int fd = socket(AF_INET, SOCK_STREAM, 0);
+		uint32_t old, q;
+
+		if (fd < 0) {
+			atomic_fetch_add(&g_errors, 1);
+			continue;
+		}
+		set_timeouts(fd);
+		if (connect(fd, (struct sockaddr *)&sa, sizeof(sa)) < 0 ||
+		    getsockname(fd, (struct sockaddr *)&me, &len) < 0) {
+			atomic_fetch_add(&g_errors, 1);
+			close(fd);
+			continue;
+		}
+		atomic_store(&g_pool->dir[ntohs(me.sin_port)], s + 1);
+		old = atomic_load(&sl->resp.seq);
+		q = atomic_load(&sl->req.seq) + 1;
+		memset(sl->req.data, (int)('a' + n % 26), MSG);
+		dir_post(&sl->req, q, g_bell_req[s]);
+		if (dir_wait(&sl->resp, old, g_bell_resp[s], fd) < 0) {
+			atomic_fetch_add(&g_errors, 1);
+		} else {
+			memcpy(resp, sl->resp.data, MSG);
+			if (resp[0] != (char)('a' + n % 26) || resp[MSG - 1] != resp[0])
+				atomic_fetch_add(&g_errors, 1);
+			else
+				cycles++;
+		}
+		close_conn(fd);
+	}
+	return (void *)(uintptr_t)cycles;
+}
+
+static void pool_name(struct sockaddr_un *ua, socklen_t *len)
+{
+	memset(ua, 0, sizeof(*ua));
+	ua->sun_family = AF_UNIX;
+	/* abstract: nothing to clean up */
+	*len = (socklen_t)(offsetof(struct sockaddr_un, sun_path) + 1 +
+			   (size_t)snprintf(ua->sun_path + 1, sizeof(ua->sun_path) - 1,
+					    "crr_floor.%d", g_port));
+}
+
+/* The pool: memfd first, then the request bells, then the response bells. */
+static int send_pool(int sock, int memfd)
+{
+	int fds[1 + 2 * MAX_THREADS];
+	char cbuf[CMSG_SPACE(sizeof(fds))];
+	char byte = 'P';
+	struct iovec iov = { &byte, 1 };
+	struct msghdr mh = { .msg_iov = &iov, .msg_iovlen = 1, .msg_control = cbuf,
+			     .msg_controllen = sizeof(cbuf) };
+	struct cmsghdr *cm = CMSG_FIRSTHDR(&mh);
+
+	fds[0] = memfd;
+	memcpy(fds + 1, g_bell_req, sizeof(g_bell_req));
+	memcpy(fds + 1 + MAX_THREADS, g_bell_resp, sizeof(g_bell_resp));
+	cm->cmsg_level = SOL_SOCKET;
+	cm->cmsg_type = SCM_RIGHTS;
+	cm->cmsg_len = CMSG_LEN(sizeof(fds));
+	memcpy(CMSG_DATA(cm), fds, sizeof(fds));
+	return sendmsg(sock, &mh, MSG_NOSIGNAL) == 1 ? 0 : -1;
+}
+
+static int recv_pool(int sock)
+{
+	int fds[1 + 2 * MAX_THREADS];
+	char cbuf[CMSG_SPACE(sizeof(fds))];
+	char byte;
+	struct iovec iov = { &byte, 1 };
+	struct msghdr mh = { .msg_iov = &iov, .msg_iovlen = 1, .msg_control = cbuf,
+			     .msg_controllen = sizeof(cbuf) };
+	struct cmsghdr *cm;
+
+	if (recvmsg(sock, &mh, MSG_CMSG_CLOEXEC) != 1 || (mh.msg_flags & MSG_CTRUNC))
+		return -1;
+	cm = CMSG_FIRSTHDR(&mh);
+	if (!cm || cm->cmsg_type != SCM_RIGHTS || cm->cmsg_len != CMSG_LEN(sizeof(fds)))
+		return -1;
+	memcpy(fds, CMSG_DATA(cm), sizeof(fds));
+	memcpy(g_bell_req, fds + 1, sizeof(g_bell_req));
+	memcpy(g_bell_resp, fds + 1 + MAX_THREADS, sizeof(g_bell_resp));
+	g_pool = mmap(NULL, sizeof(*g_pool), PROT_READ | PROT_WRITE, MAP_SHARED, fds[0], 0);
+	close(fds[0]);
+	return g_pool == MAP_FAILED ? -1 : 0;
+}
+
+static int g_memfd;
+
+/* Hands every client process that asks the pool (one is expected). */
+static void *pool_thread(void *arg)
+{
+	int usock = (int)(intptr_t)arg;
+
+	for (;;) {
+		int c = accept4(usock, NULL, NULL, SOCK_CLOEXEC);
+
+		if (c < 0)
+			continue;
+		if (send_pool(c, g_memfd) < 0)
+			perror("crr_floor: sending the pool");
+		close(c);
+	}
+	return NULL;
+}
+
+static int run_server(int threads)
+{
+	struct sockaddr_in sa = { .sin_family = AF_INET, .sin_port = htons((uint16_t)g_port) };
+	socklen_t salen = sizeof(sa), ulen;
+	struct sockaddr_un ua;
+	pthread_t tid;
+	sigset_t set;
+	int one = 1, memfd, usock, sig;
+
+	sigemptyset(&set);
+	sigaddset(&set, SIGTERM);
+	sigaddset(&set, SIGINT);
+	pthread_sigmask(SIG_BLOCK, &set, NULL);
+	memfd = memfd_create("crr_floor", MFD_CLOEXEC);
+	if (memfd < 0 || ftruncate(memfd, sizeof(*g_pool)) < 0)
+		return perror("memfd"), 2;
+	g_pool = mmap(NULL, sizeof(*g_pool), PROT_READ | PROT_WRITE, MAP_SHARED, memfd, 0);
+	if (g_pool == MAP_FAILED)
+		return perror("mmap"), 2;
+	g_memfd = memfd;
+	for (int i = 0; i < MAX_THREADS; i++) {
+		g_bell_req[i] = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+		g_bell_resp[i] = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+		if (g_bell_req[i] < 0 || g_bell_resp[i] < 0)
+			return perror("eventfd"), 2;
+	}
+	g_listen_fd = socket(AF_INET, SOCK_STREAM, 0);
+	if (g_listen_fd < 0)
+		return perror("socket"), 2;
+	setsockopt(g_listen_fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+	sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+	if (bind(g_listen_fd, (struct sockaddr *)&sa, sizeof(sa)) < 0 ||
+	    listen(g_listen_fd, 4096) < 0 ||
+	    getsockname(g_listen_fd, (struct sockaddr *)&sa, &salen) < 0)
+		return perror("bind/listen"), 2;
+	g_port = ntohs(sa.sin_port);
+	pool_name(&ua, &ulen);
+	usock = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	if (usock < 0 || bind(usock, (struct sockaddr *)&ua, ulen) < 0 || listen(usock, 4) < 0)
+		return perror("pool socket"), 2;
+	for (int i = 0; i < threads; i++)
+		if (pthread_create(&tid, NULL, server_thread, NULL) != 0)
+			return perror("pthread_create"), 2;
+	if (pthread_create(&tid, NULL, pool_thread, (void *)(intptr_t)usock) != 0)
+		return perror("pthread_create"), 2;
+	printf("PORT %d\n", g_port);
+	fflush(stdout);
+	sigwait(&set, &sig);
+	exit(0);
+}
+
+static int run_client(int threads, int ms)
+{
+	struct sockaddr_un ua;
+	socklen_t ulen;
+	pthread_t tid[MAX_THREADS];
+	uint64_t cycles = 0, t0;
+	int usock;
+
+	pool_name(&ua, &ulen);
+	usock = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	if (usock < 0 || connect(usock, (struct sockaddr *)&ua, ulen) < 0 || recv_pool(usock) < 0)
+		return perror("crr_floor: getting the pool"), 2;
+	close(usock);
+	t0 = now_ns();
+	g_deadline_ns = t0 + (uint64_t)ms * 1000000ull;
+	for (int i = 0; i < threads; i++)
+		if (pthread_create(&tid[i], NULL, client_thread, (void *)(uintptr_t)i) != 0)
+			return perror("pthread_create"), 2;
+	for (int i = 0; i < threads; i++) {
+		void *r;
+
+		pthread_join(tid[i], &r);
+		cycles += (uintptr_t)r;
+	}
+	double secs = (double)(now_ns() - t0) / 1e9;
+	printf("CRR cycles=%llu errors=%lu secs=%.3f rate=%.1f\n", (unsigned long long)cycles,
+	       atomic_load(&g_errors), secs, (double)cycles / secs);
+	return atomic_load(&g_errors) ? 1 : 0;
+}
+
+static void usage(void)
+{
+	fprintf(stderr, "usage: crr_floor server [-p PORT] [-T THREADS] [-w bell|futex] [-C rst|fin]\n"
+			"       crr_floor client -p PORT [-c THREADS] [-t MS] [-w bell|futex] [-C rst|fin]\n");
+	exit(2);
+}
+
+int main(int argc, char **argv)
+{
+	int threads = 1, ms = 3000, opt;
+	bool server;
+
+	if (argc < 2)
+		usage();
+	server = strcmp(argv[1], "server") == 0;
+	if (!server && strcmp(argv[1], "client") != 0)
+		usage();
+	optind = 2;
+	while ((opt = getopt(argc, argv, "p:T:c:t:w:C:")) != -1) {
+		switch (opt) {
+		case 'p': g_port = atoi(optarg); break;
+		case 'T': case 'c': threads = atoi(optarg); break;
+		case 't': ms = atoi(optarg); break;
+		case 'w':
+			if (strcmp(optarg, "futex") != 0 && strcmp(optarg, "bell") != 0)
+				usage();
+			g_futex = strcmp(optarg, "futex") == 0;
+			break;
+		case 'C':
+			if (strcmp(optarg, "fin") != 0 && strcmp(optarg, "rst") != 0)
+				usage();
+			g_fin = strcmp(optarg, "fin") == 0;
+			break;
+		default: usage();
+		}
+	}
+	if (threads < 1 || threads > MAX_THREADS || ms < 1 || (!server && g_port <= 0))
+		usage();
+	return server ? run_server(threads) : run_client(threads, ms);
+}

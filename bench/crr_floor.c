@@ -15,23 +15,30 @@
  *
  *   - once per process pair (here: when the client starts) the server hands the client
  *     a pool over a unix socket: one memfd (a port directory and one slot per client
- *     thread, each slot a 64-byte request and response area) and two eventfds per slot;
- *   - a client thread connects, learns its port (getsockname), writes its slot number
- *     into the directory entry for that port, writes the request into its slot and
+ *     thread, each slot a 64-byte request and response area) and two eventfds per
+ *     slot; that unix connection stays open;
+ *   - a client thread checks that the server's end of that connection is still open (a
+ *     MSG_PEEK recv: a server that died and a new one on its port must not get pool
+ *     connections), binds a port (bind, getsockname), writes its slot number into the
+ *     directory entry for that port, connects, writes the request into its slot and
  *     rings the server's bell if a server thread sleeps on that slot;
- *   - the server accepts, takes the directory entry of the peer's port (it waits with
- *     sched_yield if the client has not written it yet), reads the request, writes the
- *     response (which also stands for its close), rings back, closes;
+ *   - the server accepts and takes the directory entry of the peer's port, written
+ *     before the SYN: no entry means a plain TCP client, served over TCP. With an entry
+ *     it reads the request, writes the response (which also stands for its close),
+ *     rings back, closes;
  *   - both close with SO_LINGER 0 (-C rst, what the library does for an SMC connection
  *     whose close went through shared memory: no FIN exchange, no TIME_WAIT), or with a
  *     normal close (-C fin).
  *
- * Limits, on purpose: one client process per server; every client is a crr_floor client
- * (a server thread would wait forever for the directory entry of a plain TCP client).
+ * -m PCT makes that share of the client's connections plain TCP (the server tells them
+ * apart as above); -P PROCS runs the server as PROCS processes that accept on one
+ * listener and share the pool, inherited across fork() as nginx's workers would.
+ * Limits, on purpose: one client process per server; slots are per client thread (one
+ * connection at a time each), so there is no slot allocator.
  *
- *   crr_floor server [-p PORT] [-T THREADS] [-w bell|futex] [-C rst|fin]
+ *   crr_floor server [-p PORT] [-T THREADS] [-P PROCS] [-w bell|futex] [-C rst|fin]
  *       Prints "PORT <n>" once listening; runs until SIGTERM/SIGINT.
- *   crr_floor client -p PORT [-c THREADS] [-t MS] [-w bell|futex] [-C rst|fin]
+ *   crr_floor client -p PORT [-c THREADS] [-t MS] [-m PCT] [-w bell|futex] [-C rst|fin]
  *       Prints "CRR cycles=<n> errors=<n> secs=<s> rate=<cycles/s>" as bench/crr does.
  * -w futex waits on a futex in the slot instead of the eventfd (not pollable, so not a
  * design the library could use for an application's fd; for comparison).
@@ -45,7 +52,6 @@
 #include <netinet/in.h>
 #include <poll.h>
 #include <pthread.h>
-#include <sched.h>
 #include <signal.h>
 #include <stdatomic.h>
 #include <stdbool.h>
@@ -56,6 +62,7 @@
 #include <string.h>
 #include <sys/eventfd.h>
 #include <sys/mman.h>
+#include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/syscall.h>
 #include <sys/un.h>
@@ -87,6 +94,8 @@ struct pool {
 static struct pool *g_pool;
 static int g_bell_req[MAX_THREADS], g_bell_resp[MAX_THREADS];
 static int g_port, g_listen_fd;
+static int g_link = -1;   /* client: the unix connection the pool came over */
+static int g_plain_pct;   /* client: share of connections that stay plain TCP */
 static bool g_futex, g_fin;
 static volatile uint64_t g_deadline_ns;
 static _Atomic unsigned long g_errors;
@@ -170,6 +179,40 @@ static void dir_post(struct slot_dir *d, uint32_t seq, int bell)
 		atomic_fetch_add(&g_errors, 1);
 }
 
+/* Reads or writes exactly len bytes over TCP: 0, or -1. */
+static int tcp_full(int fd, char *buf, size_t len, bool rd)
+{
+	size_t done = 0;
+
+	while (done < len) {
+		ssize_t n = rd ? read(fd, buf + done, len - done) : write(fd, buf + done, len - done);
+
+		if (n <= 0) {
+			if (n < 0 && errno == EINTR)
+				continue;
+			return -1;
+		}
+		done += (size_t)n;
+	}
+	return 0;
+}
+
+/* The slot a connection from client port `port` uses, or -1: plain TCP. The client
+ * wrote the entry before its SYN, so there is nothing to wait for. */
+static int dir_claim(uint16_t port)
+{
+	return (int)atomic_exchange(&g_pool->dir[port], 0) - 1;
+}
+
+static void serve_plain(int fd)
+{
+	char buf[MSG];
+
+	if (tcp_full(fd, buf, MSG, true) == 0)
+		tcp_full(fd, buf, MSG, false);
+	close(fd); /* a normal close, as bench/crr's server */
+}
+
 static void *server_thread(void *arg)
 {
 	(void)arg;
@@ -177,16 +220,18 @@ static void *server_thread(void *arg)
 		struct sockaddr_in peer;
 		socklen_t len = sizeof(peer);
 		int fd = accept(g_listen_fd, (struct sockaddr *)&peer, &len);
-		uint32_t s, q;
+		uint32_t q;
 		struct slot *sl;
+		int s;
 
 		if (fd < 0)
 			continue;
 		set_timeouts(fd);
-		/* the client writes its entry right after its connect() returns */
-		while ((s = atomic_exchange(&g_pool->dir[ntohs(peer.sin_port)], 0)) == 0)
-			sched_yield();
-		s--;
+		s = dir_claim(ntohs(peer.sin_port));
+		if (s < 0) {
+			serve_plain(fd);
+			continue;
+		}
 		if (s >= MAX_THREADS) {
 			close_conn(fd);
 			continue;
@@ -201,6 +246,28 @@ static void *server_thread(void *arg)
 		close_conn(fd);
 	}
 	return NULL;
+}
+
+/* One plain TCP cycle, as bench/crr's client: 0 or -1. */
+static int cycle_plain(int fd, const struct sockaddr_in *sa, char c)
+{
+	char req[MSG], resp[MSG];
+
+	memset(req, c, MSG);
+	if (connect(fd, (const struct sockaddr *)sa, sizeof(*sa)) < 0 ||
+	    tcp_full(fd, req, MSG, false) < 0 || tcp_full(fd, resp, MSG, true) < 0 ||
+	    memcmp(req, resp, MSG) != 0 || read(fd, resp, 1) != 0)
+		return -1;
+	return 0;
+}
+
+/* The server process is still there: its end of the pool's unix connection is open (a
+ * server that died and a new one on the same port must not get pool connections). */
+static bool link_alive(void)
+{
+	char b;
+
+	return recv(g_link, &b, 1, MSG_PEEK | MSG_DONTWAIT) < 0 && errno == EAGAIN;
 }
 
 static void *client_thread(void *arg)
@@ -223,13 +290,34 @@ static void *client_thread(void *arg)
 			continue;
 		}
 		set_timeouts(fd);
-		if (connect(fd, (struct sockaddr *)&sa, sizeof(sa)) < 0 ||
+		if ((int)(n % 100) < g_plain_pct) {
+			if (cycle_plain(fd, &sa, (char)('a' + n % 26)) < 0)
+				atomic_fetch_add(&g_errors, 1);
+			else
+				cycles++;
+			close(fd);
+			continue;
+		}
+		if (!link_alive()) {
+			fprintf(stderr, "crr_floor: the server's end of the pool is gone\n");
+			exit(1);
+		}
+		/* the port must be known before the SYN: bind first (the library does the
+		 * same for the connections it offers SMC on) */
+		me = (struct sockaddr_in){ .sin_family = AF_INET, .sin_addr = sa.sin_addr };
+		if (bind(fd, (struct sockaddr *)&me, sizeof(me)) < 0 ||
 		    getsockname(fd, (struct sockaddr *)&me, &len) < 0) {
 			atomic_fetch_add(&g_errors, 1);
 			close(fd);
 			continue;
 		}
 		atomic_store(&g_pool->dir[ntohs(me.sin_port)], s + 1);
+		if (connect(fd, (struct sockaddr *)&sa, sizeof(sa)) < 0) {
+			atomic_store(&g_pool->dir[ntohs(me.sin_port)], 0);
+			atomic_fetch_add(&g_errors, 1);
+			close(fd);
+			continue;
+		}
 		old = atomic_load(&sl->resp.seq);
 		q = atomic_load(&sl->req.seq) + 1;
 		memset(sl->req.data, (int)('a' + n % 26), MSG);
@@ -314,15 +402,18 @@ static void *pool_thread(void *arg)
 
 		if (c < 0)
 			continue;
-		if (send_pool(c, g_memfd) < 0)
+		/* kept open: its EOF tells the client the server is gone */
+		if (send_pool(c, g_memfd) < 0) {
 			perror("crr_floor: sending the pool");
-		close(c);
+			close(c);
+		}
 	}
 	return NULL;
 }
 
-static int run_server(int threads)
+static int run_server(int threads, int procs)
 {
+	pid_t parent = getpid();
 	struct sockaddr_in sa = { .sin_family = AF_INET, .sin_port = htons((uint16_t)g_port) };
 	socklen_t salen = sizeof(sa), ulen;
 	struct sockaddr_un ua;
@@ -361,9 +452,26 @@ static int run_server(int threads)
 	usock = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
 	if (usock < 0 || bind(usock, (struct sockaddr *)&ua, ulen) < 0 || listen(usock, 4) < 0)
 		return perror("pool socket"), 2;
+	/* like nginx's workers: every process accepts on the listener and shares the pool
+	 * and the bells, inherited across fork() */
+	for (int p = 1; p < procs; p++) {
+		pid_t pid = fork();
+
+		if (pid < 0)
+			return perror("fork"), 2;
+		if (pid == 0) {
+			prctl(PR_SET_PDEATHSIG, SIGKILL);
+			close(usock);
+			break;
+		}
+	}
 	for (int i = 0; i < threads; i++)
 		if (pthread_create(&tid, NULL, server_thread, NULL) != 0)
 			return perror("pthread_create"), 2;
+	if (getpid() != parent) {
+		sigwait(&set, &sig); /* the parent's death kills us */
+		exit(0);
+	}
 	if (pthread_create(&tid, NULL, pool_thread, (void *)(intptr_t)usock) != 0)
 		return perror("pthread_create"), 2;
 	printf("PORT %d\n", g_port);
@@ -384,7 +492,7 @@ static int run_client(int threads, int ms)
 	usock = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
 	if (usock < 0 || connect(usock, (struct sockaddr *)&ua, ulen) < 0 || recv_pool(usock) < 0)
 		return perror("crr_floor: getting the pool"), 2;
-	close(usock);
+	g_link = usock;
 	t0 = now_ns();
 	g_deadline_ns = t0 + (uint64_t)ms * 1000000ull;
 	for (int i = 0; i < threads; i++)
@@ -404,14 +512,14 @@ static int run_client(int threads, int ms)
 
 static void usage(void)
 {
-	fprintf(stderr, "usage: crr_floor server [-p PORT] [-T THREADS] [-w bell|futex] [-C rst|fin]\n"
-			"       crr_floor client -p PORT [-c THREADS] [-t MS] [-w bell|futex] [-C rst|fin]\n");
+	fprintf(stderr, "usage: crr_floor server [-p PORT] [-T THREADS] [-P PROCS] [-w bell|futex] [-C rst|fin]\n"
+			"       crr_floor client -p PORT [-c THREADS] [-t MS] [-m PLAIN%%] [-w bell|futex] [-C rst|fin]\n");
 	exit(2);
 }
 
 int main(int argc, char **argv)
 {
-	int threads = 1, ms = 3000, opt;
+	int threads = 1, ms = 3000, procs = 1, opt;
 	bool server;
 
 	if (argc < 2)
@@ -420,11 +528,13 @@ int main(int argc, char **argv)
 	if (!server && strcmp(argv[1], "client") != 0)
 		usage();
 	optind = 2;
-	while ((opt = getopt(argc, argv, "p:T:c:t:w:C:")) != -1) {
+	while ((opt = getopt(argc, argv, "p:T:P:c:t:m:w:C:")) != -1) {
 		switch (opt) {
 		case 'p': g_port = atoi(optarg); break;
 		case 'T': case 'c': threads = atoi(optarg); break;
 		case 't': ms = atoi(optarg); break;
+		case 'P': procs = atoi(optarg); break;
+		case 'm': g_plain_pct = atoi(optarg); break;
 		case 'w':
 			if (strcmp(optarg, "futex") != 0 && strcmp(optarg, "bell") != 0)
 				usage();
@@ -438,7 +548,8 @@ int main(int argc, char **argv)
 		default: usage();
 		}
 	}
-	if (threads < 1 || threads > MAX_THREADS || ms < 1 || (!server && g_port <= 0))
+	if (threads < 1 || threads > MAX_THREADS || ms < 1 || procs < 1 || procs > 64 ||
+	    g_plain_pct < 0 || g_plain_pct > 100 || (!server && g_port <= 0))
 		usage();
-	return server ? run_server(threads) : run_client(threads, ms);
+	return server ? run_server(threads, procs) : run_client(threads, ms);
 }

@@ -399,6 +399,16 @@ int handshake_server(struct smc_conn *c, int ufd, const struct hs_auth *auth,
 		close_fds(bells, 2);
 		return -ECONNREFUSED; /* the client stays TCP: so do we */
 	}
+	if (r == -ECONNRESET) {
+		/* EOF: the client closed or exited after our Accept, an ordinary end (a load
+		 * generator stopped mid-run), not a protocol error. It may have taken the
+		 * connection as upgraded, so it is reset all the same. */
+		*why = SMC_REASON_PEER_CLOSED;
+		log_info("fd %d: the client went away before its CLC Confirm: resetting the "
+			 "connection", c->fd);
+		close_fds(bells, 2);
+		return -ECONNABORTED;
+	}
 	if (r < 0 || clc_sh_check_confirm(p, &acc.u.s_acc, &conf.u.s_conf) != 0) {
 		log_warn("fd %d: no valid CLC Confirm from the client: resetting the connection",
 			 c->fd);

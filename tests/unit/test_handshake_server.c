@@ -1,0 +1,238 @@
+/* SPDX-License-Identifier: GPL-2.0-only OR BSD-2-Clause */
+/*
+ * Unit tests for the server's end of the same-host handshake (handshake_server,
+ * core/handshake.c) after its Accept: a client that goes away (closes or exits, as a
+ * load generator does when its run ends) and a client that answers with garbage both
+ * get the connection reset, but only the garbage is logged as a warning. The client
+ * here is the test itself on the other end of a unix SEQPACKET pair, speaking CLC with
+ * the library's own encoder; the in-band flavour (struct hs_auth by_key) spares it the
+ * address and credential checks, which tests/integration covers.
+ */
+#include <arpa/inet.h>
+#include <check.h>
+#include <errno.h>
+#include <netinet/in.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "core/clc.h"
+#include "core/config.h"
+#include "core/conn.h"
+#include "core/handshake.h"
+#include "core/log.h"
+#include "core/real.h"
+#include "core/stats.h"
+
+/* handshake_server on its own thread, since the test plays the client meanwhile */
+struct server_run {
+	struct smc_conn *c;
+	int ufd;
+	struct hs_auth auth;
+	enum smc_reason why;
+	int r;
+	pthread_t tid;
+};
+
+static void *server_main(void *arg)
+{
+	struct server_run *s = arg;
+
+	s->r = handshake_server(s->c, s->ufd, &s->auth, &s->why);
+	return NULL;
+}
+
+/* A connected TCP pair over loopback: fds[0] the client, fds[1] the accepted one. */
+static void tcp_pair(int fds[2])
+{
+	struct sockaddr_in sa = { .sin_family = AF_INET };
+	socklen_t len = sizeof(sa);
+	int lfd = socket(AF_INET, SOCK_STREAM, 0);
+
+	sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+	ck_assert_int_ge(lfd, 0);
+	ck_assert_int_eq(bind(lfd, (struct sockaddr *)&sa, sizeof(sa)), 0);
+	ck_assert_int_eq(listen(lfd, 1), 0);
+	ck_assert_int_eq(getsockname(lfd, (struct sockaddr *)&sa, &len), 0);
+	fds[0] = socket(AF_INET, SOCK_STREAM, 0);
+	ck_assert_int_ge(fds[0], 0);
+	ck_assert_int_eq(connect(fds[0], (struct sockaddr *)&sa, sizeof(sa)), 0);
+	fds[1] = accept(lfd, NULL, NULL);
+	ck_assert_int_ge(fds[1], 0);
+	close(lfd);
+}
+
+/* Sends the client's Proposal (in-band flavour: no descriptors) on cfd. */
+static void send_proposal(int cfd)
+{
+	struct clc_msg m = { .variant = CLC_SAMEHOST, .type = CLC_PROPOSAL };
+	uint8_t buf[CLC_MAX_LEN];
+	ssize_t n;
+
+	m.u.s_prop.proto = CLC_SAMEHOST_PROTO;
+	m.u.s_prop.c2s_size = 65536;
+	m.u.s_prop.s2c_size = 65536;
+	m.u.s_prop.client_token = 0x1122334455667788ull;
+	m.u.s_prop.family = AF_INET;
+	m.u.s_prop.client_port = 40001;
+	m.u.s_prop.server_port = 40002;
+	n = clc_encode(&m, buf, sizeof(buf));
+	ck_assert_int_gt(n, 0);
+	ck_assert_int_eq(send(cfd, buf, (size_t)n, 0), n);
+}
+
+/* Receives the server's Accept on cfd, closes the descriptors it carries (the region
+ * and the server's two doorbells) and checks that it is an Accept. */
+static void recv_accept(int cfd)
+{
+	uint8_t buf[CLC_MAX_LEN];
+	char cbuf[CMSG_SPACE(3 * sizeof(int))];
+	struct iovec iov = { buf, sizeof(buf) };
+	struct msghdr mh = { .msg_iov = &iov, .msg_iovlen = 1, .msg_control = cbuf,
+			     .msg_controllen = sizeof(cbuf) };
+	struct cmsghdr *cm;
+	struct clc_msg m;
+	ssize_t n = recvmsg(cfd, &mh, MSG_CMSG_CLOEXEC);
+
+	ck_assert_int_gt(n, 0);
+	for (cm = CMSG_FIRSTHDR(&mh); cm; cm = CMSG_NXTHDR(&mh, cm)) {
+		int fds[3];
+		size_t k = (cm->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+
+		ck_assert_int_eq(cm->cmsg_type, SCM_RIGHTS);
+		ck_assert_uint_le(k, 3);
+		memcpy(fds, CMSG_DATA(cm), k * sizeof(int));
+		for (size_t i = 0; i < k; i++)
+			close(fds[i]);
+	}
+	ck_assert_int_eq(clc_decode(buf, (size_t)n, &m), 0);
+	ck_assert_int_eq(m.type, CLC_ACCEPT);
+}
+
+/* Starts handshake_server for a fresh server connection; *cfd is the client's end of
+ * the rendezvous pair, fds the TCP pair (fds[1] the server's). Everything the library
+ * logs until server_finish goes to a temporary file. */
+static void server_start(struct server_run *s, int fds[2], int *cfd, int *saved_stderr,
+			 FILE **logf)
+{
+	int sp[2];
+
+	tcp_pair(fds);
+	ck_assert_int_eq(socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sp), 0);
+	memset(s, 0, sizeof(*s));
+	s->c = conn_new(fds[1], CONN_SERVER);
+	ck_assert_ptr_nonnull(s->c);
+	s->ufd = sp[0];
+	s->auth.by_key = true;
+	s->auth.key = 0xabcdef;
+	*cfd = sp[1];
+	*logf = tmpfile();
+	ck_assert_ptr_nonnull(*logf);
+	*saved_stderr = dup(2);
+	ck_assert_int_ge(*saved_stderr, 0);
+	ck_assert_int_eq(dup2(fileno(*logf), 2), 2);
+	ck_assert_int_eq(pthread_create(&s->tid, NULL, server_main, s), 0);
+}
+
+/* Joins the server and puts its log into log[cap]. */
+static void server_finish(struct server_run *s, int saved_stderr, FILE *logf, char *log,
+			  size_t cap)
+{
+	ssize_t n;
+
+	ck_assert_int_eq(pthread_join(s->tid, NULL), 0);
+	ck_assert_int_eq(lseek(2, 0, SEEK_SET), 0);
+	n = read(2, log, cap - 1);
+	ck_assert_int_eq(dup2(saved_stderr, 2), 2);
+	close(saved_stderr);
+	fclose(logf);
+	ck_assert_int_ge(n, 0);
+	log[n] = '\0';
+	close(s->ufd);
+}
+
+static void setup(void)
+{
+	real_init();
+	smc_log_level = SMC_LOG_INFO;
+}
+
+/* The client closes right after the Accept: the connection is reset (the client may
+ * have taken it as upgraded), the reason is the peer's close, and nothing is logged
+ * above INFO. */
+START_TEST(client_gone_after_accept)
+{
+	struct server_run s;
+	int fds[2], cfd, saved;
+	FILE *logf;
+	char log[8192];
+
+	server_start(&s, fds, &cfd, &saved, &logf);
+	send_proposal(cfd);
+	recv_accept(cfd);
+	close(cfd);
+	server_finish(&s, saved, logf, log, sizeof(log));
+	ck_assert_int_eq(s.r, -ECONNABORTED);
+	ck_assert_int_eq(s.why, SMC_REASON_PEER_CLOSED);
+	ck_assert_msg(strstr(log, "INFO: fd ") &&
+		      strstr(log, ": the client went away before its CLC Confirm: resetting the "
+				  "connection"), "log: %s", log);
+	ck_assert_msg(!strstr(log, "WARN") && !strstr(log, "ERROR"), "log: %s", log);
+	conn_put(s.c);
+	close(fds[0]);
+	close(fds[1]);
+}
+END_TEST
+
+/* The client answers the Accept with a Confirm that lacks its doorbells: a protocol
+ * error, reset and logged as a warning. */
+START_TEST(bad_confirm_is_a_warning)
+{
+	struct clc_msg conf = { .variant = CLC_SAMEHOST, .type = CLC_CONFIRM };
+	struct server_run s;
+	uint8_t buf[CLC_MAX_LEN];
+	int fds[2], cfd, saved;
+	FILE *logf;
+	char log[8192];
+	ssize_t n;
+
+	server_start(&s, fds, &cfd, &saved, &logf);
+	send_proposal(cfd);
+	recv_accept(cfd);
+	conf.u.s_conf.client_token = 0x1122334455667788ull;
+	conf.u.s_conf.server_token = 1;
+	n = clc_encode(&conf, buf, sizeof(buf));
+	ck_assert_int_gt(n, 0);
+	ck_assert_int_eq(send(cfd, buf, (size_t)n, 0), n);
+	server_finish(&s, saved, logf, log, sizeof(log));
+	close(cfd);
+	ck_assert_int_eq(s.r, -ECONNABORTED);
+	ck_assert_int_ne(s.why, SMC_REASON_PEER_CLOSED);
+	ck_assert_msg(strstr(log, "WARN: fd ") && strstr(log, ": no valid CLC Confirm from the client"),
+		      "log: %s", log);
+	conn_put(s.c);
+	close(fds[0]);
+	close(fds[1]);
+}
+END_TEST
+
+int main(void)
+{
+	Suite *s = suite_create("handshake_server");
+	TCase *tc = tcase_create("after_accept");
+	SRunner *sr;
+	int failed;
+
+	tcase_add_checked_fixture(tc, setup, NULL);
+	tcase_add_test(tc, client_gone_after_accept);
+	tcase_add_test(tc, bad_confirm_is_a_warning);
+	suite_add_tcase(s, tc);
+	sr = srunner_create(s);
+	srunner_run_all(sr, CK_NORMAL);
+	failed = srunner_ntests_failed(sr);
+	srunner_free(sr);
+	return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+}

@@ -32,11 +32,15 @@
  *
  * -m PCT makes that share of the client's connections plain TCP (the server tells them
  * apart as above); -P PROCS runs the server as PROCS processes that accept on one
- * listener and share the pool, inherited across fork() as nginx's workers would.
+ * listener and share the pool, inherited across fork() as nginx's workers would; -A
+ * makes the server ask sock_diag who owns the peer's TCP socket before it trusts a
+ * directory entry (any process can write any port into its own pool's directory, so a
+ * server must do that, or get the same proof from the SYN through the TCP option,
+ * whenever the pool's client is another user).
  * Limits, on purpose: one client process per server; slots are per client thread (one
  * connection at a time each), so there is no slot allocator.
  *
- *   crr_floor server [-p PORT] [-T THREADS] [-P PROCS] [-w bell|futex] [-C rst|fin]
+ *   crr_floor server [-p PORT] [-T THREADS] [-P PROCS] [-w bell|futex] [-C rst|fin] [-A]
  *       Prints "PORT <n>" once listening; runs until SIGTERM/SIGINT.
  *   crr_floor client -p PORT [-c THREADS] [-t MS] [-m PCT] [-w bell|futex] [-C rst|fin]
  *       Prints "CRR cycles=<n> errors=<n> secs=<s> rate=<cycles/s>" as bench/crr does.
@@ -49,6 +53,9 @@
 #include <arpa/inet.h>
 #include <errno.h>
 #include <linux/futex.h>
+#include <linux/inet_diag.h>
+#include <linux/netlink.h>
+#include <linux/sock_diag.h>
 #include <netinet/in.h>
 #include <poll.h>
 #include <pthread.h>
@@ -97,6 +104,7 @@ static int g_port, g_listen_fd;
 static int g_link = -1;   /* client: the unix connection the pool came over */
 static int g_plain_pct;   /* client: share of connections that stay plain TCP */
 static bool g_futex, g_fin;
+static bool g_owner_check; /* server: -A */
 static volatile uint64_t g_deadline_ns;
 static _Atomic unsigned long g_errors;
 
@@ -197,6 +205,51 @@ static int tcp_full(int fd, char *buf, size_t len, bool rd)
 	return 0;
 }
 
+/* -A: who owns the TCP peer's socket (sock_diag, over this thread's netlink socket
+ * nl): what a server must check before it trusts a directory entry when the pool's
+ * client runs as another user, since any process may write any port into its own
+ * pool's directory. 0 with *uid, or -1. */
+static int peer_owner(int nl, int fd, uid_t *uid)
+{
+	struct sockaddr_in l, p;
+	socklen_t ll = sizeof(l), pl = sizeof(p);
+	struct {
+		struct nlmsghdr nlh;
+		struct inet_diag_req_v2 r;
+	} req;
+	union {
+		struct nlmsghdr h;
+		char buf[1024];
+	} resp;
+	ssize_t n;
+
+	if (getsockname(fd, (struct sockaddr *)&l, &ll) < 0 ||
+	    getpeername(fd, (struct sockaddr *)&p, &pl) < 0)
+		return -1;
+	memset(&req, 0, sizeof(req));
+	req.nlh.nlmsg_len = sizeof(req);
+	req.nlh.nlmsg_type = SOCK_DIAG_BY_FAMILY;
+	req.nlh.nlmsg_flags = NLM_F_REQUEST;
+	req.r.sdiag_family = AF_INET;
+	req.r.sdiag_protocol = IPPROTO_TCP;
+	req.r.idiag_states = ~0u;
+	/* the peer's socket: its source is our destination */
+	req.r.id.idiag_sport = p.sin_port;
+	req.r.id.idiag_dport = l.sin_port;
+	memcpy(req.r.id.idiag_src, &p.sin_addr, 4);
+	memcpy(req.r.id.idiag_dst, &l.sin_addr, 4);
+	req.r.id.idiag_cookie[0] = INET_DIAG_NOCOOKIE;
+	req.r.id.idiag_cookie[1] = INET_DIAG_NOCOOKIE;
+	if (send(nl, &req, sizeof(req), 0) != (ssize_t)sizeof(req))
+		return -1;
+	n = recv(nl, resp.buf, sizeof(resp.buf), 0);
+	if (n <= 0 || !NLMSG_OK(&resp.h, (unsigned)n) || resp.h.nlmsg_type != SOCK_DIAG_BY_FAMILY ||
+	    resp.h.nlmsg_len < NLMSG_LENGTH(sizeof(struct inet_diag_msg)))
+		return -1;
+	*uid = ((struct inet_diag_msg *)NLMSG_DATA(&resp.h))->idiag_uid;
+	return 0;
+}
+
 /* The slot a connection from client port `port` uses, or -1: plain TCP. The client
  * wrote the entry before its SYN, so there is nothing to wait for. */
 static int dir_claim(uint16_t port)
@@ -215,7 +268,13 @@ static void serve_plain(int fd)
 
 static void *server_thread(void *arg)
 {
+	int nl = g_owner_check ? socket(AF_NETLINK, SOCK_DGRAM | SOCK_CLOEXEC, NETLINK_SOCK_DIAG) : -1;
+
 	(void)arg;
+	if (g_owner_check && nl < 0) {
+		perror("crr_floor: netlink");
+		exit(2);
+	}
 	for (;;) {
 		struct sockaddr_in peer;
 		socklen_t len = sizeof(peer);
@@ -235,6 +294,17 @@ static void *server_thread(void *arg)
 		if (s >= MAX_THREADS) {
 			close_conn(fd);
 			continue;
+		}
+		if (g_owner_check) {
+			uid_t uid;
+
+			/* here the pool's uid is ours: the test of a real server would be
+			 * against the uid its pool came with (SO_PEERCRED) */
+			if (peer_owner(nl, fd, &uid) < 0 || uid != getuid()) {
+				atomic_fetch_add(&g_errors, 1);
+				close_conn(fd);
+				continue;
+			}
 		}
 		sl = &g_pool->slot[s];
 		if (dir_wait(&sl->req, sl->server_seen, g_bell_req[s], fd) == 0) {
@@ -512,7 +582,7 @@ static int run_client(int threads, int ms)
 
 static void usage(void)
 {
-	fprintf(stderr, "usage: crr_floor server [-p PORT] [-T THREADS] [-P PROCS] [-w bell|futex] [-C rst|fin]\n"
+	fprintf(stderr, "usage: crr_floor server [-p PORT] [-T THREADS] [-P PROCS] [-w bell|futex] [-C rst|fin] [-A]\n"
 			"       crr_floor client -p PORT [-c THREADS] [-t MS] [-m PLAIN%%] [-w bell|futex] [-C rst|fin]\n");
 	exit(2);
 }
@@ -528,13 +598,14 @@ int main(int argc, char **argv)
 	if (!server && strcmp(argv[1], "client") != 0)
 		usage();
 	optind = 2;
-	while ((opt = getopt(argc, argv, "p:T:P:c:t:m:w:C:")) != -1) {
+	while ((opt = getopt(argc, argv, "p:T:P:c:t:m:w:C:A")) != -1) {
 		switch (opt) {
 		case 'p': g_port = atoi(optarg); break;
 		case 'T': case 'c': threads = atoi(optarg); break;
 		case 't': ms = atoi(optarg); break;
 		case 'P': procs = atoi(optarg); break;
 		case 'm': g_plain_pct = atoi(optarg); break;
+		case 'A': g_owner_check = true; break;
 		case 'w':
 			if (strcmp(optarg, "futex") != 0 && strcmp(optarg, "bell") != 0)
 				usage();

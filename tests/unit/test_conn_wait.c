@@ -7,10 +7,8 @@
  * made to fire here on purpose; in the library it must never (its log line says why
  * it did).
  */
-#include <arpa/inet.h>
 #include <check.h>
 #include <errno.h>
-#include <netinet/in.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -23,28 +21,9 @@
 #include "core/log.h"
 #include "core/real.h"
 #include "core/stats.h"
+#include "tests/unit/unit_net.h"
 
 #define MS 1000000ll
-
-/* A connected TCP pair over loopback: fds[0] the client, fds[1] the accepted one. */
-static void tcp_pair(int fds[2])
-{
-	struct sockaddr_in sa = { .sin_family = AF_INET };
-	socklen_t len = sizeof(sa);
-	int lfd = socket(AF_INET, SOCK_STREAM, 0);
-
-	sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-	ck_assert_int_ge(lfd, 0);
-	ck_assert_int_eq(bind(lfd, (struct sockaddr *)&sa, sizeof(sa)), 0);
-	ck_assert_int_eq(listen(lfd, 1), 0);
-	ck_assert_int_eq(getsockname(lfd, (struct sockaddr *)&sa, &len), 0);
-	fds[0] = socket(AF_INET, SOCK_STREAM, 0);
-	ck_assert_int_ge(fds[0], 0);
-	ck_assert_int_eq(connect(fds[0], (struct sockaddr *)&sa, sizeof(sa)), 0);
-	fds[1] = accept(lfd, NULL, NULL);
-	ck_assert_int_ge(fds[1], 0);
-	close(lfd);
-}
 
 /* A PENDING connection object on one end of a fresh loopback pair: the client's end
  * for CONN_CLIENT, the accepted one for CONN_SERVER. */
@@ -62,21 +41,12 @@ static struct smc_conn *pending_conn(int fds[2], enum conn_side side)
  * (it writes to fd 2) caught in log[cap]; returns the wait's result. */
 static int wait_logged(struct smc_conn *c, int64_t timeo_ns, char *log, size_t cap)
 {
-	FILE *tmp = tmpfile();
-	int saved = dup(2), r;
-	ssize_t n;
+	struct log_capture lc;
+	int r;
 
-	ck_assert_ptr_nonnull(tmp);
-	ck_assert_int_ge(saved, 0);
-	ck_assert_int_eq(dup2(fileno(tmp), 2), 2);
+	log_capture_begin(&lc);
 	r = conn_wait_pending(c, false, timeo_ns);
-	ck_assert_int_eq(lseek(2, 0, SEEK_SET), 0);
-	n = read(2, log, cap - 1);
-	ck_assert_int_eq(dup2(saved, 2), 2);
-	close(saved);
-	fclose(tmp);
-	ck_assert_int_ge(n, 0);
-	log[n] = '\0';
+	log_capture_end(&lc, log, cap);
 	return r;
 }
 

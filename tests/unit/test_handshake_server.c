@@ -8,10 +8,8 @@
  * the library's own encoder; the in-band flavour (struct hs_auth by_key) spares it the
  * address and credential checks, which tests/integration covers.
  */
-#include <arpa/inet.h>
 #include <check.h>
 #include <errno.h>
-#include <netinet/in.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -26,6 +24,7 @@
 #include "core/log.h"
 #include "core/real.h"
 #include "core/stats.h"
+#include "tests/unit/unit_net.h"
 
 /* handshake_server on its own thread, since the test plays the client meanwhile */
 struct server_run {
@@ -35,6 +34,7 @@ struct server_run {
 	enum smc_reason why;
 	int r;
 	pthread_t tid;
+	struct log_capture lc; /* what the library logs meanwhile */
 };
 
 static void *server_main(void *arg)
@@ -43,26 +43,6 @@ static void *server_main(void *arg)
 
 	s->r = handshake_server(s->c, s->ufd, &s->auth, &s->why);
 	return NULL;
-}
-
-/* A connected TCP pair over loopback: fds[0] the client, fds[1] the accepted one. */
-static void tcp_pair(int fds[2])
-{
-	struct sockaddr_in sa = { .sin_family = AF_INET };
-	socklen_t len = sizeof(sa);
-	int lfd = socket(AF_INET, SOCK_STREAM, 0);
-
-	sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-	ck_assert_int_ge(lfd, 0);
-	ck_assert_int_eq(bind(lfd, (struct sockaddr *)&sa, sizeof(sa)), 0);
-	ck_assert_int_eq(listen(lfd, 1), 0);
-	ck_assert_int_eq(getsockname(lfd, (struct sockaddr *)&sa, &len), 0);
-	fds[0] = socket(AF_INET, SOCK_STREAM, 0);
-	ck_assert_int_ge(fds[0], 0);
-	ck_assert_int_eq(connect(fds[0], (struct sockaddr *)&sa, sizeof(sa)), 0);
-	fds[1] = accept(lfd, NULL, NULL);
-	ck_assert_int_ge(fds[1], 0);
-	close(lfd);
 }
 
 /* Sends the client's Proposal (in-band flavour: no descriptors) on cfd. */
@@ -113,10 +93,9 @@ static void recv_accept(int cfd)
 }
 
 /* Starts handshake_server for a fresh server connection; *cfd is the client's end of
- * the rendezvous pair, fds the TCP pair (fds[1] the server's). Everything the library
- * logs until server_finish goes to a temporary file. */
-static void server_start(struct server_run *s, int fds[2], int *cfd, int *saved_stderr,
-			 FILE **logf)
+ * the rendezvous pair, fds the TCP pair (fds[1] the server's). What the library logs
+ * until server_finish is kept. */
+static void server_start(struct server_run *s, int fds[2], int *cfd)
 {
 	int sp[2];
 
@@ -129,28 +108,15 @@ static void server_start(struct server_run *s, int fds[2], int *cfd, int *saved_
 	s->auth.by_key = true;
 	s->auth.key = 0xabcdef;
 	*cfd = sp[1];
-	*logf = tmpfile();
-	ck_assert_ptr_nonnull(*logf);
-	*saved_stderr = dup(2);
-	ck_assert_int_ge(*saved_stderr, 0);
-	ck_assert_int_eq(dup2(fileno(*logf), 2), 2);
+	log_capture_begin(&s->lc);
 	ck_assert_int_eq(pthread_create(&s->tid, NULL, server_main, s), 0);
 }
 
 /* Joins the server and puts its log into log[cap]. */
-static void server_finish(struct server_run *s, int saved_stderr, FILE *logf, char *log,
-			  size_t cap)
+static void server_finish(struct server_run *s, char *log, size_t cap)
 {
-	ssize_t n;
-
 	ck_assert_int_eq(pthread_join(s->tid, NULL), 0);
-	ck_assert_int_eq(lseek(2, 0, SEEK_SET), 0);
-	n = read(2, log, cap - 1);
-	ck_assert_int_eq(dup2(saved_stderr, 2), 2);
-	close(saved_stderr);
-	fclose(logf);
-	ck_assert_int_ge(n, 0);
-	log[n] = '\0';
+	log_capture_end(&s->lc, log, cap);
 	close(s->ufd);
 }
 
@@ -166,15 +132,14 @@ static void setup(void)
 START_TEST(client_gone_after_accept)
 {
 	struct server_run s;
-	int fds[2], cfd, saved;
-	FILE *logf;
+	int fds[2], cfd;
 	char log[8192];
 
-	server_start(&s, fds, &cfd, &saved, &logf);
+	server_start(&s, fds, &cfd);
 	send_proposal(cfd);
 	recv_accept(cfd);
 	close(cfd);
-	server_finish(&s, saved, logf, log, sizeof(log));
+	server_finish(&s, log, sizeof(log));
 	ck_assert_int_eq(s.r, -ECONNABORTED);
 	ck_assert_int_eq(s.why, SMC_REASON_PEER_CLOSED);
 	ck_assert_msg(strstr(log, "INFO: fd ") &&
@@ -194,12 +159,11 @@ START_TEST(bad_confirm_is_a_warning)
 	struct clc_msg conf = { .variant = CLC_SAMEHOST, .type = CLC_CONFIRM };
 	struct server_run s;
 	uint8_t buf[CLC_MAX_LEN];
-	int fds[2], cfd, saved;
-	FILE *logf;
+	int fds[2], cfd;
 	char log[8192];
 	ssize_t n;
 
-	server_start(&s, fds, &cfd, &saved, &logf);
+	server_start(&s, fds, &cfd);
 	send_proposal(cfd);
 	recv_accept(cfd);
 	conf.u.s_conf.client_token = 0x1122334455667788ull;
@@ -207,7 +171,7 @@ START_TEST(bad_confirm_is_a_warning)
 	n = clc_encode(&conf, buf, sizeof(buf));
 	ck_assert_int_gt(n, 0);
 	ck_assert_int_eq(send(cfd, buf, (size_t)n, 0), n);
-	server_finish(&s, saved, logf, log, sizeof(log));
+	server_finish(&s, log, sizeof(log));
 	close(cfd);
 	ck_assert_int_eq(s.r, -ECONNABORTED);
 	ck_assert_int_ne(s.why, SMC_REASON_PEER_CLOSED);

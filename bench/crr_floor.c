@@ -5,7 +5,7 @@
  * handshake. Not the library: a measurement of a design (README, "crr"), run by
  * bench/crr-floor side by side with bench/crr over plain TCP.
  *
- * Both keep what the library must keep: the real TCP socket of every connection (TCP
+ * It keeps what the library must keep: the real TCP socket of every connection (TCP
  * handshake, accept, close), the application's two SO_RCVTIMEO/SO_SNDTIMEO calls per
  * socket, and a doorbell the application could poll (an eventfd waited on with ppoll
  * together with the TCP socket, as the library's blocking reads do). What the design

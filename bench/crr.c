@@ -31,8 +31,9 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "crr_common.h"
+
 #define MAX_THREADS 64
-#define IO_TIMEOUT_S 5
 
 enum err_where { E_SOCKET, E_CONNECT, E_WRITE, E_READ, E_SHORT, E_DATA, E_WHERE_MAX };
 static const char *const where_name[E_WHERE_MAX] = {
@@ -48,64 +49,11 @@ static volatile uint64_t g_deadline_ns;
 static pthread_mutex_t err_lock = PTHREAD_MUTEX_INITIALIZER;
 static unsigned long err_count[E_WHERE_MAX][256];
 
-static uint64_t now_ns(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
-
 static void count_error(enum err_where w, int err)
 {
 	pthread_mutex_lock(&err_lock);
 	err_count[w][err & 255]++;
 	pthread_mutex_unlock(&err_lock);
-}
-
-static void set_timeouts(int fd)
-{
-	struct timeval tv = { .tv_sec = IO_TIMEOUT_S };
-
-	setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
-	setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
-}
-
-/* Reads exactly len bytes: 1 ok, 0 EOF before len, -1 error. */
-static int read_full(int fd, char *buf, size_t len)
-{
-	size_t got = 0;
-
-	while (got < len) {
-		ssize_t n = read(fd, buf + got, len - got);
-
-		if (n == 0)
-			return 0;
-		if (n < 0) {
-			if (errno == EINTR)
-				continue;
-			return -1;
-		}
-		got += (size_t)n;
-	}
-	return 1;
-}
-
-static int write_full(int fd, const char *buf, size_t len)
-{
-	size_t put = 0;
-
-	while (put < len) {
-		ssize_t n = write(fd, buf + put, len - put);
-
-		if (n < 0) {
-			if (errno == EINTR)
-				continue;
-			return -1;
-		}
-		put += (size_t)n;
-	}
-	return 0;
 }
 
 static void *server_thread(void *arg)
@@ -120,12 +68,12 @@ static void *server_thread(void *arg)
 
 		if (fd < 0)
 			continue;
-		set_timeouts(fd);
+		crr_set_timeouts(fd);
 		/* The response echoes the request so the client can check the bytes. The
 		 * server closes first, as an HTTP/1.0 server does: TIME_WAIT then stays on
 		 * the server side and the client's ephemeral ports are not used up. */
-		if (read_full(fd, buf, g_msg) == 1)
-			write_full(fd, buf, g_msg);
+		if (crr_read_full(fd, buf, g_msg) == 1)
+			crr_write_full(fd, buf, g_msg);
 		close(fd);
 	}
 	return NULL;
@@ -133,26 +81,18 @@ static void *server_thread(void *arg)
 
 static int run_server(int threads)
 {
-	struct sockaddr_in sa = { .sin_family = AF_INET, .sin_port = htons((uint16_t)g_port) };
-	socklen_t salen = sizeof(sa);
 	pthread_t tid;
 	sigset_t set;
-	int one = 1, sig;
+	int sig;
 
 	sigemptyset(&set);
 	sigaddset(&set, SIGTERM);
 	sigaddset(&set, SIGINT);
 	pthread_sigmask(SIG_BLOCK, &set, NULL); /* inherited by the workers */
-	g_listen_fd = socket(AF_INET, SOCK_STREAM, 0);
+	g_listen_fd = crr_listen(g_port, &g_port);
 	if (g_listen_fd < 0)
-		return perror("socket"), 2;
-	setsockopt(g_listen_fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
-	sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-	if (bind(g_listen_fd, (struct sockaddr *)&sa, sizeof(sa)) < 0 ||
-	    listen(g_listen_fd, 4096) < 0 ||
-	    getsockname(g_listen_fd, (struct sockaddr *)&sa, &salen) < 0)
-		return perror("bind/listen"), 2;
-	printf("PORT %d\n", ntohs(sa.sin_port));
+		return 2;
+	printf("PORT %d\n", g_port);
 	fflush(stdout);
 	for (int i = 0; i < threads; i++)
 		if (pthread_create(&tid, NULL, server_thread, NULL) != 0)
@@ -170,7 +110,7 @@ static void *client_thread(void *arg)
 	if (!req || !resp)
 		return NULL;
 	sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-	for (uint64_t n = 0; now_ns() < g_deadline_ns; n++) {
+	for (uint64_t n = 0; crr_now_ns() < g_deadline_ns; n++) {
 		int fd = socket(AF_INET, SOCK_STREAM, 0);
 		int r;
 
@@ -178,13 +118,13 @@ static void *client_thread(void *arg)
 			count_error(E_SOCKET, errno);
 			continue;
 		}
-		set_timeouts(fd);
+		crr_set_timeouts(fd);
 		memset(req, (int)('a' + n % 26), g_msg);
 		if (connect(fd, (struct sockaddr *)&sa, sizeof(sa)) < 0) {
 			count_error(E_CONNECT, errno);
-		} else if (write_full(fd, req, g_msg) < 0) {
+		} else if (crr_write_full(fd, req, g_msg) < 0) {
 			count_error(E_WRITE, errno);
-		} else if ((r = read_full(fd, resp, g_msg)) != 1) {
+		} else if ((r = crr_read_full(fd, resp, g_msg)) != 1) {
 			count_error(r == 0 ? E_SHORT : E_READ, r == 0 ? 0 : errno);
 		} else if (memcmp(req, resp, g_msg) != 0) {
 			count_error(E_DATA, 0);
@@ -205,7 +145,7 @@ static int run_client(int threads, unsigned ms)
 {
 	pthread_t tid[MAX_THREADS];
 	uint64_t cycles[MAX_THREADS] = { 0 }, total = 0, errors = 0;
-	uint64_t start = now_ns();
+	uint64_t start = crr_now_ns();
 	double secs;
 
 	g_deadline_ns = start + (uint64_t)ms * 1000000ull;
@@ -216,7 +156,7 @@ static int run_client(int threads, unsigned ms)
 		pthread_join(tid[i], NULL);
 		total += cycles[i];
 	}
-	secs = (now_ns() - start) / 1e9;
+	secs = (crr_now_ns() - start) / 1e9;
 	for (int w = 0; w < E_WHERE_MAX; w++)
 		for (int e = 0; e < 256; e++)
 			errors += err_count[w][e];

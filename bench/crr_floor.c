@@ -76,9 +76,10 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "crr_common.h"
+
 #define MSG 64
 #define MAX_THREADS 32
-#define IO_TIMEOUT_S 5
 
 /* One direction of a slot: the writer bumps seq after the bytes; the reader sets
  * sleeping before it sleeps, so the writer rings only then. */
@@ -108,22 +109,6 @@ static bool g_owner_check; /* server: -A */
 static volatile uint64_t g_deadline_ns;
 static _Atomic unsigned long g_errors;
 
-static uint64_t now_ns(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
-
-static void set_timeouts(int fd)
-{
-	struct timeval tv = { .tv_sec = IO_TIMEOUT_S };
-
-	setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
-	setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
-}
-
 static void close_conn(int fd)
 {
 	struct linger lg = { .l_onoff = 1, .l_linger = 0 };
@@ -143,7 +128,7 @@ static int dir_wait(struct slot_dir *d, uint32_t old, int bell, int tcp_fd)
 	atomic_store(&d->sleeping, 1);
 	while (atomic_load(&d->seq) == old) {
 		if (g_futex) {
-			struct timespec to = { .tv_sec = IO_TIMEOUT_S };
+			struct timespec to = { .tv_sec = CRR_IO_TIMEOUT_S };
 
 			if (syscall(SYS_futex, &d->seq, FUTEX_WAIT, old, &to, NULL, 0) < 0 &&
 			    errno == ETIMEDOUT) {
@@ -154,7 +139,7 @@ static int dir_wait(struct slot_dir *d, uint32_t old, int bell, int tcp_fd)
 			/* the TCP socket only reports a dead peer, as in the library */
 			struct pollfd pfd[2] = { { bell, POLLIN, 0 },
 						 { tcp_fd, POLLIN | POLLRDHUP, 0 } };
-			struct timespec to = { .tv_sec = IO_TIMEOUT_S };
+			struct timespec to = { .tv_sec = CRR_IO_TIMEOUT_S };
 			uint64_t v;
 			int n = ppoll(pfd, 2, &to, NULL);
 
@@ -185,24 +170,6 @@ static void dir_post(struct slot_dir *d, uint32_t seq, int bell)
 		syscall(SYS_futex, &d->seq, FUTEX_WAKE, 1, NULL, NULL, 0);
 	else if (write(bell, &one, sizeof(one)) < 0)
 		atomic_fetch_add(&g_errors, 1);
-}
-
-/* Reads or writes exactly len bytes over TCP: 0, or -1. */
-static int tcp_full(int fd, char *buf, size_t len, bool rd)
-{
-	size_t done = 0;
-
-	while (done < len) {
-		ssize_t n = rd ? read(fd, buf + done, len - done) : write(fd, buf + done, len - done);
-
-		if (n <= 0) {
-			if (n < 0 && errno == EINTR)
-				continue;
-			return -1;
-		}
-		done += (size_t)n;
-	}
-	return 0;
 }
 
 /* -A: who owns the TCP peer's socket (sock_diag, over this thread's netlink socket
@@ -261,8 +228,8 @@ static void serve_plain(int fd)
 {
 	char buf[MSG];
 
-	if (tcp_full(fd, buf, MSG, true) == 0)
-		tcp_full(fd, buf, MSG, false);
+	if (crr_read_full(fd, buf, MSG) == 1)
+		crr_write_full(fd, buf, MSG);
 	close(fd); /* a normal close, as bench/crr's server */
 }
 
@@ -285,7 +252,7 @@ static void *server_thread(void *arg)
 
 		if (fd < 0)
 			continue;
-		set_timeouts(fd);
+		crr_set_timeouts(fd);
 		s = dir_claim(ntohs(peer.sin_port));
 		if (s < 0) {
 			serve_plain(fd);
@@ -325,7 +292,7 @@ static int cycle_plain(int fd, const struct sockaddr_in *sa, char c)
 
 	memset(req, c, MSG);
 	if (connect(fd, (const struct sockaddr *)sa, sizeof(*sa)) < 0 ||
-	    tcp_full(fd, req, MSG, false) < 0 || tcp_full(fd, resp, MSG, true) < 0 ||
+	    crr_write_full(fd, req, MSG) < 0 || crr_read_full(fd, resp, MSG) != 1 ||
 	    memcmp(req, resp, MSG) != 0 || read(fd, resp, 1) != 0)
 		return -1;
 	return 0;
@@ -349,7 +316,7 @@ static void *client_thread(void *arg)
 	uint64_t n, cycles = 0;
 
 	sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-	for (n = 0; now_ns() < g_deadline_ns; n++) {
+	for (n = 0; crr_now_ns() < g_deadline_ns; n++) {
 		struct sockaddr_in me;
 		socklen_t len = sizeof(me);
 		int fd = socket(AF_INET, SOCK_STREAM, 0);
@@ -359,7 +326,7 @@ static void *client_thread(void *arg)
 			atomic_fetch_add(&g_errors, 1);
 			continue;
 		}
-		set_timeouts(fd);
+		crr_set_timeouts(fd);
 		if ((int)(n % 100) < g_plain_pct) {
 			if (cycle_plain(fd, &sa, (char)('a' + n % 26)) < 0)
 				atomic_fetch_add(&g_errors, 1);
@@ -484,12 +451,11 @@ static void *pool_thread(void *arg)
 static int run_server(int threads, int procs)
 {
 	pid_t parent = getpid();
-	struct sockaddr_in sa = { .sin_family = AF_INET, .sin_port = htons((uint16_t)g_port) };
-	socklen_t salen = sizeof(sa), ulen;
+	socklen_t ulen;
 	struct sockaddr_un ua;
 	pthread_t tid;
 	sigset_t set;
-	int one = 1, memfd, usock, sig;
+	int memfd, usock, sig;
 
 	sigemptyset(&set);
 	sigaddset(&set, SIGTERM);
@@ -508,16 +474,9 @@ static int run_server(int threads, int procs)
 		if (g_bell_req[i] < 0 || g_bell_resp[i] < 0)
 			return perror("eventfd"), 2;
 	}
-	g_listen_fd = socket(AF_INET, SOCK_STREAM, 0);
+	g_listen_fd = crr_listen(g_port, &g_port);
 	if (g_listen_fd < 0)
-		return perror("socket"), 2;
-	setsockopt(g_listen_fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
-	sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-	if (bind(g_listen_fd, (struct sockaddr *)&sa, sizeof(sa)) < 0 ||
-	    listen(g_listen_fd, 4096) < 0 ||
-	    getsockname(g_listen_fd, (struct sockaddr *)&sa, &salen) < 0)
-		return perror("bind/listen"), 2;
-	g_port = ntohs(sa.sin_port);
+		return 2;
 	pool_name(&ua, &ulen);
 	usock = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
 	if (usock < 0 || bind(usock, (struct sockaddr *)&ua, ulen) < 0 || listen(usock, 4) < 0)
@@ -563,7 +522,7 @@ static int run_client(int threads, int ms)
 	if (usock < 0 || connect(usock, (struct sockaddr *)&ua, ulen) < 0 || recv_pool(usock) < 0)
 		return perror("crr_floor: getting the pool"), 2;
 	g_link = usock;
-	t0 = now_ns();
+	t0 = crr_now_ns();
 	g_deadline_ns = t0 + (uint64_t)ms * 1000000ull;
 	for (int i = 0; i < threads; i++)
 		if (pthread_create(&tid[i], NULL, client_thread, (void *)(uintptr_t)i) != 0)
@@ -574,7 +533,7 @@ static int run_client(int threads, int ms)
 		pthread_join(tid[i], &r);
 		cycles += (uintptr_t)r;
 	}
-	double secs = (double)(now_ns() - t0) / 1e9;
+	double secs = (double)(crr_now_ns() - t0) / 1e9;
 	printf("CRR cycles=%llu errors=%lu secs=%.3f rate=%.1f\n", (unsigned long long)cycles,
 	       atomic_load(&g_errors), secs, (double)cycles / secs);
 	return atomic_load(&g_errors) ? 1 : 0;

@@ -55,6 +55,7 @@ QUICK_TESTS=(tests/integration/wrapper.sh tests/integration/passthrough.sh
 # python_http.sh.
 ASAN_TESTS=(tests/integration/fallback.sh tests/integration/stream.sh
 	tests/integration/churn.sh tests/integration/churn_kill.sh tests/integration/peerdeath.sh
+	tests/integration/pool.sh tests/integration/pool_forge.sh
 	tests/integration/redis.sh
 	tests/integration/memcached.sh tests/integration/iperf3.sh
 	tests/integration/readiness.sh tests/integration/netns.sh tests/integration/bpf_setup.sh

@@ -45,6 +45,8 @@ struct smc_config smc_cfg = {
 	.stats_file = NULL,
 	.spin_us = 20,
 	.short_conn_us = 10000,
+	.pool_slots = 16,
+	.pool_ring = 64 * KIB,
 	.copy_store = -1,
 	.mem_cap = 8 * GIB,
 	.handshake_timeout_ms = 2000,
@@ -81,6 +83,16 @@ static void store_debug(const void *v) { smc_cfg.debug = *(const bool *)v; }
 static void store_log_level(const void *v) { smc_cfg.log_level = *(const int *)v; }
 static void store_spin_us(const void *v) { smc_cfg.spin_us = (unsigned)*(const unsigned long long *)v; }
 static void store_short_conn_us(const void *v) { smc_cfg.short_conn_us = (unsigned)*(const unsigned long long *)v; }
+static void store_pool_slots(const void *v) { smc_cfg.pool_slots = (unsigned)*(const unsigned long long *)v; }
+/* a slot's rings are powers of two: rounded down */
+static void store_pool_ring(const void *v)
+{
+	unsigned long long x = *(const unsigned long long *)v;
+
+	while (x & (x - 1))
+		x &= x - 1;
+	smc_cfg.pool_ring = (size_t)x;
+}
 /* choice 0 (auto) is -1: copy_adapt_kind's "not fixed"; cache 0, stream 1 */
 static void store_copy(const void *v) { smc_cfg.copy_store = *(const int *)v - 1; }
 static void store_mem_cap(const void *v) { smc_cfg.mem_cap = (size_t)*(const unsigned long long *)v; }
@@ -153,6 +165,8 @@ enum cfg_index {
 	CFG_STATS_FILE,
 	CFG_SPIN_US,
 	CFG_SHORT_CONN_US,
+	CFG_POOL_SLOTS,
+	CFG_POOL_RING,
 	CFG_COPY,
 	CFG_MEM_CAP,
 	CFG_HANDSHAKE_TIMEOUT_MS,
@@ -210,6 +224,18 @@ const struct smc_cfg_var smc_cfg_vars[CFG_NVARS] = {
 		.min = 0, .max = 60000000,
 		.doc = "SMC connections to a destination that keep closing sooner are left TCP; 0 = off",
 		.store = store_short_conn_us,
+	},
+	[CFG_POOL_SLOTS] = {
+		.name = "SMC_POOL_SLOTS", .type = SMC_CFG_UINT, .def = "16",
+		.min = 0, .max = 64,
+		.doc = "slots of a pool for connections to short-lived destinations (pool.h); 0 = no pools",
+		.store = store_pool_slots,
+	},
+	[CFG_POOL_RING] = {
+		.name = "SMC_POOL_RING", .type = SMC_CFG_SIZE, .def = "64k",
+		.min = 16 * KIB, .max = 1 * MIB,
+		.doc = "ring size per direction of a pool slot (rounded down to a power of two)",
+		.store = store_pool_ring,
 	},
 	[CFG_COPY] = {
 		.name = "SMC_COPY", .type = SMC_CFG_ENUM, .def = "auto",
@@ -671,6 +697,8 @@ static void config_value_text(enum cfg_index i, char *buf, size_t len)
 		break;
 	case CFG_SPIN_US: snprintf(buf, len, "%u", smc_cfg.spin_us); break;
 	case CFG_SHORT_CONN_US: snprintf(buf, len, "%u", smc_cfg.short_conn_us); break;
+	case CFG_POOL_SLOTS: snprintf(buf, len, "%u", smc_cfg.pool_slots); break;
+	case CFG_POOL_RING: format_size(buf, len, smc_cfg.pool_ring); break;
 	case CFG_COPY: snprintf(buf, len, "%s", choice_name(var, smc_cfg.copy_store + 1)); break;
 	case CFG_MEM_CAP: format_size(buf, len, smc_cfg.mem_cap); break;
 	case CFG_HANDSHAKE_TIMEOUT_MS: snprintf(buf, len, "%u", smc_cfg.handshake_timeout_ms); break;

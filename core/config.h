@@ -30,6 +30,8 @@ struct smc_config {
 	const char *stats_file;    /* SMC_STATS_FILE, %p -> pid; NULL = none */
 	unsigned spin_us;          /* SMC_SPIN_US: busy-poll bound before sleeping */
 	unsigned short_conn_us;    /* SMC_SHORT_CONN_US: hs_policy.h; 0 = off */
+	unsigned pool_slots;       /* SMC_POOL_SLOTS: pool.h; 0 = no pools */
+	size_t pool_ring;          /* SMC_POOL_RING: ring per direction of a pool slot */
 	int copy_store;            /* SMC_COPY: -1 auto, else enum copy_store (copy_adapt.h) */
 	size_t mem_cap;            /* SMC_MEM_CAP: all RMBs of this process; past it -> TCP */
 	unsigned handshake_timeout_ms; /* SMC_HANDSHAKE_TIMEOUT_MS */

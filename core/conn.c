@@ -28,6 +28,7 @@
 #include "core/hs_policy.h"
 #include "core/log.h"
 #include "core/negotiate.h"
+#include "core/pool.h"
 #include "core/real.h"
 #include "core/stats.h"
 #include "core/statsrv.h"
@@ -225,7 +226,7 @@ static size_t iov_total(const struct iovec *iov, int iovcnt)
 
 /* ------------------------------------------------------------------ lifecycle */
 
-struct smc_conn *conn_new(int fd, enum conn_side side)
+static struct smc_conn *conn_alloc(int fd, enum conn_side side)
 {
 	struct smc_conn *c = calloc(1, sizeof(*c));
 
@@ -238,10 +239,20 @@ struct smc_conn *conn_new(int fd, enum conn_side side)
 	c->state = CONN_PENDING;
 	c->mode = SMC_MODE_SHM;
 	c->rdv_listen_fd = -1;
+	c->pool_slot = -1;
 	c->peer_rx_bell = c->peer_tx_bell = -1;
 	pthread_mutex_init(&c->lock, NULL);
 	pthread_mutex_init(&c->rx_lock, NULL);
 	pthread_mutex_init(&c->tx_lock, NULL);
+	return c;
+}
+
+struct smc_conn *conn_new(int fd, enum conn_side side)
+{
+	struct smc_conn *c = conn_alloc(fd, side);
+
+	if (!c)
+		return NULL;
 	c->rx_bell = fd_park(eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC));
 	c->tx_bell = fd_park(eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC));
 	if (c->rx_bell < 0 || c->tx_bell < 0) {
@@ -267,12 +278,21 @@ static void conn_free(struct smc_conn *c)
 	if (c->bytes_sent || c->bytes_received)
 		log_debug("conn fd %d closed: sent %llu received %llu", c->fd,
 			  (unsigned long long)c->bytes_sent, (unsigned long long)c->bytes_received);
-	REAL(close)(c->rx_bell);
-	REAL(close)(c->tx_bell);
-	if (c->peer_rx_bell >= 0)
-		REAL(close)(c->peer_rx_bell);
-	if (c->peer_tx_bell >= 0)
-		REAL(close)(c->peer_tx_bell);
+	if (c->pool) {
+		/* the doorbells and the memory are the pool's */
+		if (c->pool_slot >= 0)
+			pool_conn_done(c->pool, c->pool_slot);
+		else
+			pool_put(c->pool);
+		memset(&c->map, 0, sizeof(c->map));
+	} else {
+		REAL(close)(c->rx_bell);
+		REAL(close)(c->tx_bell);
+		if (c->peer_rx_bell >= 0)
+			REAL(close)(c->peer_rx_bell);
+		if (c->peer_tx_bell >= 0)
+			REAL(close)(c->peer_tx_bell);
+	}
 	if (c->rdv_listen_fd >= 0)
 		REAL(close)(c->rdv_listen_fd);
 	if (c->ib)
@@ -368,7 +388,9 @@ ssize_t conn_send_pending(struct smc_conn *c, const struct iovec *iov, int iovcn
 	return (ssize_t)n;
 }
 
-void conn_activate(struct smc_conn *c)
+/* wake: ring our own bells so that every waiter re-evaluates (nobody waits on a
+ * connection that is ACTIVE from its first moment) */
+static void conn_go_active(struct smc_conn *c, bool wake)
 {
 	int rxd = c->side == CONN_CLIENT ? 1 : 0; /* dir[0] is client->server */
 	int txd = 1 - rxd;
@@ -391,10 +413,58 @@ void conn_activate(struct smc_conn *c)
 	__atomic_store_n(&c->state, CONN_ACTIVE, __ATOMIC_RELEASE);
 	pthread_mutex_unlock(&c->tx_lock);
 	stats_conn(c->mode, SMC_REASON_NONE);
-	log_debug("fd %d: %s connection active (%s, rx %u tx %u)", c->fd, stats_mode_name(c->mode),
-		  c->side == CONN_CLIENT ? "client" : "server", c->rx_size, c->tx_size);
-	conn_wake_local(c);
+	log_debug("fd %d: %s connection active (%s, rx %u tx %u%s)", c->fd, stats_mode_name(c->mode),
+		  c->side == CONN_CLIENT ? "client" : "server", c->rx_size, c->tx_size,
+		  c->pool ? ", pooled" : "");
+	if (wake)
+		conn_wake_local(c);
 	statsrv_ensure();
+}
+
+void conn_activate(struct smc_conn *c)
+{
+	conn_go_active(c, true);
+}
+
+struct smc_conn *conn_new_pooled(int fd, enum conn_side side, struct smc_pool *p, int slot)
+{
+	struct smc_conn *c = conn_alloc(fd, side);
+	int bells[4];
+
+	if (!c)
+		return NULL;
+	c->pool = p;
+	c->pool_slot = slot;
+	pool_slot_conn(p, slot, &c->map, bells);
+	c->rx_bell = bells[0];
+	c->tx_bell = bells[1];
+	c->peer_rx_bell = bells[2];
+	c->peer_tx_bell = bells[3];
+	conn_list_add(c);
+	return c;
+}
+
+void conn_activate_pooled(struct smc_conn *c)
+{
+	conn_go_active(c, false);
+	stats_count_pooled();
+}
+
+/* Takes an unclaimed slot back; true when the server had not claimed it. */
+static bool pool_slot_withdraw_conn(struct smc_conn *c)
+{
+	if (!pool_client_withdraw(c->pool, c->pool_slot, false))
+		return false;
+	c->pool_slot = -1;
+	return true;
+}
+
+void conn_pool_withdraw(struct smc_conn *c, bool server_gone)
+{
+	if (!c->pool || c->pool_slot < 0)
+		return;
+	pool_client_withdraw(c->pool, c->pool_slot, server_gone);
+	c->pool_slot = -1;
 }
 
 void conn_fallback(struct smc_conn *c, enum smc_reason why)
@@ -1410,6 +1480,14 @@ void conn_release_fd(struct smc_conn *c)
 		hs_policy_closed(c->policy_key, now - c->born_ns, moved, now,
 				 (uint64_t)smc_cfg.short_conn_us * 1000);
 	}
+	if (st == CONN_ACTIVE && c->pool && c->side == CONN_CLIENT && c->pool_slot >= 0 &&
+	    __atomic_load_n(&c->bytes_sent, __ATOMIC_RELAXED) == 0 && !c->fork_shared &&
+	    pool_slot_withdraw_conn(c)) {
+		/* Closed before the server accepted, nothing sent: the server will see a
+		 * plain TCP connection that closes, so close it as one (FIN, no reset). */
+		__atomic_store_n(&c->state, CONN_CLOSED, __ATOMIC_RELEASE);
+		st = CONN_CLOSED;
+	}
 	if (st == CONN_ACTIVE) {
 		uint32_t left = __atomic_sub_fetch(&c->map.hdr->side_refs[c->side], 1, __ATOMIC_ACQ_REL);
 
@@ -1423,10 +1501,19 @@ void conn_release_fd(struct smc_conn *c)
 				__atomic_fetch_or(&c->tx->wflags, SHM_W_CLOSED, __ATOMIC_RELEASE);
 				__atomic_fetch_or(&c->rx->rflags, SHM_R_CLOSED, __ATOMIC_RELEASE);
 			}
-			if (c->ib)
+			if (c->ib) {
 				conn_ib_release(c, c->linger_on && c->linger_s == 0);
-			bell_ring(c->peer_rx_bell);
-			bell_ring(c->peer_tx_bell);
+				bell_ring(c->peer_rx_bell);
+				bell_ring(c->peer_tx_bell);
+			} else {
+				/* as for data: only a peer thread asleep on either direction
+				 * needs the syscall (every waiter counts as one, see
+				 * conn_prepare_sleep) */
+				ring_if_asleep(&c->tx->r_sleepers, &c->tx->r_seq, &c->rung_rx_seq,
+					       c->peer_rx_bell);
+				ring_if_asleep(&c->rx->w_sleepers, &c->rx->w_seq, &c->rung_tx_seq,
+					       c->peer_tx_bell);
+			}
 			/* The TCP channel carried no payload: close it with a reset, so neither
 			 * side keeps it in TIME_WAIT (a churning client would run out of the
 			 * ports it binds before connect). The peer knows from the flags above
@@ -1438,5 +1525,14 @@ void conn_release_fd(struct smc_conn *c)
 			}
 		}
 	}
-	conn_wake_local(c);
+	if (st == CONN_ACTIVE && !c->ib) {
+		/* our own threads still waiting on the connection (another dup of the fd) */
+		__atomic_thread_fence(__ATOMIC_SEQ_CST);
+		if (__atomic_load_n(&c->asleep_rx, __ATOMIC_RELAXED))
+			bell_ring(c->rx_bell);
+		if (__atomic_load_n(&c->asleep_tx, __ATOMIC_RELAXED))
+			bell_ring(c->tx_bell);
+	} else {
+		conn_wake_local(c);
+	}
 }

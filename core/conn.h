@@ -34,6 +34,7 @@ enum conn_side { CONN_CLIENT = 0, CONN_SERVER = 1 };
 enum conn_hs_watch { HS_WATCH_NONE = 0, HS_WATCH_QUEUED, HS_WATCH_ARMED, HS_WATCH_DONE };
 
 struct smc_ep_reg;
+struct smc_pool;
 struct conn_ib;
 
 struct smc_conn {
@@ -60,6 +61,8 @@ struct smc_conn {
 	uint32_t rx_size, tx_size;
 	size_t reserved;            /* bytes counted against SMC_MEM_CAP */
 	struct conn_ib *ib;         /* SMC-R transport (conn_ib.h); NULL for shared memory */
+	struct smc_pool *pool;      /* the pool whose slot carries it (pool.h), or NULL: */
+	int pool_slot;              /* then map and bells are the slot's; -1 once returned */
 
 	pthread_mutex_t rx_lock, tx_lock; /* one reader / one writer at a time */
 	smc_cursor rx_cons;         /* our consumer cursor (authoritative copy) */
@@ -105,6 +108,14 @@ uint32_t conn_poll_mask(struct smc_conn *c);
 
 /* Lifecycle */
 struct smc_conn *conn_new(int fd, enum conn_side side);
+/* A connection on slot `slot` of pool p (pool.h); takes the caller's reference to p,
+ * or returns NULL (out of memory) and leaves it. conn_activate_pooled then makes it
+ * ACTIVE: no handshake, and nobody can be waiting on it yet. */
+struct smc_conn *conn_new_pooled(int fd, enum conn_side side, struct smc_pool *p, int slot);
+void conn_activate_pooled(struct smc_conn *c);
+/* Client: the connect of a pooled connection failed before anything was sent; the
+ * slot goes back to the pool (server_gone: the pool takes no new offers). */
+void conn_pool_withdraw(struct smc_conn *c, bool server_gone);
 void conn_get(struct smc_conn *c);
 void conn_put(struct smc_conn *c);
 /* Transitions; both ring our own bells so every waiter re-evaluates. */

@@ -230,7 +230,8 @@ static uint32_t ev_interest(uint32_t events)
 		want |= POLLIN;
 	if (events & EV_OUT_SIDE)
 		want |= POLLOUT;
-	return want;
+	/* EPOLLHUP and EPOLLERR are always reported: see poll_interest in wait.c */
+	return want ? want : POLLIN;
 }
 
 static int real_pwait(int epfd, struct epoll_event *ev, int max, const struct timespec *ts,

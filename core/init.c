@@ -9,6 +9,7 @@
 #include "core/fdtab.h"
 #include "core/init.h"
 #include "core/log.h"
+#include "core/pool.h"
 #include "core/progress.h"
 #include "core/real.h"
 #include "core/stats.h"
@@ -21,15 +22,18 @@ static pthread_once_t init_once = PTHREAD_ONCE_INIT;
 static void fork_prepare(void)
 {
 	conn_fork_prepare();
+	pool_atfork_prepare();
 }
 
 static void fork_parent(void)
 {
+	pool_atfork_parent();
 	conn_fork_parent();
 }
 
 static void fork_child(void)
 {
+	pool_atfork_child();
 	conn_fork_child();
 	progress_atfork_child();
 	epoll_emul_atfork_child();

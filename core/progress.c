@@ -732,6 +732,66 @@ int progress_ib_init(void)
 	return r;
 }
 
+/* ------------------------------------------------------------ readable fds */
+
+struct readable_watch {
+	int fd;
+	void (*cb)(void *arg);
+	void *arg;
+	struct event *ev;
+};
+
+static void on_readable(evutil_socket_t fd, short what, void *arg)
+{
+	struct readable_watch *w = arg;
+
+	(void)fd;
+	(void)what;
+	event_free(w->ev);
+	w->cb(w->arg);
+	free(w);
+}
+
+static void readable_register(evutil_socket_t fd, short what, void *arg)
+{
+	struct readable_watch *w = arg;
+
+	(void)fd;
+	(void)what;
+	w->ev = event_new(progress_base, w->fd, EV_READ, on_readable, w);
+	if (!w->ev || event_add(w->ev, NULL) < 0) {
+		if (w->ev)
+			event_free(w->ev);
+		w->cb(w->arg); /* as if it had become readable: the owner lets go now */
+		free(w);
+	}
+}
+
+int progress_watch_readable(int fd, void (*cb)(void *arg), void *arg)
+{
+	struct event_base *base = progress_start();
+	struct timeval now = { 0, 0 };
+	struct readable_watch *w;
+	int r;
+
+	if (!base)
+		return -ENOMEM;
+	w = calloc(1, sizeof(*w));
+	if (!w)
+		return -ENOMEM;
+	w->fd = fd;
+	w->cb = cb;
+	w->arg = arg;
+	smc_thread_internal = true;
+	r = event_base_once(base, -1, EV_TIMEOUT, readable_register, w, &now);
+	smc_thread_internal = false;
+	if (r < 0) {
+		free(w);
+		return -ENOMEM;
+	}
+	return 0;
+}
+
 void progress_atfork_child(void)
 {
 	/* The thread is gone; its base may be mid-operation in the parent's image. Leave it

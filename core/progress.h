@@ -33,6 +33,10 @@ int progress_watch_server(struct smc_conn *c, progress_server_step step);
  * each link's completion channel, the device's async events, the link timers. Call
  * before the first ib_lgr_* call that may create a link. 0 or -ENOMEM. */
 int progress_ib_init(void);
+/* Calls cb(arg) on the thread once fd becomes readable (data, EOF or an error), or at
+ * once when it cannot be watched. fd must stay open until then. 0 or -ENOMEM (cb is
+ * not called). */
+int progress_watch_readable(int fd, void (*cb)(void *arg), void *arg);
 /* In a forked child: the thread did not survive the fork. */
 void progress_atfork_child(void);
 

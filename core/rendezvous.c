@@ -184,15 +184,15 @@ int rdv_listener_register(int lfd)
 	return fd_park(fd);
 }
 
-static bool name_bound(int probe, const struct rdv_endpoint *ep)
+static bool name_bound(int probe, const struct rdv_endpoint *ep, struct sockaddr_un *un,
+		       socklen_t *ulen)
 {
-	struct sockaddr_un un;
-	socklen_t ulen = rdv_name(&un, 'l', ep, NULL);
-
-	return REAL(connect)(probe, (struct sockaddr *)&un, ulen) == 0;
+	*ulen = rdv_name(un, 'l', ep, NULL);
+	return REAL(connect)(probe, (struct sockaddr *)un, *ulen) == 0;
 }
 
-bool rdv_listener_present(const struct sockaddr *dst)
+/* The name of the listener behind dst, exact or wildcard, in *un: false when none. */
+static bool listener_name(const struct sockaddr *dst, struct sockaddr_un *un, socklen_t *ulen)
 {
 	struct rdv_endpoint ep, any;
 	bool found;
@@ -203,21 +203,53 @@ bool rdv_listener_present(const struct sockaddr *dst)
 	probe = REAL(socket)(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
 	if (probe < 0)
 		return false;
-	found = name_bound(probe, &ep);
+	found = name_bound(probe, &ep, un, ulen);
 	if (!found && rdv_addr_is_local(dst)) {
 		/* A wildcard listener: 0.0.0.0 for IPv4 peers, :: for both. */
 		memset(&any, 0, sizeof(any));
 		any.port = ep.port;
 		if (endpoint_is_v4(&ep)) {
 			any.addr[10] = any.addr[11] = 0xff;
-			found = name_bound(probe, &any);
+			found = name_bound(probe, &any, un, ulen);
 			memset(any.addr, 0, 16);
 		}
 		if (!found)
-			found = name_bound(probe, &any);
+			found = name_bound(probe, &any, un, ulen);
 	}
 	REAL(close)(probe);
 	return found;
+}
+
+bool rdv_listener_present(const struct sockaddr *dst)
+{
+	struct sockaddr_un un;
+	socklen_t ulen;
+
+	return listener_name(dst, &un, &ulen);
+}
+
+int rdv_listener_sendmsg(const struct sockaddr *dst, struct msghdr *msg)
+{
+	struct sockaddr_un un;
+	socklen_t ulen;
+	ssize_t r;
+	int fd;
+
+	if (!listener_name(dst, &un, &ulen))
+		return -ENOENT;
+	fd = REAL(socket)(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+	if (fd < 0)
+		return -errno;
+	msg->msg_name = &un;
+	msg->msg_namelen = ulen;
+	do
+		r = REAL(sendmsg)(fd, msg, MSG_NOSIGNAL | MSG_DONTWAIT);
+	while (r < 0 && errno == EINTR);
+	r = r < 0 ? -errno : 0;
+	msg->msg_name = NULL;
+	msg->msg_namelen = 0;
+	REAL(close)(fd);
+	return (int)r;
 }
 
 /* How many 1 ms waits for a stale per-connection name to go (see rdv_conn_listen). */
@@ -561,25 +593,22 @@ static bool pid_holds_socket(pid_t pid, unsigned inode)
 	return found;
 }
 
-bool rdv_peer_owns_tcp_peer(int ufd, int tcp_fd)
+bool rdv_cred_owns_tcp_peer(uid_t uid, pid_t pid, int tcp_fd)
 {
 	struct sockaddr_storage l, p;
 	socklen_t ll = sizeof(l), pl = sizeof(p);
 	struct rdv_endpoint el, ep;
-	struct ucred cred;
-	socklen_t cl = sizeof(cred);
 	uid_t owner;
 	unsigned inode = 0;
 	int r = -ENOENT;
 
-	if (REAL(getsockopt)(ufd, SOL_SOCKET, SO_PEERCRED, &cred, &cl) < 0 ||
-	    REAL(getsockname)(tcp_fd, (struct sockaddr *)&l, &ll) < 0 ||
+	if (REAL(getsockname)(tcp_fd, (struct sockaddr *)&l, &ll) < 0 ||
 	    REAL(getpeername)(tcp_fd, (struct sockaddr *)&p, &pl) < 0 ||
 	    !rdv_endpoint_from((struct sockaddr *)&l, &el) ||
 	    !rdv_endpoint_from((struct sockaddr *)&p, &ep))
 		return false;
 	/* root can take any socket anyway; everyone else must own the peer's socket */
-	if (cred.uid == 0)
+	if (uid == 0)
 		return true;
 	/* the peer's socket: its local end is our remote end. An IPv4 peer may hold an
 	 * AF_INET socket or a dual-stack AF_INET6 one. */
@@ -590,10 +619,37 @@ bool rdv_peer_owns_tcp_peer(int ufd, int tcp_fd)
 		r = diag_tcp_owner(AF_INET6, ep.addr, ep.port, el.addr, el.port, &owner, &inode);
 	if (r < 0)
 		return false;
-	if (owner == cred.uid)
+	if (owner == uid)
 		return true;
 	/* A socket created before a privilege drop (nginx's root master accepts for its
 	 * workers) keeps its creator's uid: look for it among the peer process's fds,
 	 * which we may read only when we may read that process anyway. */
-	return pid_holds_socket(cred.pid, inode);
+	return pid > 0 && pid_holds_socket(pid, inode);
+}
+
+bool rdv_peer_owns_tcp_peer(int ufd, int tcp_fd)
+{
+	struct ucred cred;
+	socklen_t cl = sizeof(cred);
+
+	if (REAL(getsockopt)(ufd, SOL_SOCKET, SO_PEERCRED, &cred, &cl) < 0)
+		return false;
+	return rdv_cred_owns_tcp_peer(cred.uid, cred.pid, tcp_fd);
+}
+
+int rdv_listener_owner(const struct sockaddr *dst, uid_t *uid)
+{
+	struct rdv_endpoint ep;
+	unsigned inode;
+	int r = -ENOENT;
+
+	if (!rdv_endpoint_from(dst, &ep))
+		return -EAFNOSUPPORT;
+	/* sock_diag looks a 4-tuple up as the kernel does for a segment: with no
+	 * connection on it (remote port 0), the listener that would take it */
+	if (endpoint_is_v4(&ep))
+		r = diag_tcp_owner(AF_INET, &ep.addr[12], ep.port, &ep.addr[12], 0, uid, &inode);
+	if (r < 0)
+		r = diag_tcp_owner(AF_INET6, ep.addr, ep.port, ep.addr, 0, uid, &inode);
+	return r;
 }

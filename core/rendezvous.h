@@ -78,6 +78,15 @@ ssize_t rdv_recv(int ufd, void *buf, size_t cap, int *fds, int *nfds, int maxfds
  * socket among its fds. Checked before anything is handed over: abstract names are
  * open to every local user. */
 bool rdv_peer_owns_tcp_peer(int ufd, int tcp_fd);
+/* The same check for a process known by its credentials (pid 0: unknown, so the
+ * socket-among-its-fds case does not apply). */
+bool rdv_cred_owns_tcp_peer(uid_t uid, pid_t pid, int tcp_fd);
+/* Owner uid of the TCP listener that a connection to dst would reach (sock_diag).
+ * 0 or -errno. */
+int rdv_listener_owner(const struct sockaddr *dst, uid_t *uid);
+/* Sends msg (its name is filled in here) as one datagram to the rendezvous name of the
+ * listener behind dst, without waiting. 0 or -errno (-ENOENT: no such listener). */
+int rdv_listener_sendmsg(const struct sockaddr *dst, struct msghdr *msg);
 
 /* Same address and port (IPv4-mapped IPv6 equals IPv4). */
 bool rdv_same_endpoint(const struct sockaddr *a, const struct sockaddr *b);

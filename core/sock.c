@@ -32,6 +32,7 @@
 #include "core/init.h"
 #include "core/log.h"
 #include "core/negotiate.h"
+#include "core/pool.h"
 #include "core/progress.h"
 #include "core/real.h"
 #include "core/rendezvous.h"
@@ -45,6 +46,7 @@ struct smc_listener {
 	int name_fd; /* holds the rendezvous name; -1 when a sibling process holds it */
 	int refs;
 	bool opted_in; /* its SYN-ACKs answer the SMC TCP option (tcpopt.h) */
+	struct pool_set *pools; /* the pools of its clients (pool.h); NULL without a name */
 };
 
 /* Looking up an fd's connection and taking a reference must not interleave with
@@ -233,6 +235,65 @@ static struct smc_conn *connect_prepare_inband(int fd, enum smc_reason *why)
 	return c;
 }
 
+/* A destination hs_policy.h keeps off the handshake: a connection through its pool
+ * (pool.h), not yet connected; NULL otherwise, with *admit set when this connection
+ * should make the full handshake that carries a pool's setup. */
+static struct smc_conn *connect_pooled(int fd, const struct sockaddr *dst, socklen_t dlen,
+				       uint64_t key, uint64_t now, bool *admit)
+{
+	struct sockaddr_storage local;
+	struct smc_pool *p;
+	struct smc_conn *c;
+	int slot, fl;
+
+	switch (pool_client_route(dst, key, &p)) {
+	case POOL_ROUTE_FULL:
+		*admit = true;
+		return NULL;
+	case POOL_ROUTE_NONE:
+		return NULL;
+	case POOL_ROUTE_POOL:
+		break;
+	}
+	/* the slot names our endpoint before the SYN does */
+	if (bind_local_end(fd, dst, dlen, &local) < 0 ||
+	    (slot = pool_client_offer(p, (struct sockaddr *)&local)) < 0) {
+		pool_put(p);
+		return NULL;
+	}
+	c = conn_new_pooled(fd, CONN_CLIENT, p, slot);
+	if (!c) {
+		pool_client_withdraw(p, slot, false);
+		pool_put(p);
+		return NULL;
+	}
+	fl = REAL(fcntl)(fd, F_GETFL);
+	c->nonblock = fl >= 0 && (fl & O_NONBLOCK);
+	conn_load_sockopts(c);
+	c->policy_key = key;
+	c->born_ns = now;
+	return c;
+}
+
+/* connect() of a pooled connection c: ACTIVE from its first byte, or the slot back to
+ * the pool when the kernel failed the connect. */
+static int connect_pooled_finish(struct smc_conn *c, int fd, const struct sockaddr *addr,
+				 socklen_t len)
+{
+	int r = REAL(connect)(fd, addr, len), e = errno;
+
+	if (r < 0 && e != EINPROGRESS) {
+		conn_pool_withdraw(c, e == ECONNREFUSED);
+		conn_put(c);
+		errno = e;
+		return r;
+	}
+	conn_activate_pooled(c);
+	fdtab_set(fd, FD_SMC, c);
+	errno = e;
+	return r;
+}
+
 int smc_sock_connect(int fd, const struct sockaddr *addr, socklen_t len)
 {
 	enum smc_reason why = SMC_REASON_DISABLED;
@@ -245,8 +306,13 @@ int smc_sock_connect(int fd, const struct sockaddr *addr, socklen_t len)
 		return REAL(connect)(fd, addr, len);
 	if (smc_enabled() && !addr_is_unspecified(addr)) {
 		uint64_t key = hs_policy_key(addr), now = hs_policy_now_ns();
+		bool admit = hs_policy_admit(key, now, (uint64_t)smc_cfg.short_conn_us * 1000);
 
-		if (!hs_policy_admit(key, now, (uint64_t)smc_cfg.short_conn_us * 1000)) {
+		if (!admit)
+			c = connect_pooled(fd, addr, len, key, now, &admit);
+		if (c) {
+			return connect_pooled_finish(c, fd, addr, len);
+		} else if (!admit) {
 			why = SMC_REASON_SHORT_LIVED;
 		} else {
 			if (tcpopt_available())
@@ -295,6 +361,8 @@ static void listener_track(int fd, bool opted_in)
 	l->refs = 1;
 	l->opted_in = opted_in;
 	l->name_fd = rdv_listener_register(fd);
+	if (l->name_fd >= 0)
+		l->pools = pool_set_new();
 	if (l->name_fd < 0 && l->name_fd != -EADDRINUSE)
 		log_warn("fd %d: no rendezvous for this listener (%s): connections stay TCP",
 			 fd, strerror(-l->name_fd));
@@ -620,9 +688,58 @@ static int accept_inband(int nfd, int flags, bool may_defer, enum smc_reason *wh
 	return accept_handshake(nfd, ufd, flags, &auth, why);
 }
 
+/* Answers the pool setup requests waiting for listener lfd (pool.h). */
+static void listener_serve_pools(int lfd)
+{
+	struct fd_entry *e = fdtab_peek(lfd);
+
+	if (!e || smc_cfg.pool_slots == 0)
+		return;
+	pthread_mutex_lock(fd_lock(lfd));
+	if (e->kind == FD_LISTEN) {
+		struct smc_listener *l = e->obj;
+
+		pool_set_serve(l->pools, l->name_fd, lfd);
+	}
+	pthread_mutex_unlock(fd_lock(lfd));
+}
+
+/* A connection whose client offered a slot of one of listener lfd's pools (pool.h):
+ * 1: nfd is an ACTIVE pooled connection; 0: no pool names it; -1: one did but the
+ * connection could not be taken: nfd was reset and closed (errno ECONNABORTED). */
+static int accept_pooled(int lfd, int nfd, const struct sockaddr *peer, int flags)
+{
+	struct fd_entry *e = fdtab_peek(lfd);
+	struct smc_pool *p = NULL;
+	struct smc_conn *c;
+	int slot = -1, r = 0;
+
+	if (!e)
+		return 0;
+	pthread_mutex_lock(fd_lock(lfd));
+	if (e->kind == FD_LISTEN)
+		r = pool_set_claim(((struct smc_listener *)e->obj)->pools, peer, nfd, &p, &slot);
+	pthread_mutex_unlock(fd_lock(lfd));
+	if (r == 0)
+		return 0;
+	c = r > 0 ? conn_new_pooled(nfd, CONN_SERVER, p, slot) : NULL;
+	if (!c) {
+		if (r > 0)
+			pool_slot_abort(p, slot);
+		abort_tcp(nfd);
+		errno = ECONNABORTED;
+		return -1;
+	}
+	c->nonblock = (flags & SOCK_NONBLOCK) != 0;
+	conn_load_sockopts(c);
+	conn_activate_pooled(c);
+	fdtab_set(nfd, FD_SMC, c);
+	return 1;
+}
+
 /* No option from the client: a preloaded client without the map (same network
  * namespace) may still wait on the same-host rendezvous. */
-static int accept_rendezvous(int nfd, const struct sockaddr *peer, int flags,
+static int accept_rendezvous(int lfd, int nfd, const struct sockaddr *peer, int flags,
 			     enum smc_reason *why)
 {
 	static const struct hs_auth by_owner = { .by_key = false };
@@ -637,6 +754,8 @@ static int accept_rendezvous(int nfd, const struct sockaddr *peer, int flags,
 	if (!rdv_client_port_may_offer(peer) ||
 	    REAL(getsockname)(nfd, (struct sockaddr *)&local, &llen) < 0)
 		return 0;
+	/* a client that asks for a pool makes this connection's handshake (pool.h) */
+	listener_serve_pools(lfd);
 	ufd = rdv_conn_connect(peer, (struct sockaddr *)&local);
 	if (ufd < 0) {
 		/* no rendezvous because the client already closed or exited */
@@ -711,9 +830,12 @@ int smc_sock_accept(int fd, struct sockaddr *addr, socklen_t *len, int flags)
 	/* our SYN-ACK answered the option only when the listener was opted in */
 	opted_in = listener_opted_in(fd);
 	if (opted_in && tcpopt_peer_sent(nfd) == 1) {
+		listener_serve_pools(fd);
 		r = accept_inband(nfd, flags, listener_nonblocking(fd), &why);
 	} else {
-		r = accept_rendezvous(nfd, (struct sockaddr *)&peer, flags, &why);
+		r = accept_pooled(fd, nfd, (struct sockaddr *)&peer, flags);
+		if (r == 0)
+			r = accept_rendezvous(fd, nfd, (struct sockaddr *)&peer, flags, &why);
 		/* a remote peer that did not send the option does not run SMC */
 		if (opted_in && why == SMC_REASON_NOT_LOCAL)
 			why = SMC_REASON_PEER_NOT_SMC;
@@ -951,6 +1073,7 @@ void smc_sock_before_close(int fd)
 		fdtab_clear(fd);
 		pthread_mutex_unlock(fd_lock(fd));
 		if (__atomic_sub_fetch(&l->refs, 1, __ATOMIC_ACQ_REL) == 0) {
+			pool_set_free(l->pools);
 			if (l->name_fd >= 0)
 				REAL(close)(l->name_fd);
 			free(l);

@@ -30,6 +30,7 @@ static uint64_t aborts;
 static uint64_t wakeups_sent;
 static uint64_t stream_bytes;
 static uint64_t rewinds;
+static uint64_t pooled;
 static uint64_t ib_events[SMC_IB_EVENT_MAX];
 
 static const char *const ib_event_names[SMC_IB_EVENT_MAX] = {
@@ -132,6 +133,11 @@ void stats_count_rewind(void)
 	count(&rewinds, 1);
 }
 
+void stats_count_pooled(void)
+{
+	count(&pooled, 1);
+}
+
 void stats_count_ib(enum smc_ib_event e, uint64_t n)
 {
 	if ((unsigned)e < SMC_IB_EVENT_MAX)
@@ -151,6 +157,7 @@ void stats_snapshot(struct smc_stats_snapshot *out)
 	out->wakeups_sent = load(&wakeups_sent);
 	out->stream_bytes = load(&stream_bytes);
 	out->rewinds = load(&rewinds);
+	out->pooled = load(&pooled);
 	for (int e = 0; e < SMC_IB_EVENT_MAX; e++)
 		out->ib[e] = load(&ib_events[e]);
 }
@@ -219,9 +226,10 @@ static void stats_format_json(struct json_buf *jb, const struct smc_stats_snapsh
 		  SMC_STATS_KEY_WAKEUPS_SENT, (unsigned long long)s->wakeups_sent);
 	for (int e = 0; e < SMC_IB_EVENT_MAX; e++)
 		jb_printf(jb, ",\"%s\":%llu", ib_event_names[e], (unsigned long long)s->ib[e]);
-	jb_printf(jb, ",\"%s\":%llu,\"%s\":%llu", SMC_STATS_KEY_SHM_STREAM_BYTES,
+	jb_printf(jb, ",\"%s\":%llu,\"%s\":%llu,\"%s\":%llu", SMC_STATS_KEY_SHM_STREAM_BYTES,
 		  (unsigned long long)s->stream_bytes, SMC_STATS_KEY_SHM_REWINDS,
-		  (unsigned long long)s->rewinds);
+		  (unsigned long long)s->rewinds, SMC_STATS_KEY_SHM_POOLED,
+		  (unsigned long long)s->pooled);
 	jb_printf(jb, "}}\n");
 }
 

@@ -61,6 +61,7 @@ struct smc_stats_snapshot {
 	uint64_t wakeups_sent;  /* doorbells rung towards peers */
 	uint64_t stream_bytes;  /* shm payload stored with non-temporal stores */
 	uint64_t rewinds;       /* shm messages started at a ring's beginning (conn.c) */
+	uint64_t pooled;        /* shm connections that ran on a pool slot (pool.h) */
 	uint64_t ib[SMC_IB_EVENT_MAX];
 };
 void stats_snapshot(struct smc_stats_snapshot *out);
@@ -69,6 +70,7 @@ void stats_count_wakeup(void);
 /* Bytes written into a peer's ring with non-temporal stores (copy_adapt.h). */
 void stats_count_stream(size_t bytes);
 void stats_count_rewind(void);
+void stats_count_pooled(void);
 
 /* Writes the JSON summary to `path` (already %p-expanded); 0 or -1 with errno. */
 int stats_write(const char *path);

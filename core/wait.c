@@ -216,7 +216,10 @@ static uint32_t poll_interest(short events)
 		want |= POLLIN;
 	if (events & (POLLOUT | POLLWRNORM | POLLWRBAND))
 		want |= POLLOUT;
-	return want;
+	/* POLLHUP and POLLERR are always reported: a waiter for neither data nor room
+	 * still hears the peer's close, which the peer rings on the read side only while
+	 * someone waits there (conn_release_fd) */
+	return want ? want : POLLIN;
 }
 
 /* An SMC entry whose connection fell back to TCP is polled as the socket it is. */

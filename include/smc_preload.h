@@ -74,6 +74,7 @@
 #define SMC_STATS_KEY_IB_CREDIT_WAITS "ib_credit_waits"
 #define SMC_STATS_KEY_SHM_STREAM_BYTES "shm_stream_bytes"
 #define SMC_STATS_KEY_SHM_REWINDS  "shm_rewinds"
+#define SMC_STATS_KEY_SHM_POOLED   "shm_pooled"
 
 /* Mode names: keys inside "connections" and "bytes". */
 #define SMC_STATS_MODE_SHM "shm"

@@ -2,7 +2,7 @@
 /*
  * smc_churn: connection churn and resource-leak test.
  *
- *   smc_churn server PORT [--bind ADDR] [--mode epoll|thread] [--report] [--count K]
+ *   smc_churn server PORT [--bind ADDR] [--mode epoll|thread] [--report] [--count K] [--fork]
  *   smc_churn client HOST PORT [--threads T] [--cycles N] [--warmup W]
  *   both: [--maps-slack M] (default MAPS_SLACK)
  *
@@ -33,6 +33,10 @@
  * Resources freed asynchronously (by a library thread after close) are given up to
  * SETTLE_MS to come back before a leak is declared.
  *
+ * --fork: right after listening the server forks a child that exits at once (as redis
+ * forks to save): a server that forked since it listens serves no connection pool
+ * (core/pool.h).
+ *
  * Exit status 0 only when no cycle failed and nothing leaked.
  */
 #ifndef _GNU_SOURCE
@@ -47,6 +51,7 @@
 #include <poll.h>
 #include <pthread.h>
 #include <signal.h>
+#include <sys/wait.h>
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
@@ -387,6 +392,7 @@ struct server_opts {
 	const char *port;
 	bool thread_mode;
 	bool report;
+	bool fork_once;
 	unsigned long count;
 };
 
@@ -761,6 +767,16 @@ static int run_server(const struct server_opts *o)
 	int lfd = listen_on(o);
 	if (lfd < 0)
 		return 1;
+	if (o->fork_once) {
+		pid_t pid = fork();
+
+		if (pid == 0)
+			_exit(0);
+		if (pid < 0 || waitpid(pid, NULL, 0) != pid) {
+			perror("fork");
+			return 1;
+		}
+	}
 	printf("LISTENING port=%s mode=%s\n", o->port, o->thread_mode ? "thread" : "epoll");
 	int rc = o->thread_mode ? run_server_threads(o, lfd, &waitmask)
 				: run_server_epoll(o, lfd, &waitmask);
@@ -778,6 +794,7 @@ static void usage(void)
 {
 	fprintf(stderr,
 		"usage: smc_churn server PORT [--bind ADDR] [--mode epoll|thread] [--report] [--count K]\n"
+		"                 [--fork]\n"
 		"       smc_churn client HOST PORT [--threads T] [--cycles N] [--warmup W]\n"
 		"       both: [--maps-slack M]\n");
 	exit(2);
@@ -818,6 +835,10 @@ int main(int argc, char **argv)
 		const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
 		if (server && strcmp(a, "--report") == 0) {
 			so.report = true;
+			continue;
+		}
+		if (server && strcmp(a, "--fork") == 0) {
+			so.fork_once = true;
 			continue;
 		}
 		if (!v)

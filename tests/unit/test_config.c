@@ -167,7 +167,7 @@ END_TEST
 
 START_TEST(table_is_sane)
 {
-	ck_assert_uint_eq(smc_cfg_nvars, 17);
+	ck_assert_uint_eq(smc_cfg_nvars, 19);
 	for (size_t i = 0; i < smc_cfg_nvars; i++) {
 		const struct smc_cfg_var *v = &smc_cfg_vars[i];
 
@@ -205,6 +205,8 @@ START_TEST(static_defaults_match_table)
 	ck_assert_ptr_null(before.stats_file);
 	ck_assert_uint_eq(before.spin_us, smc_cfg.spin_us);
 	ck_assert_uint_eq(before.short_conn_us, smc_cfg.short_conn_us);
+	ck_assert_uint_eq(before.pool_slots, smc_cfg.pool_slots);
+	ck_assert_uint_eq(before.pool_ring, smc_cfg.pool_ring);
 	ck_assert_int_eq(before.copy_store, smc_cfg.copy_store);
 	ck_assert_uint_eq(before.mem_cap, smc_cfg.mem_cap);
 	ck_assert_uint_eq(before.handshake_timeout_ms, smc_cfg.handshake_timeout_ms);
@@ -214,6 +216,8 @@ START_TEST(static_defaults_match_table)
 	ck_assert_uint_eq(smc_cfg.sndbuf, 2 * MIB);
 	ck_assert_uint_eq(smc_cfg.spin_us, 20);
 	ck_assert_uint_eq(smc_cfg.short_conn_us, 10000);
+	ck_assert_uint_eq(smc_cfg.pool_slots, 16);
+	ck_assert_uint_eq(smc_cfg.pool_ring, 64 * KIB);
 	ck_assert_int_eq(smc_cfg.copy_store, -1);
 	ck_assert_uint_eq(smc_cfg.mem_cap, 8 * GIB);
 	ck_assert_uint_eq(smc_cfg.handshake_timeout_ms, 2000);
@@ -241,9 +245,14 @@ START_TEST(load_good_values)
 	setenv("SMC_COPY", "Stream", 1);
 	setenv("SMC_LOG_FILE", "/tmp/smc-%p.log", 1);
 	setenv("SMC_STATS_FILE", "/tmp/stats.json", 1);
+	setenv("SMC_POOL_SLOTS", "0", 1);
+	setenv("SMC_POOL_RING", "100k", 1);
 	err = load_capture(&bad);
 	ck_assert_int_eq(bad, 0);
 	ck_assert_str_eq(err, "");
+	ck_assert_uint_eq(smc_cfg.pool_slots, 0);
+	/* a slot's rings are powers of two: rounded down */
+	ck_assert_uint_eq(smc_cfg.pool_ring, 64 * KIB);
 	ck_assert_uint_eq(smc_cfg.rcvbuf, MIB);
 	ck_assert_uint_eq(smc_cfg.sndbuf, 64 * KIB);
 	ck_assert_uint_eq(smc_cfg.spin_us, 0);
@@ -295,6 +304,12 @@ static void check_rejected(const char *name, const char *value)
 
 START_TEST(bad_values_keep_defaults)
 {
+	check_rejected("SMC_POOL_SLOTS", "65");
+	ck_assert_uint_eq(smc_cfg.pool_slots, 16);
+	check_rejected("SMC_POOL_RING", "8k");
+	ck_assert_uint_eq(smc_cfg.pool_ring, 64 * KIB);
+	check_rejected("SMC_POOL_RING", "2m");
+	ck_assert_uint_eq(smc_cfg.pool_ring, 64 * KIB);
 	check_rejected("SMC_RCVBUF", "12q");
 	ck_assert_uint_eq(smc_cfg.rcvbuf, 2 * MIB);
 	check_rejected("SMC_RCVBUF", "");
@@ -700,7 +715,7 @@ START_TEST(stats_json_shape)
 		 "\"ib\":{\"sent\":0,\"received\":0},\"tcp\":{\"sent\":0,\"received\":5}},"
 		 "\"events\":{\"aborts\":1,\"wakeups_sent\":2,\"rnr\":0,\"ib_wc_errors\":0,"
 		 "\"ib_link_failures\":0,\"ib_links\":0,\"ib_rdma_writes\":0,\"ib_cdc_sent\":0,"
-		 "\"ib_cons_updates\":0,\"ib_credit_waits\":0,\"shm_stream_bytes\":0,\"shm_rewinds\":0}}\n",
+		 "\"ib_cons_updates\":0,\"ib_credit_waits\":0,\"shm_stream_bytes\":0,\"shm_rewinds\":0,\"shm_pooled\":0}}\n",
 		 (long)getpid());
 	ck_assert_str_eq(json, expect);
 

@@ -32,6 +32,7 @@
 #include "core/real.h"
 #include "core/stats.h"
 #include "core/statsrv.h"
+#include "core/wait.h"
 
 /* ------------------------------------------------------------------ registry */
 
@@ -279,7 +280,13 @@ static void conn_free(struct smc_conn *c)
 		log_debug("conn fd %d closed: sent %llu received %llu", c->fd,
 			  (unsigned long long)c->bytes_sent, (unsigned long long)c->bytes_received);
 	if (c->pool) {
-		/* the doorbells and the memory are the pool's */
+		/* the doorbells and the memory are the pool's: leave no count on them */
+		unsigned undrained = __atomic_load_n(&c->bells_undrained, __ATOMIC_RELAXED);
+
+		if (undrained & CONN_BELL_RX)
+			bell_drain(c->rx_bell);
+		if (undrained & CONN_BELL_TX)
+			bell_drain(c->tx_bell);
 		if (c->pool_slot >= 0)
 			pool_conn_done(c->pool, c->pool_slot);
 		else
@@ -859,6 +866,12 @@ void conn_tcp_event(struct smc_conn *c)
 	}
 }
 
+void conn_note_undrained(struct smc_conn *c, unsigned bells)
+{
+	if (bells && c->pool)
+		__atomic_fetch_or(&c->bells_undrained, bells, __ATOMIC_RELAXED);
+}
+
 /* Is the wait over? A wait that started PENDING ends with the handshake. */
 static bool conn_wait_done(struct smc_conn *c, uint32_t want, bool for_handshake)
 {
@@ -877,22 +890,26 @@ static int conn_wait(struct smc_conn *c, uint32_t events, uint64_t deadline)
 	bool for_handshake = conn_state(c) == CONN_PENDING;
 	/* a handshake takes two cross-process round trips through the progress thread:
 	 * spinning for it only takes a CPU away from that thread */
-	uint64_t spin_ns = for_handshake || conn_peer_on_my_cpu(c) ? 0
-							  : (uint64_t)smc_cfg.spin_us * 1000u;
-	uint64_t spin_end = now_ns() + spin_ns;
+	uint64_t spin_ns = for_handshake || conn_peer_on_my_cpu(c) ? 0 : wait_spin_budget();
+	uint64_t spin_start = now_ns(), spin_end = spin_start + spin_ns;
 	unsigned drained = 0;
 
 	for (unsigned round = 1;; round++) {
 		for (int i = 0; i < 64; i++)
 			cpu_relax();
-		if (conn_wait_done(c, want, for_handshake))
+		if (conn_wait_done(c, want, for_handshake)) {
+			if (spin_ns)
+				wait_spin_outcome(true, now_ns() - spin_start);
 			return 0;
+		}
 		if (now_ns() >= spin_end)
 			break;
 		/* two cores, two busy processes: let the peer we wait for run */
 		if (round % 8 == 0)
 			sched_yield();
 	}
+	if (spin_ns)
+		wait_spin_outcome(false, spin_ns);
 
 	for (;;) {
 		struct pollfd pfd[3];
@@ -942,8 +959,10 @@ static int conn_wait(struct smc_conn *c, uint32_t events, uint64_t deadline)
 			else
 				drained |= tags[i];
 		}
-		if (conn_wait_done(c, want, for_handshake))
+		if (conn_wait_done(c, want, for_handshake)) {
+			conn_note_undrained(c, drained);
 			return 0;
+		}
 	}
 }
 

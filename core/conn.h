@@ -74,6 +74,7 @@ struct smc_conn {
 	uint32_t rung_rx_seq;       /* peer's r_seq we last rang its rx bell for */
 	uint32_t rung_tx_seq;       /* peer's w_seq we last rang its tx bell for */
 	uint32_t asleep_rx, asleep_tx; /* our sleepers counted in the shared block */
+	unsigned bells_undrained;   /* pooled: CONN_BELL_* rung and not read yet (atomic) */
 
 	int rx_bell, tx_bell;           /* ours: we wait on them */
 	int peer_rx_bell, peer_tx_bell; /* the peer's: we ring them */
@@ -163,6 +164,10 @@ int conn_tx_queued(struct smc_conn *c);
  * TCP: the caller then waits on the socket itself. */
 #define CONN_BELL_RX 0x1u
 #define CONN_BELL_TX 0x2u
+/* A wait ended with these bells (CONN_BELL_*) rung and not yet read. A pooled
+ * connection's bells serve the slot's next connection too, which a count left behind
+ * would wake for nothing: they are read when the connection ends. */
+void conn_note_undrained(struct smc_conn *c, unsigned bells);
 #define CONN_MASK_FALLBACK 0x80000000u
 uint32_t conn_prepare_sleep(struct smc_conn *c, uint32_t events, unsigned drained_bells,
 			    uint32_t *armed);

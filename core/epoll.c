@@ -1277,21 +1277,26 @@ static bool ep_spin_useful(struct smc_epoll *ep)
 
 static int ep_spin(struct smc_epoll *ep, struct epoll_event *ev, int max, uint64_t deadline)
 {
-	uint64_t end = wait_now_ns() + wait_spin_ns();
+	uint64_t budget = wait_spin_budget(), start = wait_now_ns(), end = start + budget;
 	unsigned round = 0;
 
+	if (budget == 0)
+		return 0;
 	if (end > deadline)
 		end = deadline;
 	while (wait_now_ns() < end) {
 		int n = ep_try(ep, ev, max);
 
-		if (n != 0)
+		if (n != 0) {
+			wait_spin_outcome(n > 0, wait_now_ns() - start);
 			return n;
+		}
 		if (++round % EP_SPIN_YIELD_EVERY == 0)
 			wait_spin_yield();
 		else
 			wait_cpu_relax();
 	}
+	wait_spin_outcome(false, budget);
 	return 0;
 }
 

@@ -166,6 +166,30 @@ void fdtab_clear(int fd)
 		return;
 	__atomic_store_n(&e->kind, (uint8_t)FD_NONE, __ATOMIC_RELEASE);
 	__atomic_store_n(&e->obj, NULL, __ATOMIC_RELAXED);
+	__atomic_store_n(&e->flags, 0, __ATOMIC_RELAXED);
+}
+
+unsigned fdtab_flags(int fd)
+{
+	struct fd_entry *e = fdtab_peek(fd);
+
+	return e ? __atomic_load_n(&e->flags, __ATOMIC_RELAXED) : 0;
+}
+
+void fdtab_flags_set(int fd, unsigned flags)
+{
+	struct fd_entry *e = fdtab_get(fd);
+
+	if (e)
+		__atomic_fetch_or(&e->flags, (uint8_t)flags, __ATOMIC_RELAXED);
+}
+
+void fdtab_flags_reset(int fd, unsigned flags)
+{
+	struct fd_entry *e = fdtab_get(fd);
+
+	if (e)
+		__atomic_store_n(&e->flags, (uint8_t)flags, __ATOMIC_RELAXED);
 }
 
 int fdtab_next_tracked(int from)

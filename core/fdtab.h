@@ -18,8 +18,16 @@ enum fd_kind {
 	FD_EPOLL,    /* epoll instance that has SMC fds in it; obj is a struct smc_epoll * */
 };
 
+/* What the application did to a TCP socket that the core would otherwise ask the kernel
+ * about, system call by system call, when it turns the socket into a connection. */
+enum fd_flag {
+	FDF_SOCKOPTS = 0x1, /* SO_RCVTIMEO, SO_SNDTIMEO or SO_LINGER set (or not known) */
+	FDF_BOUND = 0x2,    /* bind() called (or not known) */
+};
+
 struct fd_entry {
 	uint8_t kind;
+	uint8_t flags; /* enum fd_flag, atomic */
 	void *obj;
 };
 
@@ -31,6 +39,10 @@ struct fd_entry *fdtab_peek(int fd);
 struct fd_entry *fdtab_get(int fd);
 void fdtab_set(int fd, enum fd_kind kind, void *obj);
 void fdtab_clear(int fd);
+/* The fd_flag bits of fd (0 when untracked); set adds bits; reset sets them all. */
+unsigned fdtab_flags(int fd);
+void fdtab_flags_set(int fd, unsigned flags);
+void fdtab_flags_reset(int fd, unsigned flags);
 /* The next tracked fd at or after `from`, or -1 (close_range walks only those). */
 int fdtab_next_tracked(int from);
 /* Set on the library's own threads (the progress thread): the libraries they call

@@ -100,8 +100,13 @@ static void conn_load_sockopt(struct smc_conn *c, int name)
 	}
 }
 
+/* Only when the application set one of them (on this socket or, accepted, on its
+ * listener): otherwise they are the kernel's defaults, which the fresh connection holds
+ * already, and the three system calls are saved. */
 static void conn_load_sockopts(struct smc_conn *c)
 {
+	if (!(fdtab_flags(c->fd) & FDF_SOCKOPTS))
+		return;
 	conn_load_sockopt(c, SO_RCVTIMEO);
 	conn_load_sockopt(c, SO_SNDTIMEO);
 	conn_load_sockopt(c, SO_LINGER);
@@ -116,7 +121,14 @@ void smc_sock_created(int fd, int domain, int type, int protocol)
 	if (protocol != 0 && protocol != IPPROTO_TCP)
 		return;
 	smc_init();
+	fdtab_flags_reset(fd, 0);
 	fdtab_set(fd, FD_TCP, NULL);
+}
+
+void smc_sock_bound(int fd)
+{
+	if (fdtab_kind(fd) == FD_TCP)
+		fdtab_flags_set(fd, FDF_BOUND);
 }
 
 /* ------------------------------------------------------------ connect */
@@ -148,6 +160,9 @@ static int bind_local_end(int fd, const struct sockaddr *dst, socklen_t dlen,
 {
 	socklen_t len = sizeof(*local);
 
+	/* a socket the application never bound has no port yet: no need to ask */
+	if (!(fdtab_flags(fd) & FDF_BOUND))
+		goto bind_now;
 	if (REAL(getsockname)(fd, (struct sockaddr *)local, &len) < 0)
 		return -errno;
 	if (addr_port((struct sockaddr *)local) != 0) {
@@ -162,6 +177,7 @@ static int bind_local_end(int fd, const struct sockaddr *dst, socklen_t dlen,
 		}
 		return 0;
 	}
+bind_now:
 	memcpy(local, dst, dlen);
 	if (local->ss_family == AF_INET)
 		((struct sockaddr_in *)local)->sin_port = 0;
@@ -169,6 +185,8 @@ static int bind_local_end(int fd, const struct sockaddr *dst, socklen_t dlen,
 		((struct sockaddr_in6 *)local)->sin6_port = 0;
 	if (REAL(bind)(fd, (struct sockaddr *)local, dlen) < 0)
 		return -errno;
+	/* bound now: a second connect() on this socket must ask (above) */
+	fdtab_flags_set(fd, FDF_BOUND);
 	len = sizeof(*local);
 	if (REAL(getsockname)(fd, (struct sockaddr *)local, &len) < 0)
 		return -errno;
@@ -426,6 +444,8 @@ void smc_sock_adopt_inherited(void)
 		if (fdtab_kind((int)fd) != FD_NONE || !inherited_opted_in_listener((int)fd))
 			continue;
 		log_debug("fd %ld: inherited listener opted in for the SMC option: tracked", fd);
+		/* its history is not known: ask the kernel for its options */
+		fdtab_flags_reset((int)fd, FDF_SOCKOPTS | FDF_BOUND);
 		listener_track((int)fd, true);
 	}
 	closedir(d);
@@ -814,6 +834,8 @@ int smc_sock_accept(int fd, struct sockaddr *addr, socklen_t *len, int flags)
 	nfd = REAL(accept4)(fd, (struct sockaddr *)&peer, &plen, flags);
 	if (nfd < 0)
 		return nfd;
+	/* an accepted socket inherits the listener's timeouts and linger */
+	fdtab_flags_reset(nfd, fdtab_flags(fd) & FDF_SOCKOPTS);
 	copy_addr_out(&peer, plen, addr, len);
 	if (fdtab_kind(fd) != FD_LISTEN || !smc_enabled()) {
 		/* only an accepted socket of an opted-in listener has a map entry */
@@ -1096,6 +1118,7 @@ void smc_sock_dup(int oldfd, int newfd)
 
 	if (!e || oldfd == newfd)
 		return;
+	fdtab_flags_reset(newfd, __atomic_load_n(&e->flags, __ATOMIC_RELAXED));
 	switch (e->kind) {
 	case FD_SMC: {
 		struct smc_conn *c = e->obj;
@@ -1174,9 +1197,11 @@ int smc_sock_setsockopt(int fd, int level, int name, const void *val, socklen_t 
 	int r = REAL(setsockopt)(fd, level, name, val, len);
 	struct smc_conn *c;
 
-	if (r == 0 && level == SOL_SOCKET &&
-	    (name == SO_RCVTIMEO || name == SO_SNDTIMEO || name == SO_LINGER) &&
-	    (c = fd_conn(fd))) {
+	if (r != 0 || level != SOL_SOCKET ||
+	    (name != SO_RCVTIMEO && name != SO_SNDTIMEO && name != SO_LINGER))
+		return r;
+	fdtab_flags_set(fd, FDF_SOCKOPTS);
+	if ((c = fd_conn(fd))) {
 		conn_load_sockopt(c, name);
 		conn_put(c);
 	}

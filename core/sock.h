@@ -20,6 +20,8 @@
 
 /* After a successful real socket()/socketpair()/accept(): decides whether the core tracks fd. */
 void smc_sock_created(int fd, int domain, int type, int protocol);
+/* bind() on fd succeeded. */
+void smc_sock_bound(int fd);
 
 /* For fds of kind != FD_NONE. */
 int smc_sock_connect(int fd, const struct sockaddr *addr, socklen_t len);

@@ -59,6 +59,13 @@ uint64_t wait_deadline(const struct timespec *timeout);
 const struct timespec *wait_remaining(uint64_t deadline, struct timespec *ts);
 /* Spin bound in ns (SMC_SPIN_US), 0 when spinning is off. */
 uint64_t wait_spin_ns(void);
+/* The spin this thread should make now: the bound, or 0 while its recent spins did
+ * not pay (wait.c: they ended in a sleep anyway, or caught their event only after
+ * longer than a sleep costs); then one wait in 16 spins again to see whether it pays. */
+uint64_t wait_spin_budget(void);
+/* After a spin of wait_spin_budget(): whether it caught what it waited for, after how
+ * long. */
+void wait_spin_outcome(bool caught, uint64_t spun_ns);
 /* A short pause inside a spin loop (the CPU's pause instruction). */
 void wait_cpu_relax(void);
 /* Every few spin rounds: give the CPU away. With more runnable threads than cores (two

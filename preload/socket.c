@@ -37,7 +37,11 @@ SMC_EXPORT int socketpair(int domain, int type, int protocol, int sv[2])
 
 SMC_EXPORT int bind(int fd, __CONST_SOCKADDR_ARG addr, socklen_t len)
 {
-	return REAL(bind)(fd, SA_PTR(addr), len);
+	int r = REAL(bind)(fd, SA_PTR(addr), len);
+
+	if (r == 0 && fdtab_kind(fd) == FD_TCP)
+		smc_sock_bound(fd);
+	return r;
 }
 
 SMC_EXPORT int listen(int fd, int backlog)

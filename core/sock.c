@@ -100,6 +100,41 @@ static void conn_load_sockopt(struct smc_conn *c, int name)
 	}
 }
 
+/* The value the kernel just accepted, as the kernel keeps it, without asking it back:
+ * false for the forms it rounds or clamps in ways not worth copying here (negative
+ * values), which conn_load_sockopt then reads back. Timeouts are kept exactly as given:
+ * the kernel rounds them up to its clock tick, so ours end up to one tick sooner. */
+static bool conn_take_sockopt(struct smc_conn *c, int name, const void *val, socklen_t len)
+{
+	if (name == SO_LINGER && len >= (socklen_t)sizeof(struct linger)) {
+		struct linger lg;
+
+		memcpy(&lg, val, sizeof(lg));
+		if (lg.l_linger < 0)
+			return false;
+		c->linger_on = lg.l_onoff != 0;
+		c->linger_s = lg.l_linger;
+		return true;
+	}
+	if ((name == SO_RCVTIMEO || name == SO_SNDTIMEO) &&
+	    len >= (socklen_t)sizeof(struct timeval)) {
+		struct timeval tv;
+		int64_t ns;
+
+		memcpy(&tv, val, sizeof(tv));
+		if (tv.tv_sec < 0 || tv.tv_usec < 0 || tv.tv_usec >= 1000000 ||
+		    tv.tv_sec > INT64_MAX / 1000000000 - 1)
+			return false;
+		ns = (int64_t)tv.tv_sec * 1000000000 + tv.tv_usec * 1000;
+		if (name == SO_RCVTIMEO)
+			c->rcvtimeo_ns = ns;
+		else
+			c->sndtimeo_ns = ns;
+		return true;
+	}
+	return false;
+}
+
 /* Only when the application set one of them (on this socket or, accepted, on its
  * listener): otherwise they are the kernel's defaults, which the fresh connection holds
  * already, and the three system calls are saved. */
@@ -1202,7 +1237,8 @@ int smc_sock_setsockopt(int fd, int level, int name, const void *val, socklen_t 
 		return r;
 	fdtab_flags_set(fd, FDF_SOCKOPTS);
 	if ((c = fd_conn(fd))) {
-		conn_load_sockopt(c, name);
+		if (!conn_take_sockopt(c, name, val, len))
+			conn_load_sockopt(c, name);
 		conn_put(c);
 	}
 	return r;

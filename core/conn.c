@@ -10,6 +10,8 @@
  * cursor, issues a full fence and reads the flag. One of them must see the other.
  */
 #include <errno.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <poll.h>
 #include <sched.h>
 #include <signal.h>
@@ -455,6 +457,18 @@ void conn_activate_pooled(struct smc_conn *c)
 {
 	conn_go_active(c, false);
 	stats_count_pooled();
+}
+
+/* The TCP connection is established, or was and its peer closed it: a server may still
+ * accept it. Not so for one whose connect failed or that was reset. */
+static bool tcp_may_be_accepted(int fd)
+{
+	struct tcp_info ti;
+	socklen_t len = sizeof(ti);
+
+	if (REAL(getsockopt)(fd, IPPROTO_TCP, TCP_INFO, &ti, &len) < 0)
+		return true;
+	return ti.tcpi_state == TCP_ESTABLISHED || ti.tcpi_state == TCP_CLOSE_WAIT;
 }
 
 /* Takes an unclaimed slot back; true when the server had not claimed it. */
@@ -1500,10 +1514,13 @@ void conn_release_fd(struct smc_conn *c)
 				 (uint64_t)smc_cfg.short_conn_us * 1000);
 	}
 	if (st == CONN_ACTIVE && c->pool && c->side == CONN_CLIENT && c->pool_slot >= 0 &&
-	    __atomic_load_n(&c->bytes_sent, __ATOMIC_RELAXED) == 0 && !c->fork_shared &&
+	    !c->fork_shared && pool_client_unclaimed(c->pool, c->pool_slot) &&
+	    (__atomic_load_n(&c->bytes_sent, __ATOMIC_RELAXED) == 0 || !tcp_may_be_accepted(c->fd)) &&
 	    pool_slot_withdraw_conn(c)) {
-		/* Closed before the server accepted, nothing sent: the server will see a
-		 * plain TCP connection that closes, so close it as one (FIN, no reset). */
+		/* Closed before the server accepted: with nothing sent, the server will see a
+		 * plain TCP connection that closes, so close it as one (FIN, no reset); a
+		 * connection the kernel never established (or reset) is never accepted,
+		 * so its slot must not wait for the server either. */
 		__atomic_store_n(&c->state, CONN_CLOSED, __ATOMIC_RELEASE);
 		st = CONN_CLOSED;
 	}

@@ -522,6 +522,13 @@ int pool_client_offer(struct smc_pool *p, const struct sockaddr *local)
 	return pool_slot_offer(p->base, p->nslots, p->ring_size, &ep);
 }
 
+bool pool_client_unclaimed(struct smc_pool *p, int slot)
+{
+	uint32_t w = pool_slot_word(p->base, p->ring_size, (uint32_t)slot);
+
+	return (w & POOL_ST_MASK) == POOL_ST_OFFERED;
+}
+
 bool pool_client_withdraw(struct smc_pool *p, int slot, bool server_gone)
 {
 	if (server_gone)

@@ -65,6 +65,8 @@ enum pool_route pool_client_route(const struct sockaddr *dst, uint64_t key,
 /* Offers a slot of p for the client's bound endpoint `local`: the slot, or -1 (none
  * free: the connection stays TCP). */
 int pool_client_offer(struct smc_pool *p, const struct sockaddr *local);
+/* The server has not claimed offered slot `slot` yet. */
+bool pool_client_unclaimed(struct smc_pool *p, int slot);
 /* Takes an offered slot back (its connect failed, or it closes before the server
  * accepted and nothing was sent): true when the server had not claimed it. A refused
  * connection also means the server is gone (server_gone): no new offers then. */

@@ -471,21 +471,13 @@ static bool tcp_may_be_accepted(int fd)
 	return ti.tcpi_state == TCP_ESTABLISHED || ti.tcpi_state == TCP_CLOSE_WAIT;
 }
 
-/* Takes an unclaimed slot back; true when the server had not claimed it. */
-static bool pool_slot_withdraw_conn(struct smc_conn *c)
+bool conn_pool_withdraw(struct smc_conn *c, bool server_gone)
 {
-	if (!pool_client_withdraw(c->pool, c->pool_slot, false))
+	if (!c->pool || c->pool_slot < 0 ||
+	    !pool_client_withdraw(c->pool, c->pool_slot, server_gone))
 		return false;
 	c->pool_slot = -1;
 	return true;
-}
-
-void conn_pool_withdraw(struct smc_conn *c, bool server_gone)
-{
-	if (!c->pool || c->pool_slot < 0)
-		return;
-	pool_client_withdraw(c->pool, c->pool_slot, server_gone);
-	c->pool_slot = -1;
 }
 
 void conn_fallback(struct smc_conn *c, enum smc_reason why)
@@ -1516,7 +1508,7 @@ void conn_release_fd(struct smc_conn *c)
 	if (st == CONN_ACTIVE && c->pool && c->side == CONN_CLIENT && c->pool_slot >= 0 &&
 	    !c->fork_shared && pool_client_unclaimed(c->pool, c->pool_slot) &&
 	    (__atomic_load_n(&c->bytes_sent, __ATOMIC_RELAXED) == 0 || !tcp_may_be_accepted(c->fd)) &&
-	    pool_slot_withdraw_conn(c)) {
+	    conn_pool_withdraw(c, false)) {
 		/* Closed before the server accepted: with nothing sent, the server will see a
 		 * plain TCP connection that closes, so close it as one (FIN, no reset); a
 		 * connection the kernel never established (or reset) is never accepted,

@@ -114,9 +114,10 @@ struct smc_conn *conn_new(int fd, enum conn_side side);
  * ACTIVE: no handshake, and nobody can be waiting on it yet. */
 struct smc_conn *conn_new_pooled(int fd, enum conn_side side, struct smc_pool *p, int slot);
 void conn_activate_pooled(struct smc_conn *c);
-/* Client: the connect of a pooled connection failed before anything was sent; the
- * slot goes back to the pool (server_gone: the pool takes no new offers). */
-void conn_pool_withdraw(struct smc_conn *c, bool server_gone);
+/* Client: takes a pooled connection's slot back while the server has not claimed it
+ * (its connect failed, or it ends unaccepted; server_gone: the pool takes no new
+ * offers). true when it did. */
+bool conn_pool_withdraw(struct smc_conn *c, bool server_gone);
 void conn_get(struct smc_conn *c);
 void conn_put(struct smc_conn *c);
 /* Transitions; both ring our own bells so every waiter re-evaluates. */

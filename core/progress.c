@@ -376,6 +376,24 @@ out:
 	return base;
 }
 
+/* Runs fn(arg) on the progress thread as soon as it can (registration callbacks create
+ * their events there). 0, or -ENOMEM when the thread or the call could not be had. */
+static int progress_call(event_callback_fn fn, void *arg)
+{
+	struct event_base *base = progress_start();
+	struct timeval now = { 0, 0 };
+	int r;
+
+	if (!base)
+		return -ENOMEM;
+	/* libevent may touch its epoll set right here, in the application's thread: those
+	 * calls must reach the kernel, not our emulation. */
+	smc_thread_internal = true;
+	r = event_base_once(base, -1, EV_TIMEOUT, fn, arg, &now);
+	smc_thread_internal = false;
+	return r < 0 ? -ENOMEM : 0;
+}
+
 /* Runs on the progress thread: every event of a pending connection is created and
  * armed there, so no callback can run (and free it) while another thread still
  * registers its siblings. */
@@ -426,20 +444,9 @@ fail:
 
 int progress_watch_pending(struct smc_conn *c)
 {
-	struct event_base *base = progress_start();
-	struct timeval now = { 0, 0 };
-	int r;
-
-	if (!base)
-		return -ENOMEM;
 	conn_get(c);
 	hs_watch_set(c, HS_WATCH_QUEUED);
-	/* libevent may touch its epoll set right here, in the application's thread: those
-	 * calls must reach the kernel, not our emulation. */
-	smc_thread_internal = true;
-	r = event_base_once(base, -1, EV_TIMEOUT, pending_register, c, &now);
-	smc_thread_internal = false;
-	if (r < 0) {
+	if (progress_call(pending_register, c) < 0) {
 		hs_watch_set(c, HS_WATCH_NONE);
 		conn_put(c);
 		return -ENOMEM;
@@ -512,24 +519,15 @@ static void server_register(evutil_socket_t fd, short what, void *arg)
 
 int progress_watch_server(struct smc_conn *c, progress_server_step step)
 {
-	struct event_base *base = progress_start();
-	struct timeval now = { 0, 0 };
-	struct server_wait *w;
-	int r;
+	struct server_wait *w = calloc(1, sizeof(*w));
 
-	if (!base)
-		return -ENOMEM;
-	w = calloc(1, sizeof(*w));
 	if (!w)
 		return -ENOMEM;
 	w->c = c;
 	w->step = step;
 	conn_get(c);
 	hs_watch_set(c, HS_WATCH_QUEUED);
-	smc_thread_internal = true;
-	r = event_base_once(base, -1, EV_TIMEOUT, server_register, w, &now);
-	smc_thread_internal = false;
-	if (r < 0) {
+	if (progress_call(server_register, w) < 0) {
 		hs_watch_set(c, HS_WATCH_NONE);
 		conn_put(c);
 		free(w);
@@ -769,23 +767,14 @@ static void readable_register(evutil_socket_t fd, short what, void *arg)
 
 int progress_watch_readable(int fd, void (*cb)(void *arg), void *arg)
 {
-	struct event_base *base = progress_start();
-	struct timeval now = { 0, 0 };
-	struct readable_watch *w;
-	int r;
+	struct readable_watch *w = calloc(1, sizeof(*w));
 
-	if (!base)
-		return -ENOMEM;
-	w = calloc(1, sizeof(*w));
 	if (!w)
 		return -ENOMEM;
 	w->fd = fd;
 	w->cb = cb;
 	w->arg = arg;
-	smc_thread_internal = true;
-	r = event_base_once(base, -1, EV_TIMEOUT, readable_register, w, &now);
-	smc_thread_internal = false;
-	if (r < 0) {
+	if (progress_call(readable_register, w) < 0) {
 		free(w);
 		return -ENOMEM;
 	}

@@ -1,13 +1,11 @@
 /* SPDX-License-Identifier: GPL-2.0-only OR BSD-2-Clause */
 #include <errno.h>
-#include <fcntl.h>
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/eventfd.h>
 #include <sys/mman.h>
 #include <sys/resource.h>
-#include <sys/stat.h>
 #include <sys/un.h>
 #include <time.h>
 #include <unistd.h>
@@ -188,14 +186,8 @@ static int pool_map(struct smc_pool *p, int memfd, bool check)
 	size_t len = pool_region_len(p->nslots, p->ring_size);
 	void *base;
 
-	if (check) {
-		struct stat st;
-		int seals = REAL(fcntl)(memfd, F_GET_SEALS);
-
-		if (seals < 0 || !(seals & F_SEAL_SHRINK) || fstat(memfd, &st) < 0 ||
-		    !S_ISREG(st.st_mode) || (size_t)st.st_size < len)
-			return -EPROTO;
-	}
+	if (check && shm_memfd_check(memfd, len) < 0)
+		return -EPROTO;
 	if (shm_reserve(len) < 0)
 		return -ENOMEM;
 	base = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED, memfd, 0);
@@ -331,10 +323,8 @@ static struct smc_pool *client_pool_new(int *memfd, int *far)
 	p = pool_alloc(POOL_CLIENT, n, ring);
 	if (!p)
 		return NULL;
-	*memfd = memfd_create("smc-pool", MFD_CLOEXEC | MFD_ALLOW_SEALING);
-	if (*memfd < 0 || ftruncate(*memfd, (off_t)pool_region_len(n, ring)) < 0 ||
-	    REAL(fcntl)(*memfd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL) < 0 ||
-	    pool_map(p, *memfd, false) < 0)
+	*memfd = shm_memfd_new("smc-pool", pool_region_len(n, ring));
+	if (*memfd < 0 || pool_map(p, *memfd, false) < 0)
 		goto fail;
 	pool_region_init(p->base, n, ring);
 	if (pool_make_bells(p) < 0 ||

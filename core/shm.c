@@ -34,13 +34,10 @@ static int shm_map_region(int memfd, uint32_t size0, uint32_t size1, struct shm_
 	return 0;
 }
 
-int shm_create(uint32_t size0, uint32_t size1, struct shm_map *out)
+int shm_memfd_new(const char *name, size_t len)
 {
-	size_t len = shm_region_len(size0, size1);
-	int fd = memfd_create("smc-rmb", MFD_CLOEXEC | MFD_ALLOW_SEALING);
-	int rc;
+	int fd = memfd_create(name, MFD_CLOEXEC | MFD_ALLOW_SEALING), rc;
 
-	_Static_assert(sizeof(struct shm_hdr) <= SHM_HDR_SPACE, "header fits its page");
 	if (fd < 0)
 		return -errno;
 	/* Sealed size: the peer cannot shrink the file under our mapping (SIGBUS). */
@@ -50,6 +47,33 @@ int shm_create(uint32_t size0, uint32_t size1, struct shm_map *out)
 		REAL(close)(fd);
 		return rc;
 	}
+	return fd;
+}
+
+int shm_memfd_check(int memfd, size_t len)
+{
+	struct stat st;
+	int seals = fcntl(memfd, F_GET_SEALS);
+
+	if (seals < 0)
+		return -errno;
+	if (!(seals & F_SEAL_SHRINK))
+		return -EPROTO;
+	if (fstat(memfd, &st) < 0)
+		return -errno;
+	if (!S_ISREG(st.st_mode) || (size_t)st.st_size < len)
+		return -EPROTO;
+	return 0;
+}
+
+int shm_create(uint32_t size0, uint32_t size1, struct shm_map *out)
+{
+	int fd = shm_memfd_new("smc-rmb", shm_region_len(size0, size1));
+	int rc;
+
+	_Static_assert(sizeof(struct shm_hdr) <= SHM_HDR_SPACE, "header fits its page");
+	if (fd < 0)
+		return fd;
 	rc = shm_map_region(fd, size0, size1, out);
 	if (rc < 0) {
 		REAL(close)(fd);
@@ -66,17 +90,10 @@ int shm_create(uint32_t size0, uint32_t size1, struct shm_map *out)
 
 int shm_attach(int memfd, uint32_t size0, uint32_t size1, struct shm_map *out)
 {
-	struct stat st;
-	int seals = fcntl(memfd, F_GET_SEALS);
+	int rc = shm_memfd_check(memfd, shm_region_len(size0, size1));
 
-	if (seals < 0)
-		return -errno;
-	if (!(seals & F_SEAL_SHRINK))
-		return -EPROTO;
-	if (fstat(memfd, &st) < 0)
-		return -errno;
-	if (!S_ISREG(st.st_mode) || (size_t)st.st_size < shm_region_len(size0, size1))
-		return -EPROTO;
+	if (rc < 0)
+		return rc;
 	return shm_map_region(memfd, size0, size1, out);
 }
 

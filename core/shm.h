@@ -70,6 +70,12 @@ struct shm_map {
 
 /* Bytes of the memfd for the given ring sizes. */
 size_t shm_region_len(uint32_t size0, uint32_t size1);
+/* A new memfd of len bytes (CLOEXEC) whose size is sealed, so a peer that maps it cannot
+ * shrink it under our mapping; -errno. */
+int shm_memfd_new(const char *name, size_t len);
+/* A memfd received from a peer: size sealed against shrinking, a regular file of at least
+ * len bytes. 0, -EPROTO or -errno. */
+int shm_memfd_check(int memfd, size_t len);
 /* Creates, sizes, seals and maps a new region; returns the memfd (CLOEXEC) or -errno. */
 int shm_create(uint32_t size0, uint32_t size1, struct shm_map *out);
 /* Maps a region received from the peer after checking its seals and size. */

@@ -736,13 +736,18 @@ uint32_t conn_poll_mask(struct smc_conn *c)
 	return m;
 }
 
-/* Counts a sleeper in the shared block so the peer rings; bumps the sequence so it
- * rings once for this sleep. */
+/* Counts a sleeper in the shared block so the peer rings (once per sequence). */
+static void sleeper_hold(uint32_t *sleepers, uint32_t *mine)
+{
+	__atomic_add_fetch(sleepers, 1, __ATOMIC_SEQ_CST);
+	__atomic_add_fetch(mine, 1, __ATOMIC_RELAXED);
+}
+
+/* ... and bumps the sequence so that it rings once for this sleep. */
 static void sleeper_add(uint32_t *sleepers, uint32_t *seq, uint32_t *mine)
 {
 	__atomic_add_fetch(seq, 1, __ATOMIC_SEQ_CST);
-	__atomic_add_fetch(sleepers, 1, __ATOMIC_SEQ_CST);
-	__atomic_add_fetch(mine, 1, __ATOMIC_RELAXED);
+	sleeper_hold(sleepers, mine);
 }
 
 static void sleeper_del(uint32_t *sleepers, uint32_t *mine)
@@ -797,6 +802,17 @@ void conn_end_sleep(struct smc_conn *c, uint32_t events)
 }
 
 /* ---- readiness hooks for the epoll emulation (epoll.c owns this region) ---- */
+
+uint32_t conn_hold_sleep(struct smc_conn *c, uint32_t events)
+{
+	if (conn_state(c) != CONN_ACTIVE)
+		return 0;
+	if (events & POLLIN)
+		sleeper_hold(&c->rx->r_sleepers, &c->asleep_rx);
+	if (events & POLLOUT)
+		sleeper_hold(&c->tx->w_sleepers, &c->asleep_tx);
+	return events & (POLLIN | POLLOUT);
+}
 
 void conn_rearm(struct smc_conn *c, uint32_t events)
 {

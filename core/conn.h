@@ -176,10 +176,15 @@ uint32_t conn_prepare_sleep(struct smc_conn *c, uint32_t events, unsigned draine
  * ringing for this waiter. Pass the events that prepare reported in *armed (a waiter
  * prepared while the handshake ran armed nothing, and must end nothing). */
 void conn_end_sleep(struct smc_conn *c, uint32_t events);
-/* For a waiter that keeps its sleeper counts across sleeps (the epoll emulation: armed
- * with conn_prepare_sleep, released with conn_end_sleep): asks the peer to ring once
- * more for `events` (bumps the sequence), then a full barrier; re-check the state after
- * it. A nonblocking send that finds the ring full does the same for POLLOUT by itself. */
+/* For a waiter that keeps its sleeper counts across sleeps (the epoll emulation): takes
+ * the counts for `events` like conn_prepare_sleep but without asking for a ring (no new
+ * sequence, no barrier, no look); released with conn_end_sleep. The waiter must look at
+ * the connection again and call conn_rearm before it relies on a ring. Returns what it
+ * took (nothing while the handshake runs). */
+uint32_t conn_hold_sleep(struct smc_conn *c, uint32_t events);
+/* For such a waiter: asks the peer to ring once more for `events` (bumps the sequence),
+ * then a full barrier; re-check the state after it. A nonblocking send that finds the
+ * ring full does the same for POLLOUT by itself. */
 void conn_rearm(struct smc_conn *c, uint32_t events);
 /* Fills up to 3 pollfds: rx bell (if POLLIN wanted), tx bell (if POLLOUT wanted) and the
  * TCP socket (POLLIN|POLLRDHUP, until its EOF was seen) which reports a dead peer.

@@ -1027,13 +1027,25 @@ struct waiter {
 	pthread_t t;
 	int epfd, n;
 	struct epoll_event ev[4];
+	bool timed_out;                 /* slept the whole LONG_MS: nothing woke it */
 };
+
+static uint64_t mono_ms(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
+}
 
 static void *waiter_main(void *arg)
 {
 	struct waiter *w = arg;
+	uint64_t t0 = mono_ms();
 
 	w->n = epoll_wait(w->epfd, w->ev, 4, LONG_MS);
+	/* an epoll_wait that missed its wakeup still reports the event at its timeout */
+	w->timed_out = mono_ms() - t0 >= LONG_MS;
 	return NULL;
 }
 
@@ -1049,6 +1061,8 @@ static void waiter_start(struct waiter *w, int epfd)
 static int waiter_join(struct waiter *w, uint64_t want)
 {
 	pthread_join(w->t, NULL);
+	if (w->timed_out)
+		return -3;
 	return w->n == 1 && w->ev[0].data.u64 == want ? 1 : w->n;
 }
 
@@ -1090,6 +1104,46 @@ static void test_epoll_threads(void)
 	drain(fd);
 	close(pp[0]);
 	close(pp[1]);
+	close(ep);
+	close(fd);
+}
+
+/* A connection whose data woke the set is polled afterwards (it holds no sleeper
+ * count, so its peer rings nobody) until the set sleeps again: a second thread that goes
+ * to sleep on the set, and a poll() on the set's fd, must still hear its next data. */
+static void test_epoll_polled(void)
+{
+	int fd = new_conn(), ep = new_epoll(), r;
+	struct pollfd pfd;
+	struct waiter w;
+	uint32_t got;
+	uint64_t t0;
+
+	ep_add(ep, fd, EPOLLIN, 50);
+	for (int i = 0; i < 2; i++) {
+		peer(&P, P_SEND_LATER, 2);
+		t0 = mono_ms();
+		got = ep_events_for(ep, 50, LONG_MS, NULL);
+		check((got & EPOLLIN) && mono_ms() - t0 < LONG_MS, "polled: later data wakes epoll_wait",
+		      "events %#x", got);
+		drain(fd);
+	}
+	waiter_start(&w, ep);
+	peer(&P, P_SEND_LATER, 2);
+	r = waiter_join(&w, 50);
+	check(r == 1, "polled: a thread asleep on the set hears the polled connection", "r %d", r);
+	drain(fd);
+
+	/* the waiter woke last: the watch is polled again; now poll() the set's fd */
+	pfd = (struct pollfd){ .fd = ep, .events = POLLIN };
+	peer(&P, P_SEND_LATER, 2);
+	t0 = mono_ms();
+	r = poll(&pfd, 1, LONG_MS);
+	check(r == 1 && (pfd.revents & POLLIN) && mono_ms() - t0 < LONG_MS,
+	      "polled: poll() on the set's fd hears it", "r %d revents %#x", r, pfd.revents);
+	got = ep_events_for(ep, 50, 0, NULL);
+	check(got & EPOLLIN, "polled: epoll_wait after poll() reports it", "events %#x", got);
+	drain(fd);
 	close(ep);
 	close(fd);
 }
@@ -1168,6 +1222,7 @@ static const struct {
 	{ "epoll_ctl_errors", test_epoll_ctl_errors },
 	{ "eintr", test_eintr },
 	{ "epoll_threads", test_epoll_threads },
+	{ "epoll_polled", test_epoll_polled },
 	{ "epoll_connect", test_epoll_connect },
 	{ "epoll_fork", test_epoll_fork },
 };

@@ -916,7 +916,11 @@ static int conn_wait(struct smc_conn *c, uint32_t events, uint64_t deadline)
 	uint64_t spin_start = now_ns(), spin_end = spin_start + spin_ns;
 	unsigned drained = 0;
 
-	for (unsigned round = 1;; round++) {
+	/* not spinning goes straight to the sleep: even one round of the loop below costs
+	 * 1.5 us (64 pauses of 23 ns on the project's EPYC VM), paid by every wait whose
+	 * spin the adaptive budget turned off: crr server 18.7 -> 16.7 us of CPU per cycle,
+	 * 33.5k -> 37k cycles/s */
+	for (unsigned round = 1; spin_ns; round++) {
 		for (int i = 0; i < 64; i++)
 			cpu_relax();
 		if (conn_wait_done(c, want, for_handshake)) {

@@ -929,8 +929,7 @@ static int conn_wait(struct smc_conn *c, uint32_t events, uint64_t deadline)
 		for (int i = 0; i < CONN_SPIN_PAUSES; i++)
 			cpu_relax();
 		if (conn_wait_done(c, want, for_handshake)) {
-			if (spin_ns)
-				wait_spin_outcome(true, now_ns() - spin_start);
+			wait_spin_outcome(true, now_ns() - spin_start);
 			return 0;
 		}
 		if (now_ns() >= spin_end)

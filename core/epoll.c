@@ -599,7 +599,7 @@ static void watch_arm_sync(struct smc_epoll *ep, struct smc_ep_reg *w)
 	if (add) {
 		w->armed |= conn_hold_sleep(w->conn, add);
 		/* a waiter already asleep looks at the list only after a ring */
-		if (ep->nsleeping || ep->fd_waited)
+		if (!ep_may_poll(ep))
 			conn_rearm(w->conn, add);
 		watch_list(ep, w);
 	}

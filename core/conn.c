@@ -616,9 +616,12 @@ static inline uint32_t peer_rflags(struct smc_conn *c)
  * then the ones in the shared control block, not our private copies. */
 static void rx_resync(struct smc_conn *c)
 {
-	smc_cursor cons = __atomic_load_n(&c->rx->cons, __ATOMIC_ACQUIRE);
+	smc_cursor cons;
 
-	if (!c->fork_shared || cons == c->rx_cons)
+	if (!c->fork_shared)
+		return;
+	cons = __atomic_load_n(&c->rx->cons, __ATOMIC_ACQUIRE);
+	if (cons == c->rx_cons)
 		return;
 	if (!cursor_valid(cons, c->rx_size)) {
 		conn_abort_protocol(c, "consumer cursor"); /* the caller meets c->aborted */
@@ -630,11 +633,16 @@ static void rx_resync(struct smc_conn *c)
 
 static void tx_resync(struct smc_conn *c)
 {
-	smc_cursor prod = __atomic_load_n(&c->tx->prod, __ATOMIC_ACQUIRE);
-	smc_cursor cons = __atomic_load_n(&c->tx->cons, __ATOMIC_ACQUIRE);
+	smc_cursor prod, cons;
 	int64_t used;
 
-	if (!c->fork_shared || prod == c->tx_prod)
+	/* not even a load otherwise: cons sits on the reader's line, which every read of
+	 * the peer's moves to its CPU (one cache-line round trip per send) */
+	if (!c->fork_shared)
+		return;
+	prod = __atomic_load_n(&c->tx->prod, __ATOMIC_ACQUIRE);
+	cons = __atomic_load_n(&c->tx->cons, __ATOMIC_ACQUIRE);
+	if (prod == c->tx_prod)
 		return;
 	used = cursor_diff(prod, tx_room_base(c, cons), c->tx_size);
 	if (!cursor_valid(prod, c->tx_size) || used < 0 || used > c->tx_size) {

@@ -7,11 +7,15 @@
  *   msgsize recv [-p PORT]
  *       Reader. Prints "PORT <n>" on stdout once listening (port 0 picks a free one),
  *       then serves connections one at a time until a "quit" header arrives.
- *   msgsize send -p PORT -s SIZE[,SIZE...] [-r equal|BYTES] [-t MS] [-q]
+ *   msgsize send -p PORT -s SIZE[,SIZE...] [-r equal|BYTES] [-t MS] [-c MS] [-q]
  *       Writer. For each size: connect, send a header (write size, read size), write
  *       SIZE-byte messages for MS milliseconds, shut down the write side, read back
  *       the reader's byte count and elapsed time, print one line:
  *         RESULT size=<w> read=<r> bytes=<n> secs=<s> MBps=<MB/s, 1e6 bytes>
+ *       With -c it measures how far apart CPUs 0 and 1 are (c2c_probe.h, for -c's MS)
+ *       right before and right after each size, and prints before its RESULT line
+ *         PLACEMENT size=<w> c2c_before=<ns> c2c_after=<ns>
+ *       (the probe's threads add to the writer's CPU time: not for -q's CPU figure).
  *       With -q it ends with a quit connection; the reader answers with its CPU time
  *       and exits, and the writer prints
  *         CPU writer_s=<s> reader_s=<s> bytes=<total> s_per_GiB=<s>
@@ -35,6 +39,8 @@
 #include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
+
+#include "c2c_probe.h"
 
 #define HDR_MAGIC 0x534d4331u /* "SMC1" */
 #define QUIT_SIZE 0
@@ -266,12 +272,14 @@ static size_t parse_size(const char *s)
 	return (size_t)v;
 }
 
-static int run_writer(int port, char *sizes, const char *readmode, unsigned ms, bool quit)
+static int run_writer(int port, char *sizes, const char *readmode, unsigned ms,
+		      int probe_ms, bool quit)
 {
 	bool equal = strcmp(readmode, "equal") == 0;
 	size_t fixed_read = equal ? 0 : parse_size(readmode);
 	uint64_t total = 0;
 	char *save = NULL;
+	double c2c_before = probe_ms > 0 ? c2c_probe_ns(probe_ms) : 0;
 
 	for (char *tok = strtok_r(sizes, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
 		size_t wsz = parse_size(tok);
@@ -285,6 +293,13 @@ static int run_writer(int port, char *sizes, const char *readmode, unsigned ms, 
 		res = stream_once(port, wsz, rsz, ms, buf);
 		free(buf);
 		total += res.bytes;
+		if (probe_ms > 0) {
+			double c2c_after = c2c_probe_ns(probe_ms);
+
+			printf("PLACEMENT size=%zu c2c_before=%.0f c2c_after=%.0f\n", wsz,
+			       c2c_before, c2c_after);
+			c2c_before = c2c_after;
+		}
 		printf("RESULT size=%zu read=%zu bytes=%" PRIu64 " secs=%.6f MBps=%.2f\n", wsz, rsz,
 		       res.bytes, res.nsecs / 1e9,
 		       res.nsecs ? (double)res.bytes / (res.nsecs / 1e9) / 1e6 : 0.0);
@@ -305,7 +320,8 @@ static int run_writer(int port, char *sizes, const char *readmode, unsigned ms, 
 static void usage(void)
 {
 	fprintf(stderr, "usage: msgsize recv [-p PORT]\n"
-			"       msgsize send -p PORT -s SIZE[,SIZE..] [-r equal|BYTES] [-t MS] [-q]\n");
+			"       msgsize send -p PORT -s SIZE[,SIZE..] [-r equal|BYTES] [-t MS] [-c MS]\n"
+			"                    [-q]\n");
 	exit(2);
 }
 
@@ -315,17 +331,19 @@ int main(int argc, char **argv)
 	char *sizes = NULL;
 	const char *readmode = "equal";
 	unsigned ms = 500;
+	int probe_ms = 0;
 	bool quit = false;
 
 	if (argc < 2)
 		usage();
 	optind = 2;
-	while ((opt = getopt(argc, argv, "p:s:r:t:q")) != -1) {
+	while ((opt = getopt(argc, argv, "p:s:r:t:c:q")) != -1) {
 		switch (opt) {
 		case 'p': port = atoi(optarg); break;
 		case 's': sizes = optarg; break;
 		case 'r': readmode = optarg; break;
 		case 't': ms = (unsigned)atoi(optarg); break;
+		case 'c': probe_ms = atoi(optarg); break;
 		case 'q': quit = true; break;
 		default: usage();
 		}
@@ -333,7 +351,7 @@ int main(int argc, char **argv)
 	if (strcmp(argv[1], "recv") == 0)
 		return run_reader(port);
 	if (strcmp(argv[1], "send") == 0 && port > 0 && sizes)
-		return run_writer(port, sizes, readmode, ms, quit);
+		return run_writer(port, sizes, readmode, ms, probe_ms, quit);
 	usage();
 	return 2;
 }

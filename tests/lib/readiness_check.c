@@ -72,7 +72,10 @@ static void die(const char *what)
 /* ------------------------------------------------------------------ the peer */
 
 enum peer_op { P_ACCEPT = 1, P_SEND, P_SEND_LATER, P_READN, P_READN_LATER, P_SHUTWR,
-	       P_CLOSE, P_EXIT };
+	       P_CLOSE, P_EXIT,
+	       /* two connections: accept keeping the previous one as the "other", send on
+		* the other; later send on the other, then at once on the current one */
+	       P_ACCEPT_KEEP, P_SEND_OTHER, P_SEND_BOTH_LATER };
 
 struct peer_cmd {
 	int op;
@@ -85,6 +88,7 @@ struct peer {
 	pid_t pid;
 	int lfd;               /* listening socket (in-process, or the child's) */
 	int fd;                /* accepted socket (in-process, or the child's) */
+	int other;             /* the one before it, kept by P_ACCEPT_KEEP */
 	pthread_t later;       /* in-process deferred action */
 	bool later_running;
 	struct peer_cmd later_cmd;
@@ -145,9 +149,22 @@ static long peer_exec(struct peer *p, const struct peer_cmd *c)
 			close(p->fd);
 		p->fd = accept(p->lfd, NULL, NULL);
 		return p->fd < 0 ? -errno : 0;
+	case P_ACCEPT_KEEP:
+		if (p->other >= 0)
+			close(p->other);
+		p->other = p->fd;
+		p->fd = accept(p->lfd, NULL, NULL);
+		return p->fd < 0 ? -errno : 0;
 	case P_SEND:
 	case P_SEND_LATER:
 		return send_pattern(p->fd, c->arg);
+	case P_SEND_OTHER:
+		return send_pattern(p->other, c->arg);
+	case P_SEND_BOTH_LATER: {
+		long r = send_pattern(p->other, c->arg);
+
+		return r < 0 ? r : send_pattern(p->fd, c->arg);
+	}
 	case P_READN:
 	case P_READN_LATER:
 		return read_exactly(p->fd, c->arg);
@@ -166,7 +183,7 @@ static long peer_exec(struct peer *p, const struct peer_cmd *c)
 
 static bool is_later(int op)
 {
-	return op == P_SEND_LATER || op == P_READN_LATER;
+	return op == P_SEND_LATER || op == P_READN_LATER || op == P_SEND_BOTH_LATER;
 }
 
 static void child_loop(struct peer *p)
@@ -264,7 +281,7 @@ static void exec_plain_peer(const char *self, int ctl)
 /* Entry point of the re-executed plain peer. */
 static void run_peer_child(int ctl)
 {
-	struct peer p = { .forked = true, .ctl = ctl, .fd = -1 };
+	struct peer p = { .forked = true, .ctl = ctl, .fd = -1, .other = -1 };
 	struct sockaddr_in addr;
 
 	listen_loopback(&p, &addr);
@@ -280,6 +297,7 @@ static void peer_start(struct peer *p, bool forked, bool plain, const char *self
 
 	memset(p, 0, sizeof(*p));
 	p->fd = -1;
+	p->other = -1;
 	p->lfd = -1;
 	p->forked = forked;
 	if (!forked || !plain)
@@ -323,6 +341,8 @@ static void peer_stop(struct peer *p)
 	peer_join(p);
 	if (p->fd >= 0)
 		close(p->fd);
+	if (p->other >= 0)
+		close(p->other);
 	close(p->lfd);
 }
 
@@ -331,9 +351,10 @@ static void peer_stop(struct peer *p)
 static struct peer P;
 static struct sockaddr_in peer_addr;
 
-/* Nonblocking connect, peer accept, wait for completion, then one byte each way so the
- * connection is fully established (and, under the library, upgraded) before checks. */
-static int new_conn(void)
+/* Nonblocking connect, peer accept (`accept_op`), wait for completion, then one byte
+ * each way so the connection is fully established (and, under the library, upgraded)
+ * before checks. */
+static int new_conn_by(int accept_op)
 {
 	struct pollfd pfd;
 	int fd = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK, 0), err = 0;
@@ -345,7 +366,7 @@ static int new_conn(void)
 	if (connect(fd, (struct sockaddr *)&peer_addr, sizeof(peer_addr)) < 0 &&
 	    errno != EINPROGRESS)
 		die("connect");
-	if (peer(&P, P_ACCEPT, 0) < 0)
+	if (peer(&P, accept_op, 0) < 0)
 		die("accept");
 	pfd = (struct pollfd){ .fd = fd, .events = POLLOUT };
 	if (poll(&pfd, 1, LONG_MS) != 1 || getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len) < 0 ||
@@ -357,6 +378,11 @@ static int new_conn(void)
 	if (poll(&pfd, 1, LONG_MS) != 1 || read(fd, &b, 1) != 1)
 		die("sync read");
 	return fd;
+}
+
+static int new_conn(void)
+{
+	return new_conn_by(P_ACCEPT);
 }
 
 /* Reads everything available now (fd is nonblocking). */
@@ -1148,6 +1174,105 @@ static void test_epoll_polled(void)
 	close(fd);
 }
 
+/* Reports of `want` (bit i: data base + i, fds[i]) from epoll_wait calls on ep until all
+ * came or LONG_MS passed; any call may sleep. Drains the fds it reports. */
+static unsigned ep_collect_bits(int ep, uint64_t base, unsigned want, int *fds)
+{
+	unsigned got = 0;
+	uint64_t t0 = mono_ms();
+
+	while ((got & want) != want && mono_ms() - t0 < LONG_MS) {
+		struct epoll_event ev[4];
+		int n = epoll_wait(ep, ev, 4, (int)(LONG_MS - (mono_ms() - t0)));
+
+		for (int i = 0; i < n; i++) {
+			uint64_t k = ev[i].data.u64 - base;
+
+			/* another set's sleeper may be waiting for the others' data */
+			if (k < 8 && (want & (1u << k)) && (ev[i].events & EPOLLIN)) {
+				got |= 1u << k;
+				drain(fds[k]);
+			}
+		}
+	}
+	return got;
+}
+
+struct set_waiter {
+	pthread_t t;
+	int ep;
+	uint64_t base;
+	unsigned want, got;
+	int *fds;
+};
+
+static void *set_waiter_main(void *arg)
+{
+	struct set_waiter *w = arg;
+
+	w->got = ep_collect_bits(w->ep, w->base, w->want, w->fds);
+	return NULL;
+}
+
+/*
+ * Named sleeps (conn.c, rings per set sleep): a thread asleep on a set whose connections
+ * all got data is rung once, through any of them, and must still report every one: one
+ * that was never reported (not listed while the set sleeps) must be rung itself; a
+ * connection that is also in a second set must still wake that set's sleeper, although
+ * the peer rang the first set already.
+ */
+static void test_epoll_named(void)
+{
+	int fds[2], ep = new_epoll(), ep2 = new_epoll();
+	struct set_waiter w2 = { .ep = ep2, .base = 80, .want = 2, .fds = fds };
+	unsigned got;
+
+	fds[0] = new_conn();             /* the peer's "other" after the next accept */
+	fds[1] = new_conn_by(P_ACCEPT_KEEP);
+	ep_add(ep, fds[0], EPOLLIN, 70);
+	ep_add(ep, fds[1], EPOLLIN, 71);
+	/* fds[0] reported a few times: it stays listed (hot), fds[1] is off the list */
+	for (int i = 0; i < 3; i++) {
+		peer(&P, P_SEND_OTHER, 2);
+		got = ep_collect_bits(ep, 70, 1, fds);
+		if (got != 1)
+			die("named: setup");
+	}
+	peer(&P, P_SEND_BOTH_LATER, 2);
+	got = ep_collect_bits(ep, 70, 3, fds);
+	check(got == 3, "named: a connection off the list is rung after one on it", "got %#x", got);
+	/* now both are hot: the sleeps below are named for both */
+	for (int i = 0; i < 3; i++) {
+		peer(&P, P_SEND_BOTH_LATER, 2);
+		got = ep_collect_bits(ep, 70, 3, fds);
+		check(got == 3, "named: data on two connections of a sleeping set reports both",
+		      "got %#x", got);
+	}
+
+	/* fds[1] joins a second set, whose thread goes to sleep first */
+	ep_add(ep2, fds[1], EPOLLIN, 81);
+	peer(&P, P_SEND_BOTH_LATER, 2);
+	got = ep_collect_bits(ep, 70, 3, fds);
+	check(got == 3, "named: with a connection in two sets, both reported", "got %#x", got);
+	for (int i = 0; i < 2; i++) {
+		w2.got = 0;
+		if (pthread_create(&w2.t, NULL, set_waiter_main, &w2) != 0)
+			die("pthread_create");
+		sleep_ms(SHORT_MS);
+		peer(&P, P_SEND_BOTH_LATER, 2);
+		got = ep_collect_bits(ep, 70, 1, fds); /* fds[1]'s data may go to either set */
+		pthread_join(w2.t, NULL);
+		check(w2.got == 2,
+		      "named: a connection in two sets wakes the second set's sleeper",
+		      "got %#x", w2.got);
+		drain(fds[1]);
+	}
+	close(ep2);
+	close(ep);
+	close(fds[0]);
+	close(fds[1]);
+}
+
 /* A nonblocking connect registered for EPOLLOUT before the peer accepted. */
 static void test_epoll_connect(void)
 {
@@ -1223,6 +1348,7 @@ static const struct {
 	{ "eintr", test_eintr },
 	{ "epoll_threads", test_epoll_threads },
 	{ "epoll_polled", test_epoll_polled },
+	{ "epoll_named", test_epoll_named },
 	{ "epoll_connect", test_epoll_connect },
 	{ "epoll_fork", test_epoll_fork },
 };

@@ -758,15 +758,6 @@ static void sleeper_add(uint32_t *sleepers, uint32_t *seq, uint32_t *mine)
 	sleeper_hold(sleepers, mine);
 }
 
-/* A new receive sequence, for the sleep of epoll set sleep `set` (0: of this waiter
- * alone). The peer reads r_set after the sequence: stored before it. */
-static void rx_seq_bump(struct smc_conn *c, uint64_t set)
-{
-	if (__atomic_load_n(&c->rx->r_set, __ATOMIC_RELAXED) != set)
-		__atomic_store_n(&c->rx->r_set, set, __ATOMIC_RELAXED);
-	__atomic_add_fetch(&c->rx->r_seq, 1, __ATOMIC_SEQ_CST);
-}
-
 static void sleeper_del(uint32_t *sleepers, uint32_t *mine)
 {
 	uint32_t n = __atomic_load_n(mine, __ATOMIC_RELAXED);
@@ -790,10 +781,8 @@ uint32_t conn_prepare_sleep(struct smc_conn *c, uint32_t events, unsigned draine
 		bell_drain(c->tx_bell);
 	if (conn_state(c) == CONN_ACTIVE) {
 		a = events & (POLLIN | POLLOUT);
-		if (events & POLLIN) {
-			rx_seq_bump(c, 0);
-			sleeper_hold(&c->rx->r_sleepers, &c->asleep_rx);
-		}
+		if (events & POLLIN)
+			sleeper_add(&c->rx->r_sleepers, &c->rx->r_seq, &c->asleep_rx);
 		if (events & POLLOUT)
 			sleeper_add(&c->tx->w_sleepers, &c->tx->w_seq, &c->asleep_tx);
 	}
@@ -833,20 +822,15 @@ uint32_t conn_hold_sleep(struct smc_conn *c, uint32_t events)
 	return events & (POLLIN | POLLOUT);
 }
 
-void conn_rearm_for_set(struct smc_conn *c, uint32_t events, uint64_t set_sleep)
+void conn_rearm(struct smc_conn *c, uint32_t events)
 {
 	if (conn_state(c) == CONN_ACTIVE) {
 		if (events & POLLIN)
-			rx_seq_bump(c, set_sleep);
+			__atomic_add_fetch(&c->rx->r_seq, 1, __ATOMIC_SEQ_CST);
 		if (events & POLLOUT)
 			__atomic_add_fetch(&c->tx->w_seq, 1, __ATOMIC_SEQ_CST);
 	}
 	__atomic_thread_fence(__ATOMIC_SEQ_CST);
-}
-
-void conn_rearm(struct smc_conn *c, uint32_t events)
-{
-	conn_rearm_for_set(c, events, 0);
 }
 
 /* A nonblocking sender found the ring full. Like TCP's SOCK_NOSPACE: a waiter that holds
@@ -1138,68 +1122,19 @@ bool conn_peer_on_my_cpu(struct smc_conn *c)
 		       (uint32_t)cpu + 1;
 }
 
-/*
- * Rings per set sleep. A thread asleep on an epoll set with many connections from us
- * (redis-benchmark: 50) used to be rung once per connection that got data before it
- * was back on the CPU: perf stat of redis-benchmark -c 50 -P 16 SET, pinned, showed the
- * client asleep ~6k times/s and redis-server writing ~125k eventfds/s, ~20 per sleep.
- * The set names each such sleep in r_set (epoll.c ep_set_sleep: a random set token and
- * a sleep count) on the connections it keeps listed, so looks at when woken; after
- * ringing one of them, the same thread skips the others of that sleep. Remembered per
- * thread for RUNG_SET_TTL_NS, so that a sleep count that wrapped (2^24 sleeps) can
- * never be taken for an old one. A forged r_set costs only the forger its wakeups.
- */
-#define RUNG_SETS 8
-#define RUNG_SET_TTL_NS 100000000ull
-
-struct rung_set {
-	uint64_t set;
-	uint64_t at_ns;
-};
-
-static __thread struct rung_set rung_sets[RUNG_SETS] __attribute__((tls_model("initial-exec")));
-
-static struct rung_set *rung_set_slot(uint64_t set)
-{
-	/* the token bits pick the slot: a set's next sleep replaces its last one */
-	return &rung_sets[((set >> 24) * 0x9E3779B97F4A7C15ull) >> 61];
-}
-
-static bool set_rung_recently(uint64_t set)
-{
-	struct rung_set *e = rung_set_slot(set);
-
-	return e->set == set && now_ns() - e->at_ns < RUNG_SET_TTL_NS;
-}
-
-static void set_note_rung(uint64_t set)
-{
-	struct rung_set *e = rung_set_slot(set);
-
-	e->set = set;
-	e->at_ns = now_ns();
-}
-
 /* Ring the peer's bell when one of its threads sleeps for what we just did, once per
- * sleep: a busy peer costs no syscall. `set`: the peer's r_set for its receive side
- * (once per set sleep, see above), NULL elsewhere. */
-static void ring_if_asleep(const uint32_t *sleepers, const uint32_t *seq, const uint64_t *set,
-			   uint32_t *rung, int bell)
+ * sleep: a busy peer costs no syscall. */
+static void ring_if_asleep(const uint32_t *sleepers, const uint32_t *seq, uint32_t *rung,
+			   int bell)
 {
 	__atomic_thread_fence(__ATOMIC_SEQ_CST);
 	if (__atomic_load_n(sleepers, __ATOMIC_RELAXED)) {
-		uint32_t s = __atomic_load_n(seq, __ATOMIC_ACQUIRE);
-		uint64_t in_set;
+		uint32_t s = __atomic_load_n(seq, __ATOMIC_RELAXED);
 
-		if (s == *rung)
-			return;
-		*rung = s;
-		in_set = set ? __atomic_load_n(set, __ATOMIC_RELAXED) : 0;
-		if (in_set && set_rung_recently(in_set))
-			return;
-		bell_ring(bell);
-		if (in_set)
-			set_note_rung(in_set);
+		if (s != *rung) {
+			*rung = s;
+			bell_ring(bell);
+		}
 	}
 }
 
@@ -1248,7 +1183,7 @@ static void rx_publish(struct smc_conn *c, bool last)
 	}
 	__atomic_store_n(&c->rx->cons, c->rx_cons, __ATOMIC_RELEASE);
 	if (ring_now(c, &c->rx->w_sleepers, last))
-		ring_if_asleep(&c->rx->w_sleepers, &c->rx->w_seq, NULL, &c->rung_tx_seq,
+		ring_if_asleep(&c->rx->w_sleepers, &c->rx->w_seq, &c->rung_tx_seq,
 			       c->peer_tx_bell);
 }
 
@@ -1303,8 +1238,8 @@ static void tx_publish(struct smc_conn *c, bool last)
 	}
 	__atomic_store_n(&c->tx->prod, c->tx_prod, __ATOMIC_RELEASE);
 	if (ring_now(c, &c->tx->r_sleepers, last))
-		ring_if_asleep(&c->tx->r_sleepers, &c->tx->r_seq, &c->tx->r_set,
-			       &c->rung_rx_seq, c->peer_rx_bell);
+		ring_if_asleep(&c->tx->r_sleepers, &c->tx->r_seq, &c->rung_rx_seq,
+			       c->peer_rx_bell);
 }
 
 /* Copies n readable bytes out of the ring into the iovecs (from `skip` bytes on),
@@ -1634,10 +1569,10 @@ void conn_release_fd(struct smc_conn *c)
 				/* as for data: only a peer thread asleep on either direction
 				 * needs the syscall (every waiter counts as one, see
 				 * conn_prepare_sleep) */
-				ring_if_asleep(&c->tx->r_sleepers, &c->tx->r_seq, NULL,
-					       &c->rung_rx_seq, c->peer_rx_bell);
-				ring_if_asleep(&c->rx->w_sleepers, &c->rx->w_seq, NULL,
-					       &c->rung_tx_seq, c->peer_tx_bell);
+				ring_if_asleep(&c->tx->r_sleepers, &c->tx->r_seq, &c->rung_rx_seq,
+					       c->peer_rx_bell);
+				ring_if_asleep(&c->rx->w_sleepers, &c->rx->w_seq, &c->rung_tx_seq,
+					       c->peer_tx_bell);
 			}
 			/* The TCP channel carried no payload: close it with a reset, so neither
 			 * side keeps it in TIME_WAIT (a churning client would run out of the

@@ -186,11 +186,6 @@ uint32_t conn_hold_sleep(struct smc_conn *c, uint32_t events);
  * then a full barrier; re-check the state after it. A nonblocking send that finds the
  * ring full does the same for POLLOUT by itself. */
 void conn_rearm(struct smc_conn *c, uint32_t events);
-/* conn_rearm for the receive side of a watch that stays on the ready list of an epoll
- * set whose one thread goes to sleep: `set_sleep` (nonzero, epoll.c ep_set_sleep) names
- * that sleep, and a peer that rang for it through any connection of the set rings no
- * other (the woken thread looks at every listed watch). 0 is conn_rearm. */
-void conn_rearm_for_set(struct smc_conn *c, uint32_t events, uint64_t set_sleep);
 /* Fills up to 3 pollfds: rx bell (if POLLIN wanted), tx bell (if POLLOUT wanted) and the
  * TCP socket (POLLIN|POLLRDHUP, until its EOF was seen) which reports a dead peer.
  * Returns how many; tags[i] says which (CONN_BELL_RX, CONN_BELL_TX or CONN_WAIT_TCP). */

@@ -47,12 +47,6 @@
  *     asks for no ring either, unless a thread sleeps. None of this where a sleeper
  *     could miss it: a set with a thread asleep, shared across fork, or whose own fd is
  *     waited on (poll/select, an outer set) settles every watch as before.
- *   - named sleeps: when the one thread that goes to sleep settles the hot watches, it
- *     names the sleep on each (ep_set_sleep: the set's random token and a sleep count;
- *     only for a connection in no other set), and a peer thread that rang one of them
- *     for that sleep rings no other (conn.c ring_if_asleep): the woken thread looks at
- *     every listed watch. A shadow entry removed, or bells harvested by another thread,
- *     during a named sleep kick the sleeper, which looks again and names a new sleep.
  * A per-process dirty list in shared memory would avoid the peer's eventfd write, but
  * needs a mapping shared by all of a process's peers (a handshake change); the
  * eventfd write is cheaper than the TCP send it replaces.
@@ -199,11 +193,6 @@ struct smc_epoll {
 	uint32_t nslots, nfree, slots_cap;
 	int nentries;                   /* shadow entries, bounds the harvest loop */
 	int nsleeping;                  /* threads in the kernel wait on this set */
-	/* sleeps named to the peers (ep_set_sleep): token (40 bits, random, nonzero), the
-	 * count of such sleeps, and the name of the one in progress (0: none) */
-	uint64_t sleep_token;
-	uint32_t sleeps;
-	uint64_t set_sleep;
 	struct smc_epoll *gnext, *gprev;
 };
 
@@ -229,18 +218,6 @@ static void cookie_init(void)
 		v = wait_now_ns() ^ ((uint64_t)getpid() << 32) ^ (uint64_t)(uintptr_t)&v;
 	ep_cookie = v ? v : 0x534d43636f6f6b69ull;
 	ep_owner = (uint8_t)(ep_cookie >> 56);
-}
-
-/* A random name for a set's sleeps, unique among the sets our peers hear from. */
-static uint64_t sleep_token_new(void)
-{
-	uint64_t v = 0;
-
-	if (getrandom(&v, sizeof(v), GRND_NONBLOCK) != (ssize_t)sizeof(v))
-		v = (wait_now_ns() * 0x9E3779B97F4A7C15ull) ^ ((uint64_t)getpid() << 20) ^
-		    (uint64_t)(uintptr_t)&v;
-	v &= (1ull << 40) - 1;
-	return v ? v : 1;
 }
 
 static bool grow(void **arr, size_t *cap, size_t need, size_t elem)
@@ -430,7 +407,6 @@ static struct smc_epoll *ep_create(int epfd)
 	}
 	pthread_mutex_init(&ep->lock, NULL);
 	ep->refs = 2; /* the global list and the caller */
-	ep->sleep_token = sleep_token_new();
 
 	pthread_mutex_lock(&eps_lock);
 	e = fdtab_peek(epfd);
@@ -529,10 +505,6 @@ static void shadow_del(struct smc_epoll *ep, int fd)
 {
 	if (!ep->inherited)
 		REAL(epoll_ctl)(ep->shadow, EPOLL_CTL_DEL, fd, NULL);
-	/* a named sleep (ep_set_sleep) counts on the ring of any of its connections: when
-	 * this bell was that one, our peer rings no other; the sleeper looks again */
-	if (ep->set_sleep && ep->nsleeping > 0)
-		ep_kick(ep, 1);
 }
 
 static void watch_clear_shadow(struct smc_epoll *ep, struct smc_ep_reg *w)
@@ -777,8 +749,7 @@ static struct smc_ep_reg *watch_new(struct smc_epoll *ep, struct smc_conn *c,
 		w->conn = c;
 		pthread_mutex_lock(&c->lock);
 		w->conn_next = c->regs;
-		/* seq_cst: ordered against watch_settle's look (see watch_alone) */
-		__atomic_store_n(&c->regs, w, __ATOMIC_SEQ_CST);
+		c->regs = w;
 		pthread_mutex_unlock(&c->lock);
 	}
 	w->next = ep->watches;
@@ -807,7 +778,7 @@ static void watch_release(struct smc_epoll *ep, struct smc_ep_reg *w)
 		pthread_mutex_lock(&w->conn->lock);
 		for (pp = &w->conn->regs; *pp; pp = &(*pp)->conn_next) {
 			if (*pp == w) {
-				__atomic_store_n(pp, w->conn_next, __ATOMIC_RELEASE);
+				*pp = w->conn_next;
 				break;
 			}
 		}
@@ -1107,32 +1078,10 @@ static bool watch_stays_hot(struct smc_epoll *ep, struct smc_ep_reg *w)
 	return ep_may_poll(ep) && watch_is_hot(ep, w);
 }
 
-/* Names the sleep a thread is about to take on the set for the peers (conn.c, rings
- * per set sleep), when it will be the only sleeper and nothing else waits on the set's
- * fd: its hot watches stay listed, so the thread looks at all of them when any rings.
- * 0 otherwise: every watch asks for its own ring, as before. */
-static uint64_t ep_set_sleep(struct smc_epoll *ep)
-{
-	if (!ep_may_poll(ep))
-		return 0;
-	ep->sleeps++;
-	return ep->sleep_token << 24 | (ep->sleeps & 0xffffff);
-}
-
-/* w's connection is in no other set (a ring skipped for our sleep would not wake the
- * other set's sleeper). Read without c->lock: watch_new stores the chain seq_cst, and
- * watch_settle looks again after its sequence bump. */
-static bool watch_alone(struct smc_ep_reg *w)
-{
-	return __atomic_load_n(&w->conn->regs, __ATOMIC_SEQ_CST) == w &&
-	       !__atomic_load_n(&w->conn_next, __ATOMIC_RELAXED);
-}
-
 /* w has nothing (more) to report: ask the peer to ring for the next change (the send
  * side only while it is full: room is announced only to a writer that waits for it),
- * then look once more. True when w must stay listed. `set_sleep`: the named sleep
- * (ep_set_sleep) the caller goes to, 0 for none; only for a watch that stays listed. */
-static bool watch_settle(struct smc_epoll *ep, struct smc_ep_reg *w, uint64_t set_sleep)
+ * then look once more. True when w must stay listed. */
+static bool watch_settle(struct smc_epoll *ep, struct smc_ep_reg *w)
 {
 	uint32_t bump;
 
@@ -1145,12 +1094,7 @@ static bool watch_settle(struct smc_epoll *ep, struct smc_ep_reg *w, uint64_t se
 	bump = w->armed & POLLIN;
 	if ((w->armed & POLLOUT) && !(w->mask & POLLOUT))
 		bump |= POLLOUT;
-	if (set_sleep && !watch_alone(w))
-		set_sleep = 0;
-	conn_rearm_for_set(w->conn, bump, set_sleep);
-	/* a set that added the connection meanwhile may sleep on its ring: ask again */
-	if (set_sleep && (bump & POLLIN) && !watch_alone(w))
-		conn_rearm(w->conn, POLLIN);
+	conn_rearm(w->conn, bump);
 	watch_read_state(w);
 	if (w->mask & CONN_MASK_FALLBACK)
 		return true;
@@ -1211,7 +1155,7 @@ static int ep_collect(struct smc_epoll *ep, struct epoll_event *out, int max)
 			watch_list(ep, w);
 		}
 		if (!full && !watch_reportable(w, m, true) && !watch_stays_hot(ep, w) &&
-		    !watch_settle(ep, w, 0))
+		    !watch_settle(ep, w))
 			watch_unlist(ep, w);
 		if (done)
 			break;
@@ -1220,10 +1164,8 @@ static int ep_collect(struct smc_epoll *ep, struct epoll_event *out, int max)
 }
 
 /* True when ep_collect would report something now; listed watches with nothing to
- * report leave the list armed (what a sleep needs). Fallbacks are converted.
- * `set_sleep`: the caller's named sleep (ep_set_sleep), given to the hot watches, which
- * stay listed. */
-static bool ep_any_ready(struct smc_epoll *ep, uint64_t set_sleep)
+ * report leave the list armed (what a sleep needs). Fallbacks are converted. */
+static bool ep_any_ready(struct smc_epoll *ep)
 {
 	struct smc_ep_reg *w, *next;
 
@@ -1239,7 +1181,7 @@ static bool ep_any_ready(struct smc_epoll *ep, uint64_t set_sleep)
 		}
 		if (watch_reportable(w, m, false))
 			return true;
-		if (watch_settle(ep, w, watch_is_hot(ep, w) ? set_sleep : 0)) {
+		if (watch_settle(ep, w)) {
 			if (watch_reportable(w, w->mask, false))
 				return true;
 		} else if (!watch_is_hot(ep, w)) {
@@ -1309,9 +1251,6 @@ static void ep_harvest(struct smc_epoll *ep)
 		ep->shared = true;
 	if (rescan || foreign)
 		ep_list_all(ep);
-	/* we may have taken the one ring a named sleep of another thread counts on */
-	if (bells && ep->set_sleep && ep->nsleeping > 0)
-		ep_kick(ep, 1);
 	/* another process may need what we just took out of the shared shadow */
 	if (ep->shared && (bells || foreign))
 		ep_kick(ep, EP_KICK_RESCAN);
@@ -1342,7 +1281,7 @@ static uint32_t ep_check_fd(int epfd)
 	if (!ep->dead) {
 		ep->fd_waited = true;
 		ep_harvest(ep);
-		ready = ep_any_ready(ep, 0);
+		ready = ep_any_ready(ep);
 	}
 	ep_unlock(ep);
 	ep_put(ep);
@@ -1485,8 +1424,7 @@ static int ep_wait(struct smc_epoll *ep, struct epoll_event *ev, int max,
 			/* no SMC registration left: the kernel alone, minus our cookie */
 			n = real_pwait(ep->epfd, ev, max, wait_remaining(deadline, &left), mask);
 			ep_lock(ep);
-			if (--ep->nsleeping == 0)
-				ep->set_sleep = 0;
+			ep->nsleeping--;
 			ep_unlock(ep);
 			if (n <= 0)
 				return n;
@@ -1515,14 +1453,9 @@ static int ep_wait(struct smc_epoll *ep, struct epoll_event *ev, int max,
 		ep_lock(ep);
 		dead = ep->dead;
 		if (!dead) {
-			uint64_t named = ep_set_sleep(ep);
-
-			ready = ep_any_ready(ep, named);
-			if (!ready) {
+			ready = ep_any_ready(ep);
+			if (!ready)
 				ep->nsleeping++;
-				/* a second sleeper re-armed every watch unnamed */
-				ep->set_sleep = named;
-			}
 		}
 		ep_unlock(ep);
 		if (dead)
@@ -1531,8 +1464,7 @@ static int ep_wait(struct smc_epoll *ep, struct epoll_event *ev, int max,
 			continue;
 		n = real_pwait(ep->epfd, ev, max, ep_sleep_time(ep, deadline, &left), mask);
 		ep_lock(ep);
-		if (--ep->nsleeping == 0)
-			ep->set_sleep = 0;
+		ep->nsleeping--;
 		if (!ep->dead)
 			ep_poll_hot(ep);
 		ep_unlock(ep);
@@ -1822,7 +1754,6 @@ void epoll_emul_atfork_child(void)
 		ep->inherited = true;
 		ep->shared = true;
 		ep->nsleeping = 0;
-		ep->set_sleep = 0;
 		for (struct smc_ep_reg *w = ep->watches; w; w = w->next) {
 			/* the sleeper counts are the parent's: it gives them back, not us; ours
 			 * are taken when the watch is next evaluated */

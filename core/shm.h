@@ -44,9 +44,6 @@ struct shm_dir_ctl {
 	uint32_t r_sleepers;  /* reader threads asleep waiting for data */
 	uint32_t r_seq;       /* bumped each time one goes to sleep */
 	uint32_t skip_done;   /* the skip_seq whose rewind the reader has jumped */
-	/* the epoll set sleep r_seq belongs to, 0 for none (conn.c, rings per set sleep);
-	 * a peer of an older build leaves it 0 and reads nothing of it */
-	uint64_t r_set;
 };
 
 struct shm_hdr {

@@ -60,8 +60,7 @@ expect() { # NAME PATTERN WANT WHAT
 }
 
 # 1. a real cliff: size 4 loses 40% in every round, CPUs near throughout
-raw cliff <<'EOF'
-1 1 1000 80 90
+cliff_rows='1 1 1000 80 90
 1 2 2000 90 80
 1 3 3000 80 85
 1 4 1800 85 90
@@ -72,8 +71,8 @@ raw cliff <<'EOF'
 3 1 990 90 95
 3 2 1990 95 90
 3 3 2990 90 85
-3 4 1790 85 95
-EOF
+3 4 1790 85 95'
+raw cliff <<<"$cliff_rows"
 expect cliff "CPUs near" MISS "a drop in every near round is a cliff"
 
 # 2. rounds 2 and 3 had the CPUs moved far apart from size 3 on: the all-rounds medians
@@ -109,20 +108,7 @@ fi
 
 # 3. the same cliff as 1, but round 3's placement changed during size 4 (near before,
 #    far after): size 4 keeps two near rounds, still a cliff
-raw changed <<'EOF'
-1 1 1000 80 90
-1 2 2000 90 80
-1 3 3000 80 85
-1 4 1800 85 90
-2 1 1010 70 80
-2 2 2010 80 70
-2 3 3010 70 75
-2 4 1810 75 80
-3 1 990 90 95
-3 2 1990 95 90
-3 3 2990 90 85
-3 4 900 85 400
-EOF
+raw changed <<<"$(sed 's/^3 4 1790 85 95$/3 4 900 85 400/' <<<"$cliff_rows")"
 expect changed "CPUs near" MISS "a round that changed placement during a size leaves the others judged"
 if grep -q "moved during the size 1" "$work/changed/table.txt"; then
 	pass "a change during a size is counted as such"

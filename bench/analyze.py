@@ -9,7 +9,7 @@ spread (the size's best round is not below the reference size's worst round), so
 run cannot tell it from noise: not a PASS, not a demonstrated cliff;
 the sweep's cliff rule compares sizes measured with the same CPU placement: bench/run
 records around every size how far apart CPUs 0 and 1 were (a cache-line round trip, see
-bench/c2c_probe.h; a VM's host moves its vCPUs near or far apart for minutes at a time,
+bench/c2c_probe.h; a VM's host moves its vCPUs near or far apart for seconds to minutes,
 and far apart a shared-memory ring runs 1.5-4x slower), so a round whose placement
 changed between two sizes cannot pass for a cliff: the rule is judged on the rounds with
 the CPUs near (a size needs PLACED_MIN of them), the far rounds' drop and the all-rounds

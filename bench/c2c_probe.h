@@ -4,7 +4,7 @@
  * pinned to them, in ns. On a VM the host may move the two vCPUs onto cores that share
  * no cache (another die or socket): the round trip goes from ~60-120 ns to ~340-420 ns on
  * the project's machine, and a shared-memory ring between the two CPUs runs 1.5-4x slower
- * while it lasts (minutes at a time). Used by bench/c2c and by msgsize's -c, so that the
+ * while it lasts (seconds to minutes). Used by bench/c2c and by msgsize's -c, so that the
  * sweep can tell such stretches from the library's own behaviour.
  *
  * c2c_probe_ns(ms) runs both ends in threads of their own (the caller's affinity is left

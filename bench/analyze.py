@@ -268,7 +268,9 @@ def sweep_rows(curves):
                   for size, t, s in zip(c["sizes"], c["tcp"], c["smc"])]
         finite = [r for r in ratios if not math.isnan(r[0])]
         min_ratio, min_at = min(finite) if finite else (math.nan, None)
-        smc_drop, smc_at = worst_drop(c["sizes"], c["smc"])
+        # a drop beyond the rule counts only when it stands out of the rounds' spread;
+        # otherwise it is reported, as NOISY, with the ranges in the sweep table
+        smc_drop, smc_at, v2 = cliff_verdict(c["sizes"], c["smc"], c["smc_lo"], c["smc_hi"])
         tcp_drop, tcp_at = worst_drop(c["sizes"], c["tcp"])
         status = None
         if c["invalid"]:
@@ -276,10 +278,6 @@ def sweep_rows(curves):
         elif c["fail"]:
             status = f"ERROR({c['fail']}/{c['n']})"
         v1 = "ERROR" if math.isnan(min_ratio) else ("PASS" if min_ratio >= 1.0 else "MISS")
-        # a drop beyond the rule counts only when it stands out of the rounds' spread;
-        # otherwise it is reported, as NOISY, with the ranges in the sweep table
-        separated = drop_separated(c["sizes"], c["smc"], c["smc_lo"], c["smc_hi"], smc_at)
-        v2 = "PASS" if smc_drop <= SWEEP_CLIFF else ("MISS" if separated else "NOISY")
         placed = placed_drop(c)
         rows.append({
             "workload": name, "metric": f"min SMC/TCP (at {min_at} B)", "better": "higher",
@@ -319,6 +317,15 @@ def sweep_rows(curves):
     return rows
 
 
+def cliff_verdict(sizes, med, lo, hi):
+    """The 10% rule on one curve of medians with their rounds' spread: (worst drop, at,
+    PASS / MISS / NOISY), MISS only for a drop that stands out of the spread."""
+    drop, at = worst_drop(sizes, med)
+    if drop <= SWEEP_CLIFF:
+        return drop, at, "PASS"
+    return drop, at, "MISS" if drop_separated(sizes, med, lo, hi, at) else "NOISY"
+
+
 def placed_drop(c):
     """The cliff rule within each CPU placement: {placement: (drop, at, verdict, sizes
     not judged)}, or None when the curve has no placement probes (the all-rounds rule
@@ -333,14 +340,9 @@ def placed_drop(c):
     for p in PLACEMENTS:
         d = c["placed"][p]
         unjudged = sum(1 for m in d["med"] if math.isnan(m))
-        drop, at = worst_drop(c["sizes"], d["med"])
-        sep = drop_separated(c["sizes"], d["med"], d["lo"], d["hi"], at)
-        if drop > SWEEP_CLIFF and sep:
-            verdict = "MISS"
-        elif drop > SWEEP_CLIFF or unjudged:
+        drop, at, verdict = cliff_verdict(c["sizes"], d["med"], d["lo"], d["hi"])
+        if verdict == "PASS" and unjudged:
             verdict = "NOISY"
-        else:
-            verdict = "PASS"
         out[p] = (drop, at, verdict, unjudged)
     return out
 

@@ -25,6 +25,9 @@ enum smc_reason {
 	SMC_REASON_SOCKOPT,         /* socket options SMC cannot honour (e.g. MSG_OOB use) */
 	SMC_REASON_PEER_CLOSED,     /* the peer closed the connection during the handshake */
 	SMC_REASON_SHORT_LIVED,     /* client: this destination's connections close too soon (hs_policy.h) */
+	SMC_REASON_READINESS,       /* in a readiness set (epoll...) the emulation cannot take over */
+	SMC_REASON_IO_URING,        /* the process uses io_uring, which bypasses the library */
+	SMC_REASON_FD_LIMIT,        /* the library's descriptors would crowd RLIMIT_NOFILE */
 	SMC_REASON_MAX
 };
 

@@ -93,5 +93,8 @@
 #define SMC_STATS_REASON_SOCKOPT       "sockopt"          /* options SMC cannot honour */
 #define SMC_STATS_REASON_PEER_CLOSED   "peer-closed"      /* peer closed during the handshake */
 #define SMC_STATS_REASON_SHORT_LIVED   "short-lived"      /* destination's connections close too soon */
+#define SMC_STATS_REASON_READINESS     "readiness"        /* in an epoll/readiness set the library cannot take over */
+#define SMC_STATS_REASON_IO_URING      "io-uring"         /* the process uses io_uring */
+#define SMC_STATS_REASON_FD_LIMIT      "fd-limit"         /* descriptors near RLIMIT_NOFILE */
 
 #endif

@@ -3,11 +3,12 @@
  * syscall_check: TCP connections driven only through raw syscall(), as programs that
  * bypass libc's named functions do (libuv closes with syscall(SYS_close)).
  *
- *   syscall_check server PORT ROUNDS
- *   syscall_check client PORT ROUNDS
+ *   syscall_check server PORT ROUNDS [libc-setup]
+ *   syscall_check client PORT ROUNDS [libc-setup]
  *
  * Each round is one connection on 127.0.0.1:PORT, made with SYS_socket, SYS_connect
- * and SYS_accept4. The client sends REQ_BYTES (SYS_write, then SYS_sendto) and waits
+ * and SYS_accept4, or with libc's socket(), connect() and accept4() ("libc-setup", as
+ * libuv does: only its close is a raw one). The client sends REQ_BYTES (SYS_write, then SYS_sendto) and waits
  * for one acknowledgement byte; the server reads them (SYS_read), checks that a
  * nonblocking read on a SYS_dup of the socket, made nonblocking with SYS_fcntl, finds
  * nothing (EAGAIN), acknowledges, reads the client's EOF after its SYS_shutdown, moves
@@ -45,6 +46,7 @@
 #define RELEASE_WAIT_MS 5000
 
 static const char *role = "?";
+static bool libc_setup;
 
 static void fail(const char *what)
 {
@@ -187,7 +189,8 @@ static int wait_released(int round, int baseline)
 
 static void server_round(int lfd, int r, unsigned char *buf)
 {
-	int fd = (int)syscall(SYS_accept4, lfd, NULL, NULL, SOCK_CLOEXEC);
+	int fd = libc_setup ? accept4(lfd, NULL, NULL, SOCK_CLOEXEC)
+			    : (int)syscall(SYS_accept4, lfd, NULL, NULL, SOCK_CLOEXEC);
 	if (fd < 0)
 		fail("SYS_accept4");
 
@@ -224,11 +227,13 @@ static void server_round(int lfd, int r, unsigned char *buf)
 
 static void client_round(const struct sockaddr_in *sa, int r, unsigned char *buf)
 {
-	int fd = (int)syscall(SYS_socket, AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	int fd = libc_setup ? socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0)
+			    : (int)syscall(SYS_socket, AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
 	if (fd < 0)
-		fail("SYS_socket");
-	if (syscall(SYS_connect, fd, sa, sizeof(*sa)) != 0)
-		fail("SYS_connect");
+		fail("socket");
+	if ((libc_setup ? connect(fd, (const struct sockaddr *)sa, sizeof(*sa))
+			: syscall(SYS_connect, fd, sa, sizeof(*sa))) != 0)
+		fail("connect");
 
 	fill(buf, REQ_BYTES, 0, r);
 	send_all(fd, buf, REQ_WRITE, false);
@@ -258,10 +263,12 @@ static void on_term(int sig)
 
 int main(int argc, char **argv)
 {
-	if (argc != 4 || (strcmp(argv[1], "server") && strcmp(argv[1], "client"))) {
-		fprintf(stderr, "usage: %s server|client PORT ROUNDS\n", argv[0]);
+	if (argc < 4 || argc > 5 || (strcmp(argv[1], "server") && strcmp(argv[1], "client")) ||
+	    (argc == 5 && strcmp(argv[4], "libc-setup"))) {
+		fprintf(stderr, "usage: %s server|client PORT ROUNDS [libc-setup]\n", argv[0]);
 		return 2;
 	}
+	libc_setup = argc == 5;
 	role = argv[1];
 	bool server = strcmp(role, "server") == 0;
 	int rounds = atoi(argv[3]);

@@ -430,11 +430,15 @@ int smc_sock_listen(int fd, int backlog)
 	bool opted_in = false;
 	int r;
 
+	/* a process that uses io_uring may accept where we never see it (io_uring_watch.h):
+	 * its new listeners announce no SMC, so their clients never wait for it */
+	bool announce = smc_enabled() && !io_uring_in_use();
+
 	/* before listen(): the program decides when the socket starts listening */
-	if (fdtab_kind(fd) == FD_TCP && smc_enabled() && tcpopt_available())
+	if (fdtab_kind(fd) == FD_TCP && announce && tcpopt_available())
 		opted_in = tcpopt_opt_in(fd) == 0;
 	r = REAL(listen)(fd, backlog);
-	if (r < 0 || fdtab_kind(fd) != FD_TCP || !smc_enabled())
+	if (r < 0 || fdtab_kind(fd) != FD_TCP || !announce)
 		return r;
 	listener_track(fd, opted_in);
 	return r;
@@ -577,6 +581,18 @@ static int accept_handshake(int nfd, int ufd, int flags, const struct hs_auth *a
 	return accept_finish(c, nfd, r, false);
 }
 
+/* An SMC-R Proposal that arrives once the process uses io_uring (io_uring_watch.h) is
+ * declined on the TCP connection: true, with *why. The same-host exchange declines in
+ * handshake_server. */
+static bool ib_declined_for_io_uring(int fd, enum smc_reason *why)
+{
+	if (!io_uring_in_use())
+		return false;
+	(void)neg_send_decline(fd, CLC_DECL_MODEUNSUPP);
+	*why = SMC_REASON_IO_URING;
+	return true;
+}
+
 /* In-band SMC-R: the server's side of the exchange on accepted socket nfd (conn_ib.h).
  * Results as accept_handshake. */
 static int accept_ib_inband(int nfd, int flags, const struct clc_msg *prop,
@@ -622,6 +638,8 @@ static void deferred_decide(struct smc_conn *c, enum neg_offer o, const struct c
 	case NEG_OFFER_TCP:
 		break;
 	case NEG_OFFER_IB:
+		if (ib_declined_for_io_uring(c->fd, &why))
+			break;
 		log_debug("fd %d: SMC-R Proposal from smc-preload: answering in-band", c->fd);
 		r = conn_ib_server_inband(c, prop, &why);
 		break;
@@ -726,6 +744,8 @@ static int accept_inband(int nfd, int flags, bool may_defer, enum smc_reason *wh
 	case NEG_OFFER_TCP:
 		return 0;
 	case NEG_OFFER_IB:
+		if (ib_declined_for_io_uring(nfd, why))
+			return 0;
 		log_debug("fd %d: SMC-R Proposal from smc-preload: answering in-band", nfd);
 		return accept_ib_inband(nfd, flags, &prop, why);
 	case NEG_OFFER_OURS:
@@ -864,9 +884,10 @@ static int accept_decline_inband(int nfd, enum smc_reason reason, enum smc_reaso
  * negotiate as for our own listeners, or decline. Results as accept_inband. */
 static int accept_unknown_listener(int nfd, int flags, enum smc_reason *why)
 {
-	if (smc_enabled())
+	if (smc_enabled() && !io_uring_in_use()) /* io_uring_watch.h */
 		return accept_inband(nfd, flags, false, why);
-	return accept_decline_inband(nfd, SMC_REASON_DISABLED, why);
+	return accept_decline_inband(nfd, smc_enabled() ? SMC_REASON_IO_URING : SMC_REASON_DISABLED,
+				     why);
 }
 
 /* A listener of a process that uses io_uring (io_uring_watch.h): a pooled connection
@@ -896,7 +917,8 @@ int smc_sock_accept(int fd, struct sockaddr *addr, socklen_t *len, int flags)
 {
 	struct sockaddr_storage peer;
 	socklen_t plen = sizeof(peer);
-	enum smc_reason why = SMC_REASON_DISABLED;
+	enum smc_reason why = smc_enabled() && io_uring_in_use() ? SMC_REASON_IO_URING
+								 : SMC_REASON_DISABLED;
 	bool opted_in;
 	int nfd, r;
 

@@ -26,6 +26,11 @@
 
 #include "core/io_uring_watch.h"
 
+/* io_uring has one number on every architecture (Linux 5.1). */
+#ifndef SYS_io_uring_setup
+#define SYS_io_uring_setup 425
+#endif
+
 /* The kernel's sigset_t: one bit per signal, _NSIG of them (libc's is larger). */
 #define KERNEL_SIGSET_SIZE (_NSIG / 8)
 

@@ -6,7 +6,9 @@
 # io_uring_check moves 1 MiB each way, every byte checked, both sides under
 # smc_preload.sh:
 #  1. the server's ring made with syscall(SYS_io_uring_setup), data through its own
-#     SQ/CQ ring, the client plain: the server declines (fallback io-uring);
+#     SQ/CQ ring, the client plain: made before listen(), the listener announces no
+#     SMC (the client sees peer-not-smc); made between listen() and accept(), the
+#     server declines the client's proposal (declined); fallback io-uring either way;
 #  2. the client's ring made through liburing, the server plain: the client does not
 #     offer SMC (fallback io-uring);
 #  3. a client that starts with a ring inherited across exec (the descriptor scan at
@@ -23,10 +25,12 @@ smc_init
 grep -qx 0 /proc/sys/kernel/io_uring_disabled 2>/dev/null ||
 	[ ! -e /proc/sys/kernel/io_uring_disabled ] || smc_skip "io_uring is disabled (kernel.io_uring_disabled)"
 
-# pair LABEL SERVER-RING CLIENT-PREFIX... -- CLIENT-RING: one connection; prints nothing,
-# leaves the stats in stats-server-LABEL and stats-client-LABEL.
+# pair LABEL SERVER-ARGS CLIENT-PREFIX... -- CLIENT-RING: one connection (SERVER-ARGS:
+# RING [ring-after-listen], one word); leaves the stats in stats-server-LABEL and
+# stats-client-LABEL.
 pair() {
-	local label=$1 sring=$2 cring port srv cli out rc
+	local label=$1 sring cring port srv cli out rc
+	read -r -a sring <<<"$2"
 	shift 2
 	local prefix=()
 	while [ "$1" != -- ]; do
@@ -37,7 +41,7 @@ pair() {
 	smc_free_port port
 	srv=$(smc_stats_dir "server-$label")
 	cli=$(smc_stats_dir "client-$label")
-	smc_start_server "server-$label" "$srv" "$CHECK" server "$port" "$BYTES" "$sring"
+	smc_start_server "server-$label" "$srv" "$CHECK" server "$port" "$BYTES" "${sring[@]}"
 	smc_wait_port "server-$label" "$port"
 	out=$SMC_TMP/client-$label.out
 	smc_run "$cli" "${prefix[@]}" "$CHECK" client "$port" "$BYTES" "$cring" >"$out" 2>&1
@@ -57,7 +61,14 @@ pair() {
 pair server-raw raw -- none
 # the ring side's bytes never pass through the library: none are counted there
 smc_expect_fallback "$SMC_TMP/stats-server-server-raw" io-uring 0 "server (raw ring)"
-smc_expect_fallback "$SMC_TMP/stats-client-server-raw" declined $((2 * BYTES)) "client of the raw-ring server"
+smc_expect_fallback "$SMC_TMP/stats-client-server-raw" peer-not-smc $((2 * BYTES)) \
+	"client of the raw-ring server"
+
+pair server-raw-late "raw ring-after-listen" -- none
+smc_expect_fallback "$SMC_TMP/stats-server-server-raw-late" io-uring 0 \
+	"server (raw ring made after listen)"
+smc_expect_fallback "$SMC_TMP/stats-client-server-raw-late" declined $((2 * BYTES)) \
+	"client of the server whose ring came after listen"
 
 pair client-liburing none -- liburing
 smc_expect_fallback "$SMC_TMP/stats-client-client-liburing" io-uring 0 "client (liburing)"

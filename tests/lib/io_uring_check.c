@@ -3,7 +3,7 @@
  * io_uring_check: a TCP connection whose data goes through io_uring, which no
  * interposed function sees, so the library must keep it plain TCP.
  *
- *   io_uring_check server PORT BYTES RING
+ *   io_uring_check server PORT BYTES RING [ring-after-listen]
  *   io_uring_check client PORT BYTES RING
  *   io_uring_check exec-with-ring PROGRAM ARGS...
  *
@@ -14,7 +14,8 @@
  * BYTES of another pattern, the client reads them; every byte is checked, then both
  * see EOF and exit 0 ("OK role bytes=N ring=RING"). exec-with-ring sets up a raw ring,
  * keeps its descriptor open across exec and runs PROGRAM: a process that starts with a
- * ring. Exit 77 when the kernel refuses io_uring, 1 on any failure.
+ * ring. The ring is made first, or with ring-after-listen once the server listens
+ * (before it accepts). Exit 77 when the kernel refuses io_uring, 1 on any failure.
  */
 #include <arpa/inet.h>
 #include <errno.h>
@@ -247,8 +248,10 @@ int main(int argc, char **argv)
 		execvp(argv[2], argv + 2);
 		fail("execvp");
 	}
-	if (argc != 5 || (strcmp(argv[1], "server") && strcmp(argv[1], "client"))) {
-		fprintf(stderr, "usage: %s server|client PORT BYTES none|raw|liburing\n"
+	bool after_listen = argc == 6 && strcmp(argv[5], "ring-after-listen") == 0;
+	if ((argc != 5 && !after_listen) || (strcmp(argv[1], "server") && strcmp(argv[1], "client"))) {
+		fprintf(stderr, "usage: %s server|client PORT BYTES none|raw|liburing "
+				"[ring-after-listen]\n"
 				"       %s exec-with-ring PROGRAM ARGS...\n", argv[0], argv[0]);
 		return 2;
 	}
@@ -267,7 +270,8 @@ int main(int argc, char **argv)
 	}
 #endif
 	setvbuf(stdout, NULL, _IOLBF, 0);
-	ring_setup();
+	if (!after_listen)
+		ring_setup();
 
 	struct sockaddr_in sa = { .sin_family = AF_INET, .sin_port = htons((uint16_t)atoi(argv[2])) };
 	inet_pton(AF_INET, "127.0.0.1", &sa.sin_addr);
@@ -277,6 +281,8 @@ int main(int argc, char **argv)
 		if (lfd < 0 || setsockopt(lfd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one)) < 0 ||
 		    bind(lfd, (struct sockaddr *)&sa, sizeof(sa)) < 0 || listen(lfd, 4) < 0)
 			fail("listen");
+		if (after_listen)
+			ring_setup();
 		fd = accept(lfd, NULL, NULL);
 		if (fd < 0)
 			fail("accept");

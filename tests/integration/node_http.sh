@@ -11,7 +11,10 @@
 #     the first connections (a small constant allowed for the library's lazily made
 #     parts and the pools, core/pool.h), smcpstat lists none of its connections, and
 #     no connection fell back for mem-cap;
-#  3. requests per second of the per-request loop, under the library and with
+#  3. with UV_USE_IO_URING=1 on a libuv that has io_uring (1.45 on), which libuv sets up
+#     through syscall(): a server and a keep-alive client keep their connections TCP
+#     (fallback io-uring on both sides), every body exact;
+#  4. requests per second of the per-request loop, under the library and with
 #     SMC_TRANSPORT=tcp for both processes, 3 rounds each, logged with their ratio (a
 #     measurement, not an assertion).
 [ -n "${BASH_VERSION:-}" ] || exec bash "$0" "$@"
@@ -152,7 +155,28 @@ smc_log "client (per-request): $(smc_stats "$pr" '.events.shm_pooled') connectio
 smc_assert_eq "client (per-request): connections" \
 	"$(smc_stats "$pr" '.connections.shm + .connections.tcp')" "$PER_REQUEST_N"
 
-# 3. speed: the same loop under the library and as plain TCP (both processes with
+# 3. libuv's io_uring
+uv=$(node -p process.versions.uv)
+if [ "$SMC_TEST_EXPECT" != shm ]; then
+	smc_log "part 3 (the upgrade decision) runs in shm mode only"
+elif [ "$(printf '%s\n' 1.45.0 "$uv" | sort -V | head -n 1)" = 1.45.0 ]; then
+	smc_free_port uport
+	usrv=$(smc_stats_dir server-io-uring)
+	ucli=$(smc_stats_dir client-io-uring)
+	UV_USE_IO_URING=1 smc_start_server node-uring "$usrv" node "$SMC_TMP/server.js" "$uport" "$www"
+	smc_wait_log node-uring '^listening pid' 30
+	out=$SMC_TMP/client-io-uring.out
+	UV_USE_IO_URING=1 smc_run "$ucli" node "$SMC_TMP/client.js" keepalive "$uport" "$www" \
+		"$SMALL_N" >"$out" 2>&1 || smc_fail "node client (io_uring) failed: $(cat "$out")"
+	smc_log "io_uring: $(grep '^OK ' "$out")"
+	smc_stop_server node-uring
+	smc_expect_fallback "$usrv" io-uring $((BIG_N * 1048576)) "server (libuv io_uring)"
+	smc_expect_fallback "$ucli" io-uring $((BIG_N * 1048576)) "client (libuv io_uring)"
+else
+	smc_log "libuv $uv has no io_uring: part 3 skipped"
+fi
+
+# 4. speed: the same loop under the library and as plain TCP (both processes with
 # SMC_TRANSPORT=tcp), rounds interleaved
 speed() { # speed STATSDIR PORT [env...]: requests per second of one round
 	local dir=$1 p=$2 out

@@ -14,6 +14,7 @@
 #include "core/conn_ib.h"
 #include "core/fdpark.h"
 #include "core/handshake.h"
+#include "core/io_uring_watch.h"
 #include "core/log.h"
 #include "core/negotiate.h"
 #include "core/real.h"
@@ -342,6 +343,12 @@ int handshake_server(struct smc_conn *c, int ufd, const struct hs_auth *auth,
 		log_info("fd %d: client declined SMC: %s", c->fd,
 			 clc_decline_reason_str(prop.u.s_decl.diag));
 		return -ECONNREFUSED;
+	}
+	if (io_uring_in_use()) { /* io_uring_watch.h: no new upgrade */
+		*why = SMC_REASON_IO_URING;
+		close_fds(bells, 2);
+		server_refuse(c, ufd, auth, CLC_DECL_MODEUNSUPP);
+		return -EPROTO;
 	}
 	if (prop.variant == CLC_SMCR) {
 		if (!auth->by_key)

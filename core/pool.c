@@ -530,7 +530,7 @@ bool pool_client_withdraw(struct smc_pool *p, int slot, bool server_gone)
 
 static pthread_mutex_t sets_lock = PTHREAD_MUTEX_INITIALIZER;
 static struct pool_set *sets;
-static bool server_forked; /* under sets_lock */
+static bool server_refuses; /* under sets_lock: no new pools (forked, or io_uring) */
 
 struct pool_set *pool_set_new(void)
 {
@@ -709,7 +709,7 @@ void pool_set_serve(struct pool_set *set, int name_fd, int lfd)
 	if (!set || name_fd < 0)
 		return;
 	pthread_mutex_lock(&sets_lock);
-	refuse = server_forked;
+	refuse = server_refuses;
 	pthread_mutex_unlock(&sets_lock);
 	refuse = refuse || smc_cfg.pool_slots == 0 || listener_reuseport(lfd);
 	pthread_mutex_lock(&set->lock);
@@ -800,14 +800,11 @@ int pool_set_claim(struct pool_set *set, const struct sockaddr *peer, int tcp_fd
 
 /* ---------------------------------------------------------------- fork */
 
-void pool_atfork_prepare(void)
+/* Under sets_lock: no new offers into the server's pools, no new pools. They stay
+ * claimable for the connections already offered. */
+static void server_retire_all_locked(void)
 {
-	pthread_mutex_lock(&dests_lock);
-	pthread_mutex_lock(&sets_lock);
-	/* Both processes may accept on our listeners from now on, and only the pools that
-	 * exist now are known to both: no new offers into them, no new pools. They stay
-	 * claimable for the connections already offered. */
-	server_forked = true;
+	server_refuses = true;
 	for (struct pool_set *set = sets; set; set = set->next) {
 		pthread_mutex_lock(&set->lock);
 		for (struct smc_pool *p = set->pools; p; p = p->next)
@@ -815,6 +812,22 @@ void pool_atfork_prepare(void)
 					 __ATOMIC_RELEASE);
 		pthread_mutex_unlock(&set->lock);
 	}
+}
+
+void pool_server_retire_all(void)
+{
+	pthread_mutex_lock(&sets_lock);
+	server_retire_all_locked();
+	pthread_mutex_unlock(&sets_lock);
+}
+
+void pool_atfork_prepare(void)
+{
+	pthread_mutex_lock(&dests_lock);
+	pthread_mutex_lock(&sets_lock);
+	/* Both processes may accept on our listeners from now on, and only the pools that
+	 * exist now are known to both. */
+	server_retire_all_locked();
 }
 
 void pool_atfork_parent(void)

@@ -103,6 +103,10 @@ void pool_conn_done(struct smc_pool *p, int slot);
 void pool_get(struct smc_pool *p);
 void pool_put(struct smc_pool *p);
 
+/* Server: the pools take no new offers and no request is answered any more (the
+ * process started using io_uring, io_uring_watch.h); offered slots stay claimable. */
+void pool_server_retire_all(void);
+
 /* fork(): in both processes, the server's pools take no new offers and no request is
  * answered any more; the child forgets the client's pools (its connections keep
  * theirs). Around fork as pthread_atfork's three handlers. */

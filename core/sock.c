@@ -30,6 +30,7 @@
 #include "core/handshake.h"
 #include "core/hs_policy.h"
 #include "core/init.h"
+#include "core/io_uring_watch.h"
 #include "core/log.h"
 #include "core/negotiate.h"
 #include "core/pool.h"
@@ -357,7 +358,9 @@ int smc_sock_connect(int fd, const struct sockaddr *addr, socklen_t len)
 	    (addr->sa_family != AF_INET && addr->sa_family != AF_INET6) ||
 	    len < (addr->sa_family == AF_INET ? sizeof(struct sockaddr_in) : sizeof(struct sockaddr_in6)))
 		return REAL(connect)(fd, addr, len);
-	if (smc_enabled() && !addr_is_unspecified(addr)) {
+	if (smc_enabled() && io_uring_in_use()) {
+		why = SMC_REASON_IO_URING; /* io_uring_watch.h: no new upgrade */
+	} else if (smc_enabled() && !addr_is_unspecified(addr)) {
 		uint64_t key = hs_policy_key(addr), now = hs_policy_now_ns();
 		bool admit = hs_policy_admit(key, now, (uint64_t)smc_cfg.short_conn_us * 1000);
 
@@ -427,11 +430,15 @@ int smc_sock_listen(int fd, int backlog)
 	bool opted_in = false;
 	int r;
 
+	/* a process that uses io_uring may accept where we never see it (io_uring_watch.h):
+	 * its new listeners announce no SMC, so their clients never wait for it */
+	bool announce = smc_enabled() && !io_uring_in_use();
+
 	/* before listen(): the program decides when the socket starts listening */
-	if (fdtab_kind(fd) == FD_TCP && smc_enabled() && tcpopt_available())
+	if (fdtab_kind(fd) == FD_TCP && announce && tcpopt_available())
 		opted_in = tcpopt_opt_in(fd) == 0;
 	r = REAL(listen)(fd, backlog);
-	if (r < 0 || fdtab_kind(fd) != FD_TCP || !smc_enabled())
+	if (r < 0 || fdtab_kind(fd) != FD_TCP || !announce)
 		return r;
 	listener_track(fd, opted_in);
 	return r;
@@ -574,6 +581,18 @@ static int accept_handshake(int nfd, int ufd, int flags, const struct hs_auth *a
 	return accept_finish(c, nfd, r, false);
 }
 
+/* An SMC-R Proposal that arrives once the process uses io_uring (io_uring_watch.h) is
+ * declined on the TCP connection: true, with *why. The same-host exchange declines in
+ * handshake_server. */
+static bool ib_declined_for_io_uring(int fd, enum smc_reason *why)
+{
+	if (!io_uring_in_use())
+		return false;
+	(void)neg_send_decline(fd, CLC_DECL_MODEUNSUPP);
+	*why = SMC_REASON_IO_URING;
+	return true;
+}
+
 /* In-band SMC-R: the server's side of the exchange on accepted socket nfd (conn_ib.h).
  * Results as accept_handshake. */
 static int accept_ib_inband(int nfd, int flags, const struct clc_msg *prop,
@@ -619,6 +638,8 @@ static void deferred_decide(struct smc_conn *c, enum neg_offer o, const struct c
 	case NEG_OFFER_TCP:
 		break;
 	case NEG_OFFER_IB:
+		if (ib_declined_for_io_uring(c->fd, &why))
+			break;
 		log_debug("fd %d: SMC-R Proposal from smc-preload: answering in-band", c->fd);
 		r = conn_ib_server_inband(c, prop, &why);
 		break;
@@ -723,6 +744,8 @@ static int accept_inband(int nfd, int flags, bool may_defer, enum smc_reason *wh
 	case NEG_OFFER_TCP:
 		return 0;
 	case NEG_OFFER_IB:
+		if (ib_declined_for_io_uring(nfd, why))
+			return 0;
 		log_debug("fd %d: SMC-R Proposal from smc-preload: answering in-band", nfd);
 		return accept_ib_inband(nfd, flags, &prop, why);
 	case NEG_OFFER_OURS:
@@ -828,23 +851,20 @@ static bool listener_nonblocking(int fd)
 	return fl >= 0 && (fl & O_NONBLOCK);
 }
 
-/* The option was answered by a listener we do not know: it was opted in before exec
- * (the kernel keeps the opt-in, our table does not), or SMC_TRANSPORT=tcp here. The
- * client proposes in band either way, and its CLC bytes must not reach the application:
- * negotiate as for our own listeners, or decline. Results as accept_inband. */
-static int accept_unknown_listener(int nfd, int flags, enum smc_reason *why)
+/* Reads the in-band offer of a client we do not negotiate with and declines it, so its
+ * CLC bytes never reach the application. 0: plain TCP (*why: `reason`, or what the
+ * client's bytes said); -1: nfd was reset (errno ECONNABORTED). */
+static int accept_decline_inband(int nfd, enum smc_reason reason, enum smc_reason *why)
 {
 	struct clc_block blk;
 	struct clc_msg prop;
 
-	if (smc_enabled())
-		return accept_inband(nfd, flags, false, why);
 	switch (neg_server_read_offer(nfd, &blk, &prop, why)) {
 	case NEG_OFFER_TCP:
 		return 0;
 	case NEG_OFFER_OURS:
 	case NEG_OFFER_IB:
-		*why = SMC_REASON_DISABLED;
+		*why = reason;
 		if (neg_send_decline(nfd, CLC_DECL_MODEUNSUPP) == 0)
 			return 0;
 		break;
@@ -858,11 +878,47 @@ static int accept_unknown_listener(int nfd, int flags, enum smc_reason *why)
 	return -1;
 }
 
+/* The option was answered by a listener we do not know: it was opted in before exec
+ * (the kernel keeps the opt-in, our table does not), or SMC_TRANSPORT=tcp here. The
+ * client proposes in band either way, and its CLC bytes must not reach the application:
+ * negotiate as for our own listeners, or decline. Results as accept_inband. */
+static int accept_unknown_listener(int nfd, int flags, enum smc_reason *why)
+{
+	if (smc_enabled() && !io_uring_in_use()) /* io_uring_watch.h */
+		return accept_inband(nfd, flags, false, why);
+	return accept_decline_inband(nfd, smc_enabled() ? SMC_REASON_IO_URING : SMC_REASON_DISABLED,
+				     why);
+}
+
+/* A listener of a process that uses io_uring (io_uring_watch.h): a pooled connection
+ * whose slot was offered before is served (the client has taken it as upgraded); every
+ * other client is declined, in band or on its rendezvous, and stays TCP. */
+static int accept_io_uring(int lfd, int nfd, const struct sockaddr *peer, int flags)
+{
+	enum smc_reason why = SMC_REASON_IO_URING;
+	int r = accept_pooled(lfd, nfd, peer, flags);
+
+	/* a same-host client waiting on its rendezvous hears the decline there
+	 * (handshake_server), instead of waiting out its handshake timeout */
+	if (r == 0 && listener_opted_in(lfd) && tcpopt_peer_sent(nfd) == 1)
+		r = accept_decline_inband(nfd, SMC_REASON_IO_URING, &why);
+	else if (r == 0)
+		r = accept_rendezvous(lfd, nfd, peer, flags, &why);
+	if (r < 0)
+		return -1;
+	if (r == 0) {
+		fdtab_set(nfd, FD_TCP, NULL);
+		stats_conn(SMC_MODE_TCP, why);
+	}
+	return nfd;
+}
+
 int smc_sock_accept(int fd, struct sockaddr *addr, socklen_t *len, int flags)
 {
 	struct sockaddr_storage peer;
 	socklen_t plen = sizeof(peer);
-	enum smc_reason why = SMC_REASON_DISABLED;
+	enum smc_reason why = smc_enabled() && io_uring_in_use() ? SMC_REASON_IO_URING
+								 : SMC_REASON_DISABLED;
 	bool opted_in;
 	int nfd, r;
 
@@ -872,6 +928,8 @@ int smc_sock_accept(int fd, struct sockaddr *addr, socklen_t *len, int flags)
 	/* an accepted socket inherits the listener's timeouts and linger */
 	fdtab_flags_reset(nfd, fdtab_flags(fd) & FDF_SOCKOPTS);
 	copy_addr_out(&peer, plen, addr, len);
+	if (fdtab_kind(fd) == FD_LISTEN && smc_enabled() && io_uring_in_use()) /* io_uring_watch.h */
+		return accept_io_uring(fd, nfd, (struct sockaddr *)&peer, flags);
 	if (fdtab_kind(fd) != FD_LISTEN || !smc_enabled()) {
 		/* only an accepted socket of an opted-in listener has a map entry */
 		r = tcpopt_available() && tcpopt_peer_sent(nfd) == 1

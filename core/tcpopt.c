@@ -38,7 +38,7 @@ static _Atomic uint32_t map_id; /* the kernel's id of the map behind map_fd, 0 u
 /* bpf(2); -errno on failure. */
 static int sys_bpf(int cmd, union bpf_attr *attr)
 {
-	long r = syscall(SYS_bpf, cmd, attr, sizeof(*attr));
+	long r = REAL(syscall)(SYS_bpf, (long)cmd, (long)attr, (long)sizeof(*attr));
 
 	return r < 0 ? -errno : (int)r;
 }

@@ -46,6 +46,7 @@ SMC_EXPORT ssize_t readv(int fd, const struct iovec *iov, int iovcnt)
 	}
 	return smc_sock_recv(fd, iov, iovcnt, 0);
 }
+ssize_t smc_impl_readv(int fd, const struct iovec *iov, int iovcnt) SMC_INTERNAL_ALIAS(readv);
 
 SMC_EXPORT ssize_t recv(int fd, void *buf, size_t n, int flags)
 {
@@ -114,6 +115,7 @@ SMC_EXPORT ssize_t recvmsg(int fd, struct msghdr *msg, int flags)
 		return REAL(recvmsg)(fd, msg, flags);
 	return recvmsg_tracked(fd, msg, flags);
 }
+ssize_t smc_impl_recvmsg(int fd, struct msghdr *msg, int flags) SMC_INTERNAL_ALIAS(recvmsg);
 
 static int64_t timespec_ns(const struct timespec *ts)
 {
@@ -185,6 +187,8 @@ SMC_EXPORT int recvmmsg(int fd, struct mmsghdr *vec, unsigned int vlen, int flag
 		return REAL(recvmmsg)(fd, vec, vlen, flags, timeout);
 	return recvmmsg_tracked(fd, vec, vlen, flags, timeout);
 }
+int smc_impl_recvmmsg(int fd, struct mmsghdr *vec, unsigned int vlen, int flags,
+		      struct timespec *timeout) SMC_INTERNAL_ALIAS(recvmmsg);
 
 /* ------------------------------------------------------------------ send */
 
@@ -196,6 +200,7 @@ SMC_EXPORT ssize_t write(int fd, const void *buf, size_t n)
 	return smc_sock_send(fd, &iov, 1, 0);
 }
 SMC_EXPORT ssize_t __write(int fd, const void *buf, size_t n) SMC_ALIAS(write);
+ssize_t smc_impl_write(int fd, const void *buf, size_t n) SMC_INTERNAL_ALIAS(write);
 
 SMC_EXPORT ssize_t writev(int fd, const struct iovec *iov, int iovcnt)
 {
@@ -207,6 +212,7 @@ SMC_EXPORT ssize_t writev(int fd, const struct iovec *iov, int iovcnt)
 	}
 	return smc_sock_send(fd, iov, iovcnt, 0);
 }
+ssize_t smc_impl_writev(int fd, const struct iovec *iov, int iovcnt) SMC_INTERNAL_ALIAS(writev);
 
 SMC_EXPORT ssize_t send(int fd, const void *buf, size_t n, int flags)
 {
@@ -231,6 +237,8 @@ SMC_EXPORT ssize_t sendto(int fd, const void *buf, size_t n, int flags,
 	struct iovec iov = { .iov_base = (void *)buf, .iov_len = n };
 	return smc_sock_send(fd, &iov, 1, flags);
 }
+ssize_t smc_impl_sendto(int fd, const void *buf, size_t n, int flags, __CONST_SOCKADDR_ARG addr,
+			socklen_t addrlen) SMC_INTERNAL_ALIAS(sendto);
 
 /* sendmsg() on a tracked stream socket: the destination is ignored as TCP does;
  * ancillary data has no meaning on an SMC connection and is ignored. */
@@ -249,6 +257,7 @@ SMC_EXPORT ssize_t sendmsg(int fd, const struct msghdr *msg, int flags)
 		return REAL(sendmsg)(fd, msg, flags);
 	return sendmsg_tracked(fd, msg, flags);
 }
+ssize_t smc_impl_sendmsg(int fd, const struct msghdr *msg, int flags) SMC_INTERNAL_ALIAS(sendmsg);
 
 /* sendmmsg() as the kernel runs it: one sendmsg per entry until one fails; the count
  * sent if any, otherwise the error. */
@@ -267,6 +276,8 @@ SMC_EXPORT int sendmmsg(int fd, struct mmsghdr *vec, unsigned int vlen, int flag
 	}
 	return (int)done;
 }
+int smc_impl_sendmmsg(int fd, struct mmsghdr *vec, unsigned int vlen, int flags)
+	SMC_INTERNAL_ALIAS(sendmmsg);
 
 /* ------------------------------------------------------------------ sendfile, splice */
 
@@ -356,6 +367,8 @@ SMC_EXPORT ssize_t sendfile64(int out_fd, int in_fd, off64_t *offset, size_t cou
 		return CALL_REAL(sendfile64, out_fd, in_fd, offset, count);
 	return sendfile_tracked(out_fd, in_fd, offset, count);
 }
+ssize_t smc_impl_sendfile64(int out_fd, int in_fd, off64_t *offset, size_t count)
+	SMC_INTERNAL_ALIAS(sendfile64);
 
 /*
  * splice() on an upgraded connection. The kernel would move bytes between the pipe
@@ -515,3 +528,5 @@ SMC_EXPORT ssize_t splice(int fd_in, off64_t *off_in, int fd_out, off64_t *off_o
 	return smc_in ? splice_smc_to_pipe(fd_in, fd_out, len, flags)
 		      : splice_pipe_to_smc(fd_in, fd_out, len, flags);
 }
+ssize_t smc_impl_splice(int fd_in, off64_t *off_in, int fd_out, off64_t *off_out, size_t len,
+			unsigned int flags) SMC_INTERNAL_ALIAS(splice);

@@ -65,7 +65,7 @@ static bool kind_needs_core(enum fd_kind k)
 /* Whether any fd below nfds set in one of the sets is an SMC (or SMC-holding epoll)
  * fd. Bits are read word by word, without FD_ISSET, so sets larger than FD_SETSIZE
  * (allocated by programs with many fds) work as they do with the kernel. */
-static bool fdsets_involve_smc(int nfds, const fd_set *r, const fd_set *w, const fd_set *e)
+bool smc_fdsets_involved(int nfds, const fd_set *r, const fd_set *w, const fd_set *e)
 {
 	const int bits = (int)(8 * sizeof(__fd_mask));
 	int cap = fdtab_capacity();
@@ -131,20 +131,24 @@ static int select_via_core(int nfds, fd_set *r, fd_set *w, fd_set *e, struct tim
 SMC_EXPORT int select(int nfds, fd_set *restrict r, fd_set *restrict w, fd_set *restrict e,
 		      struct timeval *restrict tv)
 {
-	if (nfds <= 0 || !fdsets_involve_smc(nfds, r, w, e))
+	if (nfds <= 0 || !smc_fdsets_involved(nfds, r, w, e))
 		return REAL(select)(nfds, r, w, e, tv);
 	return select_via_core(nfds, r, w, e, tv);
 }
 SMC_EXPORT int __select(int nfds, fd_set *r, fd_set *w, fd_set *e, struct timeval *tv)
 	SMC_ALIAS(select);
+int smc_impl_select(int nfds, fd_set *r, fd_set *w, fd_set *e, struct timeval *tv)
+	SMC_INTERNAL_ALIAS(select);
 
 SMC_EXPORT int pselect(int nfds, fd_set *restrict r, fd_set *restrict w, fd_set *restrict e,
 		       const struct timespec *restrict timeout, const sigset_t *restrict mask)
 {
-	if (nfds <= 0 || !fdsets_involve_smc(nfds, r, w, e))
+	if (nfds <= 0 || !smc_fdsets_involved(nfds, r, w, e))
 		return REAL(pselect)(nfds, r, w, e, timeout, mask);
 	return smc_select(nfds, r, w, e, timeout, mask);
 }
+int smc_impl_pselect(int nfds, fd_set *r, fd_set *w, fd_set *e, const struct timespec *timeout,
+		     const sigset_t *mask) SMC_INTERNAL_ALIAS(pselect);
 
 /* ------------------------------------------------------------------ epoll */
 
@@ -166,6 +170,8 @@ SMC_EXPORT int epoll_ctl(int epfd, int op, int fd, struct epoll_event *ev)
 		return REAL(epoll_ctl)(epfd, op, fd, ev);
 	return smc_epoll_ctl(epfd, op, fd, ev);
 }
+int smc_impl_epoll_ctl(int epfd, int op, int fd, struct epoll_event *ev)
+	SMC_INTERNAL_ALIAS(epoll_ctl);
 
 SMC_EXPORT int epoll_wait(int epfd, struct epoll_event *ev, int max, int timeout_ms)
 {
@@ -174,6 +180,8 @@ SMC_EXPORT int epoll_wait(int epfd, struct epoll_event *ev, int max, int timeout
 	struct timespec ts;
 	return smc_epoll_wait(epfd, ev, max, ms_to_timespec(timeout_ms, &ts), NULL);
 }
+int smc_impl_epoll_wait(int epfd, struct epoll_event *ev, int max, int timeout_ms)
+	SMC_INTERNAL_ALIAS(epoll_wait);
 
 SMC_EXPORT int epoll_pwait(int epfd, struct epoll_event *ev, int max, int timeout_ms,
 			   const sigset_t *mask)
@@ -183,6 +191,8 @@ SMC_EXPORT int epoll_pwait(int epfd, struct epoll_event *ev, int max, int timeou
 	struct timespec ts;
 	return smc_epoll_wait(epfd, ev, max, ms_to_timespec(timeout_ms, &ts), mask);
 }
+int smc_impl_epoll_pwait(int epfd, struct epoll_event *ev, int max, int timeout_ms,
+			 const sigset_t *mask) SMC_INTERNAL_ALIAS(epoll_pwait);
 
 SMC_EXPORT int epoll_pwait2(int epfd, struct epoll_event *ev, int max,
 			    const struct timespec *timeout, const sigset_t *mask)
@@ -191,3 +201,6 @@ SMC_EXPORT int epoll_pwait2(int epfd, struct epoll_event *ev, int max,
 		return CALL_REAL(epoll_pwait2, epfd, ev, max, timeout, mask);
 	return smc_epoll_wait(epfd, ev, max, timeout, mask);
 }
+int smc_impl_epoll_pwait2(int epfd, struct epoll_event *ev, int max,
+			  const struct timespec *timeout, const sigset_t *mask)
+	SMC_INTERNAL_ALIAS(epoll_pwait2);

@@ -4,6 +4,7 @@
  */
 #include "preload/wrap.h"
 #include "core/conn.h"
+#include "core/io_uring_watch.h"
 #include "core/sock.h"
 
 #include <stdlib.h>
@@ -17,6 +18,7 @@ __attribute__((constructor)) static void smc_preload_load(void)
 	real_init();
 	smc_init();
 	smc_sock_adopt_inherited();
+	io_uring_scan_inherited();
 }
 
 /* The core's pthread_atfork handlers (installed by smc_init) do the per-fork work. */
@@ -29,6 +31,7 @@ SMC_EXPORT pid_t fork(void)
 	return pid;
 }
 SMC_EXPORT pid_t __fork(void) SMC_ALIAS(fork);
+pid_t smc_impl_fork(void) SMC_INTERNAL_ALIAS(fork);
 
 /*
  * vfork() is served by fork(), for two reasons:

@@ -28,6 +28,7 @@ SMC_EXPORT int socket(int domain, int type, int protocol)
 		KEEP_ERRNO(smc_sock_created(fd, domain, type, protocol));
 	return fd;
 }
+int smc_impl_socket(int domain, int type, int protocol) SMC_INTERNAL_ALIAS(socket);
 
 /* socketpair() only makes AF_UNIX (or other local) pairs: never ours. */
 SMC_EXPORT int socketpair(int domain, int type, int protocol, int sv[2])
@@ -43,6 +44,7 @@ SMC_EXPORT int bind(int fd, __CONST_SOCKADDR_ARG addr, socklen_t len)
 		smc_sock_bound(fd);
 	return r;
 }
+int smc_impl_bind(int fd, __CONST_SOCKADDR_ARG addr, socklen_t len) SMC_INTERNAL_ALIAS(bind);
 
 SMC_EXPORT int listen(int fd, int backlog)
 {
@@ -50,6 +52,7 @@ SMC_EXPORT int listen(int fd, int backlog)
 		return REAL(listen)(fd, backlog);
 	return smc_sock_listen(fd, backlog);
 }
+int smc_impl_listen(int fd, int backlog) SMC_INTERNAL_ALIAS(listen);
 
 /* A TCP socket that is (or is about to behave as) a listener: the core decides. */
 static bool accepts_via_core(enum fd_kind k)
@@ -63,6 +66,7 @@ SMC_EXPORT int accept(int fd, __SOCKADDR_ARG addr, socklen_t *restrict len)
 		return REAL(accept)(fd, SA_PTR(addr), len);
 	return smc_sock_accept(fd, SA_PTR(addr), len, 0);
 }
+int smc_impl_accept(int fd, __SOCKADDR_ARG addr, socklen_t *len) SMC_INTERNAL_ALIAS(accept);
 
 SMC_EXPORT int accept4(int fd, __SOCKADDR_ARG addr, socklen_t *restrict len, int flags)
 {
@@ -70,6 +74,8 @@ SMC_EXPORT int accept4(int fd, __SOCKADDR_ARG addr, socklen_t *restrict len, int
 		return REAL(accept4)(fd, SA_PTR(addr), len, flags);
 	return smc_sock_accept(fd, SA_PTR(addr), len, flags);
 }
+int smc_impl_accept4(int fd, __SOCKADDR_ARG addr, socklen_t *len, int flags)
+	SMC_INTERNAL_ALIAS(accept4);
 
 SMC_EXPORT int connect(int fd, __CONST_SOCKADDR_ARG addr, socklen_t len)
 {
@@ -78,6 +84,7 @@ SMC_EXPORT int connect(int fd, __CONST_SOCKADDR_ARG addr, socklen_t len)
 	return smc_sock_connect(fd, SA_PTR(addr), len);
 }
 SMC_EXPORT int __connect(int fd, __CONST_SOCKADDR_ARG addr, socklen_t len) SMC_ALIAS(connect);
+int smc_impl_connect(int fd, __CONST_SOCKADDR_ARG addr, socklen_t len) SMC_INTERNAL_ALIAS(connect);
 
 SMC_EXPORT int shutdown(int fd, int how)
 {
@@ -85,6 +92,7 @@ SMC_EXPORT int shutdown(int fd, int how)
 		return REAL(shutdown)(fd, how);
 	return smc_sock_shutdown(fd, how);
 }
+int smc_impl_shutdown(int fd, int how) SMC_INTERNAL_ALIAS(shutdown);
 
 SMC_EXPORT int getsockopt(int fd, int level, int name, void *restrict val,
 			  socklen_t *restrict len)
@@ -93,6 +101,8 @@ SMC_EXPORT int getsockopt(int fd, int level, int name, void *restrict val,
 		return REAL(getsockopt)(fd, level, name, val, len);
 	return smc_sock_getsockopt(fd, level, name, val, len);
 }
+int smc_impl_getsockopt(int fd, int level, int name, void *val, socklen_t *len)
+	SMC_INTERNAL_ALIAS(getsockopt);
 
 SMC_EXPORT int setsockopt(int fd, int level, int name, const void *val, socklen_t len)
 {
@@ -100,6 +110,8 @@ SMC_EXPORT int setsockopt(int fd, int level, int name, const void *val, socklen_
 		return REAL(setsockopt)(fd, level, name, val, len);
 	return smc_sock_setsockopt(fd, level, name, val, len);
 }
+int smc_impl_setsockopt(int fd, int level, int name, const void *val, socklen_t len)
+	SMC_INTERNAL_ALIAS(setsockopt);
 
 /* The TCP socket is the connection's identity: its names are always the real ones. */
 SMC_EXPORT int getsockname(int fd, __SOCKADDR_ARG addr, socklen_t *restrict len)
@@ -121,6 +133,7 @@ SMC_EXPORT int close(int fd)
 	return REAL(close)(fd);
 }
 SMC_EXPORT int __close(int fd) SMC_ALIAS(close);
+int smc_impl_close(int fd) SMC_INTERNAL_ALIAS(close);
 
 /* Only a call the kernel will accept may release anything: bad flags or first > last
  * fail with EINVAL and close nothing, CLOSE_RANGE_CLOEXEC only marks the fds. */
@@ -146,6 +159,8 @@ SMC_EXPORT int close_range(unsigned int first, unsigned int last, int flags)
 	}
 	return CALL_REAL(close_range, first, last, flags);
 }
+int smc_impl_close_range(unsigned int first, unsigned int last, int flags)
+	SMC_INTERNAL_ALIAS(close_range);
 
 /* ------------------------------------------------------------------ duplication */
 
@@ -179,6 +194,7 @@ SMC_EXPORT int dup(int oldfd)
 	note_dup(oldfd, fd);
 	return fd;
 }
+int smc_impl_dup(int oldfd) SMC_INTERNAL_ALIAS(dup);
 
 SMC_EXPORT int dup2(int oldfd, int newfd)
 {
@@ -189,6 +205,7 @@ SMC_EXPORT int dup2(int oldfd, int newfd)
 	return fd;
 }
 SMC_EXPORT int __dup2(int oldfd, int newfd) SMC_ALIAS(dup2);
+int smc_impl_dup2(int oldfd, int newfd) SMC_INTERNAL_ALIAS(dup2);
 
 SMC_EXPORT int dup3(int oldfd, int newfd, int flags)
 {
@@ -199,6 +216,7 @@ SMC_EXPORT int dup3(int oldfd, int newfd, int flags)
 	note_dup(oldfd, fd);
 	return fd;
 }
+int smc_impl_dup3(int oldfd, int newfd, int flags) SMC_INTERNAL_ALIAS(dup3);
 
 /* ------------------------------------------------------------------ fcntl, ioctl */
 
@@ -261,6 +279,7 @@ SMC_EXPORT int fcntl(int fd, int cmd, ...)
 	return ret;
 }
 SMC_EXPORT int __fcntl(int fd, int cmd, ...) SMC_ALIAS(fcntl);
+int smc_impl_fcntl(int fd, int cmd, ...) SMC_INTERNAL_ALIAS(fcntl);
 
 SMC_EXPORT int fcntl64(int fd, int cmd, ...)
 {
@@ -295,3 +314,4 @@ SMC_EXPORT int ioctl(int fd, unsigned long req, ...)
 		return REAL(ioctl)(fd, req, arg);
 	}
 }
+int smc_impl_ioctl(int fd, unsigned long req, ...) SMC_INTERNAL_ALIAS(ioctl);

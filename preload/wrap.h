@@ -58,15 +58,62 @@ static inline bool kind_is_sock(enum fd_kind k)
 
 /* A hidden second name for a wrapper, so another file of the library can call the
  * wrapper directly (not through the PLT, where another object's symbol could win). */
+#if defined(__has_attribute) && __has_attribute(copy)
+#define SMC_INTERNAL_ALIAS(target) __attribute__((alias(#target), copy(target), visibility("hidden")))
+#else
 #define SMC_INTERNAL_ALIAS(target) __attribute__((alias(#target), visibility("hidden")))
+#endif
 
-/* Internal names of wrappers, used by the fortify entry points (preload/fortify.c). */
+/* Internal names of wrappers, used by the fortify entry points (preload/fortify.c)
+ * and by syscall() (preload/syscall.c), which route into the same code. */
 ssize_t smc_impl_read(int fd, void *buf, size_t n);
+ssize_t smc_impl_readv(int fd, const struct iovec *iov, int iovcnt);
 ssize_t smc_impl_recv(int fd, void *buf, size_t n, int flags);
 ssize_t smc_impl_recvfrom(int fd, void *buf, size_t n, int flags, __SOCKADDR_ARG addr,
 			  socklen_t *addrlen);
+ssize_t smc_impl_recvmsg(int fd, struct msghdr *msg, int flags);
+int smc_impl_recvmmsg(int fd, struct mmsghdr *vec, unsigned int vlen, int flags,
+		      struct timespec *timeout);
+ssize_t smc_impl_write(int fd, const void *buf, size_t n);
+ssize_t smc_impl_writev(int fd, const struct iovec *iov, int iovcnt);
+ssize_t smc_impl_sendto(int fd, const void *buf, size_t n, int flags, __CONST_SOCKADDR_ARG addr,
+			socklen_t addrlen);
+ssize_t smc_impl_sendmsg(int fd, const struct msghdr *msg, int flags);
+int smc_impl_sendmmsg(int fd, struct mmsghdr *vec, unsigned int vlen, int flags);
+ssize_t smc_impl_sendfile64(int out_fd, int in_fd, off64_t *offset, size_t count);
+ssize_t smc_impl_splice(int fd_in, off64_t *off_in, int fd_out, off64_t *off_out, size_t len,
+			unsigned int flags);
+int smc_impl_socket(int domain, int type, int protocol);
+int smc_impl_bind(int fd, __CONST_SOCKADDR_ARG addr, socklen_t len);
+int smc_impl_listen(int fd, int backlog);
+int smc_impl_accept(int fd, __SOCKADDR_ARG addr, socklen_t *len);
+int smc_impl_accept4(int fd, __SOCKADDR_ARG addr, socklen_t *len, int flags);
+int smc_impl_connect(int fd, __CONST_SOCKADDR_ARG addr, socklen_t len);
+int smc_impl_shutdown(int fd, int how);
+int smc_impl_getsockopt(int fd, int level, int name, void *val, socklen_t *len);
+int smc_impl_setsockopt(int fd, int level, int name, const void *val, socklen_t len);
+int smc_impl_close(int fd);
+int smc_impl_close_range(unsigned int first, unsigned int last, int flags);
+int smc_impl_dup(int oldfd);
+int smc_impl_dup2(int oldfd, int newfd);
+int smc_impl_dup3(int oldfd, int newfd, int flags);
+int smc_impl_fcntl(int fd, int cmd, ...);
+int smc_impl_ioctl(int fd, unsigned long req, ...);
 int smc_impl_poll(struct pollfd *fds, nfds_t n, int timeout_ms);
 int smc_impl_ppoll(struct pollfd *fds, nfds_t n, const struct timespec *timeout,
 		   const sigset_t *mask);
+int smc_impl_select(int nfds, fd_set *r, fd_set *w, fd_set *e, struct timeval *tv);
+int smc_impl_pselect(int nfds, fd_set *r, fd_set *w, fd_set *e, const struct timespec *timeout,
+		     const sigset_t *mask);
+int smc_impl_epoll_ctl(int epfd, int op, int fd, struct epoll_event *ev);
+int smc_impl_epoll_wait(int epfd, struct epoll_event *ev, int max, int timeout_ms);
+int smc_impl_epoll_pwait(int epfd, struct epoll_event *ev, int max, int timeout_ms,
+			 const sigset_t *mask);
+int smc_impl_epoll_pwait2(int epfd, struct epoll_event *ev, int max,
+			  const struct timespec *timeout, const sigset_t *mask);
+pid_t smc_impl_fork(void);
+
+/* Whether select()'s sets name an fd the core must handle (preload/poll.c). */
+bool smc_fdsets_involved(int nfds, const fd_set *r, const fd_set *w, const fd_set *e);
 
 #endif

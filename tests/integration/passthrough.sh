@@ -49,7 +49,8 @@ if command -v nm >/dev/null 2>&1; then
 		recv recvfrom recvmsg recvmmsg send sendto sendmsg sendmmsg sendfile sendfile64 \
 		splice close close_range shutdown dup dup2 dup3 fcntl fcntl64 ioctl getsockopt \
 		setsockopt getsockname getpeername poll ppoll select pselect epoll_create \
-		epoll_create1 epoll_ctl epoll_wait epoll_pwait epoll_pwait2 fork vfork daemon \
+		epoll_create1 epoll_ctl epoll_wait epoll_pwait epoll_pwait2 fork vfork daemon syscall \
+		io_uring_setup io_uring_queue_init io_uring_queue_init_params \
 		__read_chk __recv_chk __recvfrom_chk __poll_chk __ppoll_chk \
 		__close __connect __dup2 __fcntl __fork __poll __read __select __send __vfork __write; do
 		grep -qx "$sym" "$tmp/exports" || fail "$sym is not exported by $lib"

@@ -32,6 +32,7 @@
 #include <sys/sendfile.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <sys/time.h>
 #include <sys/uio.h>
 #include <sys/wait.h>
@@ -1454,6 +1455,91 @@ static void check_aliases(void)
 	close(srv);
 }
 
+/* ------------------------------------------------------------------ raw syscall() */
+
+/* The kernel's sigset_t is 8 bytes on Linux's 64-bit ABIs (_NSIG / 8). */
+#define KSIGSET_SIZE (_NSIG / 8)
+
+/* Raw system calls keep the kernel's contract: ppoll and pselect6 write the unslept
+ * time back (0 after a timeout), signal masks come with the kernel's size. */
+static void check_raw_syscall(void)
+{
+	int cli, srv, n = -1;
+	char buf[8];
+	sigset_t empty;
+	sigemptyset(&empty);
+
+	tcp_pair(&cli, &srv);
+	CHECK_RET("SYS_write", syscall(SYS_write, cli, "raw", 3), 3);
+	CHECK_RET("SYS_ioctl FIONREAD", wait_readable(srv, 5000) ? syscall(SYS_ioctl, srv, FIONREAD, &n) : -1, 0);
+	CHECK("SYS_ioctl FIONREAD count", n == 3);
+	CHECK_RET("SYS_read", syscall(SYS_read, srv, buf, sizeof(buf)), 3);
+	CHECK("SYS_read bytes", memcmp(buf, "raw", 3) == 0);
+	CHECK_ERR("SYS_read bad fd", syscall(SYS_read, 987654, buf, 1), EBADF);
+	CHECK_ERR("SYS_recvfrom bad fd", syscall(SYS_recvfrom, 987654, buf, 1, 0, NULL, NULL), EBADF);
+	CHECK_ERR("SYS_read nonblocking empty", syscall(SYS_recvfrom, srv, buf, 1, MSG_DONTWAIT, NULL, NULL), EAGAIN);
+	CHECK_RET("SYS_fcntl F_GETFL", syscall(SYS_fcntl, srv, F_GETFL) & O_NONBLOCK, 0);
+	CHECK_RET("SYS_getpid passes through", syscall(SYS_getpid), getpid());
+	CHECK_ERR("unknown system call number", syscall(100000, 1, 2, 3, 4, 5, 6), ENOSYS);
+
+	struct pollfd p = { .fd = srv, .events = POLLIN };
+	struct timespec ts = { 0, 30000000 };
+	CHECK_RET("SYS_ppoll timeout", syscall(SYS_ppoll, &p, 1, &ts, NULL, 0), 0);
+	CHECK("SYS_ppoll timeout written back as 0", ts.tv_sec == 0 && ts.tv_nsec == 0);
+	ts = (struct timespec){ 0, 30000000 };
+	CHECK_ERR("SYS_ppoll libc-sized mask", syscall(SYS_ppoll, &p, 1, &ts, &empty, sizeof(empty)), EINVAL);
+	CHECK_RET("SYS_ppoll kernel-sized mask", syscall(SYS_ppoll, &p, 1, &ts, &empty, KSIGSET_SIZE), 0);
+	ts = (struct timespec){ 0, 2000000000 };
+	CHECK_ERR("SYS_ppoll bad timespec", syscall(SYS_ppoll, &p, 1, &ts, NULL, 0), EINVAL);
+	ts = (struct timespec){ 5, 0 };
+	CHECK_RET("SYS_sendto", syscall(SYS_sendto, cli, "r2", 2, 0, NULL, 0), 2);
+	CHECK_RET("SYS_ppoll ready", syscall(SYS_ppoll, &p, 1, &ts, NULL, 0), 1);
+	CHECK("SYS_ppoll ready: time left written back", ts.tv_sec <= 5 && (ts.tv_sec > 0 || ts.tv_nsec > 0));
+
+	fd_set rd;
+	FD_ZERO(&rd);
+	FD_SET(srv, &rd);
+	ts = (struct timespec){ 0, 30000000 };
+	CHECK_RET("SYS_pselect6 ready", syscall(SYS_pselect6, srv + 1, &rd, NULL, NULL, &ts, NULL), 1);
+	CHECK_RET("SYS_recvfrom", syscall(SYS_recvfrom, srv, buf, sizeof(buf), 0, NULL, NULL), 2);
+	FD_ZERO(&rd);
+	FD_SET(srv, &rd);
+	ts = (struct timespec){ 0, 30000000 };
+	struct { const void *ss; size_t len; } mask = { &empty, KSIGSET_SIZE };
+	CHECK_RET("SYS_pselect6 timeout", syscall(SYS_pselect6, srv + 1, &rd, NULL, NULL, &ts, &mask), 0);
+	CHECK("SYS_pselect6 timeout written back as 0", ts.tv_sec == 0 && ts.tv_nsec == 0);
+	CHECK("SYS_pselect6 timeout clears the set", !FD_ISSET(srv, &rd));
+	mask.len = sizeof(empty);
+	FD_SET(srv, &rd);
+	ts = (struct timespec){ 0, 30000000 };
+	CHECK_ERR("SYS_pselect6 libc-sized mask", syscall(SYS_pselect6, srv + 1, &rd, NULL, NULL, &ts, &mask), EINVAL);
+
+	int ep = (int)syscall(SYS_epoll_create1, 0);
+	struct epoll_event ev = { .events = EPOLLIN, .data.u64 = 77 }, out[2];
+	CHECK_RET("SYS_epoll_ctl add", syscall(SYS_epoll_ctl, ep, EPOLL_CTL_ADD, srv, &ev), 0);
+	CHECK_RET("SYS_epoll_pwait timeout", syscall(SYS_epoll_pwait, ep, out, 2, 30, &empty, KSIGSET_SIZE), 0);
+	CHECK_ERR("SYS_epoll_pwait libc-sized mask", syscall(SYS_epoll_pwait, ep, out, 2, 30, &empty, sizeof(empty)), EINVAL);
+	CHECK_RET("SYS_write again", syscall(SYS_write, cli, "r3", 2), 2);
+	CHECK_RET("SYS_epoll_wait ready", syscall(SYS_epoll_wait, ep, out, 2, 5000), 1);
+	CHECK("SYS_epoll_wait event", out[0].events == EPOLLIN && out[0].data.u64 == 77);
+#ifdef SYS_epoll_pwait2
+	ts = (struct timespec){ 0, 0 };
+	CHECK_RET("SYS_epoll_pwait2 ready", syscall(SYS_epoll_pwait2, ep, out, 2, &ts, NULL, 0), 1);
+#endif
+	CHECK_RET("SYS_close epoll", syscall(SYS_close, ep), 0);
+	CHECK_RET("SYS_read r3", syscall(SYS_read, srv, buf, 2), 2);
+
+	int d = (int)syscall(SYS_dup, cli);
+	CHECK("SYS_dup", d >= 0);
+	CHECK_RET("SYS_close the dup", syscall(SYS_close, d), 0);
+	CHECK_RET("SYS_write after closing the dup", syscall(SYS_write, cli, "r4", 2), 2);
+	CHECK_RET("SYS_read after closing the dup", syscall(SYS_read, srv, buf, 2), 2);
+	CHECK_RET("SYS_close", syscall(SYS_close, cli), 0);
+	CHECK_RET("SYS_read eof after SYS_close", syscall(SYS_read, srv, buf, 1), 0);
+	CHECK_ERR("SYS_close twice", syscall(SYS_close, cli), EBADF);
+	CHECK_RET("SYS_close peer", syscall(SYS_close, srv), 0);
+}
+
 int main(void)
 {
 	static const struct {
@@ -1480,6 +1566,7 @@ int main(void)
 		{ "fork", check_fork },
 		{ "fortify", check_fortify },
 		{ "aliases", check_aliases },
+		{ "raw_syscall", check_raw_syscall },
 	};
 	pthread_t dog;
 

@@ -1,0 +1,54 @@
+/* SPDX-License-Identifier: GPL-2.0-only OR BSD-2-Clause */
+/* Whether the process uses io_uring (io_uring_watch.h). */
+#include "core/io_uring_watch.h"
+
+#include <dirent.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "core/log.h"
+#include "core/pool.h"
+
+static bool in_use;
+
+bool io_uring_in_use(void)
+{
+	return __atomic_load_n(&in_use, __ATOMIC_ACQUIRE);
+}
+
+void io_uring_note_setup(void)
+{
+	if (__atomic_exchange_n(&in_use, true, __ATOMIC_ACQ_REL))
+		return;
+	log_info("the process uses io_uring, which bypasses this library: new connections "
+		 "stay TCP (connections already upgraded stay SMC)");
+	/* pooled connections are upgraded before accept() sees them: take no new ones */
+	pool_server_retire_all();
+}
+
+/* The kernel names an io_uring descriptor's file "anon_inode:[io_uring]". */
+void io_uring_scan_inherited(void)
+{
+	static const char ring[] = "anon_inode:[io_uring]";
+	DIR *d = opendir("/proc/self/fd");
+	struct dirent *de;
+
+	if (!d)
+		return;
+	while ((de = readdir(d))) {
+		char path[sizeof("/proc/self/fd/") + sizeof(de->d_name)], target[sizeof(ring) + 1];
+		ssize_t n;
+
+		if (de->d_name[0] < '0' || de->d_name[0] > '9')
+			continue;
+		snprintf(path, sizeof(path), "/proc/self/fd/%s", de->d_name);
+		n = readlink(path, target, sizeof(target) - 1);
+		if (n == (ssize_t)sizeof(ring) - 1 && memcmp(target, ring, (size_t)n) == 0) {
+			io_uring_note_setup();
+			break;
+		}
+	}
+	closedir(d);
+}

@@ -1,0 +1,28 @@
+/* SPDX-License-Identifier: GPL-2.0-only OR BSD-2-Clause */
+/*
+ * Whether the process uses io_uring. An io_uring submission (send, recv, accept,
+ * epoll_ctl...) reaches the kernel without passing through any function this library
+ * interposes, so on an upgraded connection its data would go to the TCP socket the
+ * peer no longer reads, and its readiness registrations would miss the emulation.
+ * Once a ring exists no new connection is upgraded (fallback reason "io-uring");
+ * connections upgraded before stay SMC, as there is no way back to TCP for them.
+ *
+ * Seen: io_uring_setup through syscall() (preload/syscall.c), liburing's exported
+ * setup functions (preload/io_uring.c), and a ring descriptor inherited across exec
+ * (io_uring_scan_inherited). Not seen: rings set up by an inline system call outside
+ * liburing's exported functions (static binaries, Go), or a ring fd received over a
+ * unix socket.
+ */
+#ifndef SMC_IO_URING_WATCH_H
+#define SMC_IO_URING_WATCH_H
+
+#include <stdbool.h>
+
+/* True once the process has (or had) an io_uring instance. */
+bool io_uring_in_use(void);
+/* An io_uring instance was created: from now on no connection is upgraded. */
+void io_uring_note_setup(void);
+/* At load: notes an io_uring descriptor among those the process started with. */
+void io_uring_scan_inherited(void);
+
+#endif

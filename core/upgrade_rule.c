@@ -1,0 +1,9 @@
+/* SPDX-License-Identifier: GPL-2.0-only OR BSD-2-Clause */
+/* May this socket be upgraded: see upgrade_rule.h. */
+#include "core/epoll_track.h"
+#include "core/upgrade_rule.h"
+
+enum smc_reason upgrade_rule(int fd)
+{
+	return epoll_track_check(fd);
+}

@@ -17,6 +17,9 @@
 
 # mappings a worker may gain after the warm-up (library state created on demand)
 PROXY_MAPS_SLACK=${PROXY_MAPS_SLACK:-16}
+# SMC_TEST_CLIENT_LIB: the library curl and wrk run with instead (the sanitizer pass
+# runs the two nginx under the instrumented library; curl does not start with the ASan
+# runtime preloaded, see test.sh)
 
 smc_require_cmd nginx curl wrk
 smc_init
@@ -73,11 +76,19 @@ wait_all_closed() {
 	smc_fail "connections still open 15s after the load: $(ss -Htn state established)"
 }
 
+client_run() {
+	if [ -n "${SMC_TEST_CLIENT_LIB:-}" ]; then
+		SMC_TEST_PRELOAD_FIRST='' SMC_PRELOAD_LIB=$SMC_TEST_CLIENT_LIB smc_run "$@"
+	else
+		smc_run "$@"
+	fi
+}
+
 # fetch STATSDIR MODE: the 1 MiB and the small file through location MODE, twice each
 fetch() {
 	local f
 	for f in big.bin small.txt; do
-		smc_run "$1" curl -sS --fail --max-time 60 -o "$SMC_TMP/got1-$2-$f" "$url/$2/$f" \
+		client_run "$1" curl -sS --fail --max-time 60 -o "$SMC_TMP/got1-$2-$f" "$url/$2/$f" \
 			-o "$SMC_TMP/got2-$2-$f" "$url/$2/$f" || smc_fail "curl $2/$f failed"
 		smc_assert_same_file "$2/$f through the proxy (1st)" "$SMC_TMP/got1-$2-$f" "$www/$f"
 		smc_assert_same_file "$2/$f through the proxy (2nd)" "$SMC_TMP/got2-$2-$f" "$www/$f"
@@ -89,7 +100,7 @@ wrk_total=0
 wrk_run() {
 	local dir=$1 label=$2 secs=$3 path=$4 out=$SMC_TMP/wrk-$2.out n
 	smc_log "wrk $label"
-	smc_run "$dir" wrk -t2 -c20 -d"$secs" "$url/$path" >"$out" 2>&1 ||
+	client_run "$dir" wrk -t2 -c20 -d"$secs" "$url/$path" >"$out" 2>&1 ||
 		smc_fail "wrk $label failed (status $?): $(cat "$out")"
 	cat "$out"
 	n=$(awk '/ requests in / { print $1 }' "$out")

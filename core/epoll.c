@@ -60,6 +60,19 @@
  * the process that wrote it. A forked child drops the sleeper counts it inherited (they
  * are the parent's) and takes its own when it evaluates a watch.
  *
+ * The cookie. The shadow sits level-triggered in the application's set under a random
+ * cookie, and no thread may ever be handed that event: every kernel wait on an
+ * application set strips it, emulated or not (a thread may have entered the kernel
+ * before another one made the set emulated; the wrappers check what such a wait
+ * returns). A wait left with nothing but the cookie goes on in the emulation, which
+ * harvests what it announced; the level-triggered shadow keeps announcing it to a
+ * wait that returned other events. A set that becomes emulated kicks its shadow at
+ * once, so a thread already asleep on it in the kernel, which the emulation does not
+ * count as a sleeper and no bell would wake, comes round and sleeps again as one.
+ *
+ * Registrations made in the kernel's set before the socket became a connection (added
+ * before connect()) are moved in by epoll_track.c through epoll_emul_adopt.
+ *
  * Shadow entries carry (slot generation, owner, slot index, tag) rather than a pointer:
  * an event that was already queued in the shadow when its watch went away (or that comes
  * from a socket whose fd number was closed under a dup) finds a stale generation and is

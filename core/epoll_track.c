@@ -259,7 +259,7 @@ static void put_back(int fd, struct track_reg *list);
 int epoll_track_adopt(int fd, struct smc_conn *c)
 {
 	struct track_reg *list = take(fd), *r, **pp, *failed = NULL;
-	int saved = errno;
+	int saved = errno, n = 0;
 
 	if (!list)
 		return 0;
@@ -295,10 +295,12 @@ int epoll_track_adopt(int fd, struct smc_conn *c)
 				break;
 		}
 	}
+	for (r = list; r; r = r->next)
+		n++;
 	/* the records stay: for epoll_track_undo, or the kernel's registrations again */
 	put_back(fd, list);
 	errno = saved;
-	return failed ? -1 : 0;
+	return failed ? -1 : n;
 }
 
 void epoll_track_undo(int fd)

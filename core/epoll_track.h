@@ -37,8 +37,8 @@ void epoll_track_forget_fd(int fd);
  * that could not be recorded, a one-shot one whose state the kernel does not show. */
 enum smc_reason epoll_track_check(int fd);
 /* fd is becoming connection c: each registration leaves the kernel's set for the
- * emulation, with its events, data and one-shot state. -1 when one could not be
- * moved: then every registration is back in the kernel's set as it was (a fired
+ * emulation, with its events, data and one-shot state; returns how many moved, or -1
+ * when one could not be moved: then every registration is back in the kernel's set as it was (a fired
  * one-shot re-armed) and the socket must stay TCP. The records stay until
  * epoll_track_forget_fd (the upgrade holds) or epoll_track_undo (it did not: the
  * registrations go back to the kernel's sets). */

@@ -355,11 +355,12 @@ static void connect_stays_tcp(int fd, enum smc_reason why)
 static int connect_pooled_finish(struct smc_conn *c, int fd, const struct sockaddr *addr,
 				 socklen_t len)
 {
-	int r, e;
+	int r, e, adopted;
 
 	/* before the SYN: the connection carries data through the rings from its first
 	 * byte, so its epoll registrations must be the emulation's first, or it stays TCP */
-	if (epoll_track_adopt(fd, c) < 0) {
+	adopted = epoll_track_adopt(fd, c);
+	if (adopted < 0) {
 		conn_pool_withdraw(c, false);
 		conn_put(c);
 		r = REAL(connect)(fd, addr, len);
@@ -379,7 +380,7 @@ static int connect_pooled_finish(struct smc_conn *c, int fd, const struct sockad
 		return r;
 	}
 	epoll_track_forget_fd(fd);
-	conn_activate_pooled(c);
+	conn_activate_pooled(c, adopted > 0);
 	fdtab_set(fd, FD_SMC, c);
 	errno = e;
 	return r;
@@ -833,7 +834,7 @@ static int accept_pooled(int lfd, int nfd, const struct sockaddr *peer, int flag
 	}
 	c->nonblock = (flags & SOCK_NONBLOCK) != 0;
 	conn_load_sockopts(c);
-	conn_activate_pooled(c);
+	conn_activate_pooled(c, false); /* a new fd: nothing watches it yet */
 	fdtab_set(nfd, FD_SMC, c);
 	return 1;
 }

@@ -1521,6 +1521,18 @@ static int ep_wait_put(struct smc_epoll *ep, struct epoll_event *ev, int max, ui
 	return r;
 }
 
+static void ep_nap(uint64_t deadline)
+{
+	uint64_t left = deadline - wait_now_ns(), slice = EP_SHARED_SLICE_MS * 1000000ull;
+	struct timespec ts;
+
+	if (left > slice)
+		left = slice;
+	ts.tv_sec = (time_t)(left / 1000000000u);
+	ts.tv_nsec = (long)(left % 1000000000u);
+	nanosleep(&ts, NULL);
+}
+
 /* A set the emulation does not hold (yet, or any more): the kernel's wait, minus our
  * cookie. A cookie alone means the set became emulated while we slept (another thread
  * added the first SMC fd, and its kick or a bell woke us): the wait goes on there, so
@@ -1546,10 +1558,12 @@ static int kernel_wait(int epfd, struct epoll_event *ev, int max, uint64_t deadl
 			if (n != EP_DEAD)
 				return n;
 		}
-		/* a set being closed: its shadow leaves the kernel's set with the last
-		 * reference */
+		/* The cookie of a set another process emulates (shared across fork), or of
+		 * one being set up or closed here: it stays ready until its owner harvests or
+		 * closes it, so nap a slice rather than spin on it. */
 		if (wait_now_ns() >= deadline)
 			return 0;
+		ep_nap(deadline);
 	}
 }
 
@@ -1859,10 +1873,25 @@ void epoll_emul_close_epfd(int epfd)
 	ep_put(ep); /* the global list's reference; waiters may still hold theirs */
 }
 
+/* Epoll sets created before a fork are shared with the child, which may make one of
+ * them emulated; the other process must then know the cookie to strip it. So the cookie
+ * exists before the first fork (both processes inherit it), and after a fork both
+ * strip it from every wait. */
+void epoll_emul_atfork_prepare(void)
+{
+	pthread_once(&ep_cookie_once, cookie_init);
+}
+
+void epoll_emul_atfork_parent(void)
+{
+	__atomic_store_n(&smc_epoll_cookies, true, __ATOMIC_RELEASE);
+}
+
 void epoll_emul_atfork_child(void)
 {
 	uint8_t parent = ep_owner;
 
+	__atomic_store_n(&smc_epoll_cookies, true, __ATOMIC_RELEASE);
 	/* Only the forking thread survives: a lock another thread held is stuck. */
 	pthread_mutex_init(&eps_lock, NULL);
 	/* entries this process adds from now on must be told apart from the parent's */

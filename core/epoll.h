@@ -62,7 +62,10 @@ void epoll_emul_unadopt(int epfd, int fd);
 void epoll_emul_forget_fd(int fd);
 /* The application is closing an epoll fd of kind FD_EPOLL (call before the real close). */
 void epoll_emul_close_epfd(int epfd);
-/* In a forked child: re-initialise the locks (another thread may have held them). */
+/* fork handlers; the child re-initialises the locks (another thread may have held
+ * them). */
+void epoll_emul_atfork_prepare(void);
+void epoll_emul_atfork_parent(void);
 void epoll_emul_atfork_child(void);
 
 /* ---- for wait.c: an emulated set inside poll/select ---- */

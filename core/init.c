@@ -25,11 +25,13 @@ static void fork_prepare(void)
 	conn_fork_prepare();
 	pool_atfork_prepare();
 	epoll_track_atfork_prepare();
+	epoll_emul_atfork_prepare();
 }
 
 static void fork_parent(void)
 {
 	epoll_track_atfork_parent();
+	epoll_emul_atfork_parent();
 	pool_atfork_parent();
 	conn_fork_parent();
 }

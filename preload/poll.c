@@ -173,16 +173,22 @@ SMC_EXPORT int epoll_ctl(int epfd, int op, int fd, struct epoll_event *ev)
 
 /* Once the library has put its own entry into some epoll set, every wait goes through
  * the core, which never lets that entry's event out. A wait that entered the kernel
- * before is checked on return: another thread may have made its set emulated. */
+ * before is checked on return: another thread may have made its set emulated. The
+ * library's own threads never wait on an application's set. */
+static bool cookies_possible(void)
+{
+	return !smc_thread_internal && __atomic_load_n(&smc_epoll_cookies, __ATOMIC_ACQUIRE);
+}
+
 static bool epoll_via_core(int epfd)
 {
-	return fdtab_kind(epfd) == FD_EPOLL || __atomic_load_n(&smc_epoll_cookies, __ATOMIC_ACQUIRE);
+	return fdtab_kind(epfd) == FD_EPOLL || cookies_possible();
 }
 
 static int epoll_kernel_done(int epfd, struct epoll_event *ev, int n, int max,
 			     const struct timespec *timeout, const sigset_t *mask)
 {
-	if (n <= 0 || !__atomic_load_n(&smc_epoll_cookies, __ATOMIC_ACQUIRE))
+	if (n <= 0 || !cookies_possible())
 		return n;
 	return smc_epoll_after_kernel(epfd, ev, n, max, timeout, mask);
 }

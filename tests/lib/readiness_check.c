@@ -1649,6 +1649,74 @@ static void test_epoll_first_conn_race(void)
 	      "%d of %d rounds missed it", missed, RACE_ROUNDS);
 }
 
+/* A set created before a fork is shared with the child; the child adds an upgraded
+ * connection of its own (both ends in the child) and makes it ready: the parent,
+ * asleep on the same set, must never be handed the library's event for it. */
+static void test_epoll_fork_shared_set(void)
+{
+	int ep = new_epoll(), pp[2], bogus = 0, n, st = 0;
+	uint64_t end, bad = 0;
+	uint32_t ev;
+	pid_t pid;
+
+	if (pipe(pp) < 0)
+		die("pipe");
+	ep_add(ep, pp[0], EPOLLIN, RACE_PIPE);
+	fflush(stdout);
+	pid = fork();
+	if (pid < 0)
+		die("fork");
+	if (pid == 0) {
+		struct peer own;
+		struct sockaddr_in addr;
+		int c, a;
+
+		memset(&own, 0, sizeof(own));
+		listen_loopback(&own, &addr);
+		c = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK, 0);
+		if (c < 0 || (connect(c, (struct sockaddr *)&addr, sizeof(addr)) < 0 &&
+			      errno != EINPROGRESS))
+			_exit(3);
+		a = accept(own.lfd, NULL, NULL);
+		if (a < 0 || poll1(c, POLLOUT, LONG_MS) != POLLOUT)
+			_exit(3);
+		ep_add(ep, c, EPOLLIN, RACE_CONN);
+		if (write(a, "x", 1) != 1)
+			_exit(3);
+		sleep_ms(LATER_MS); /* ready, not harvested: the parent sleeps meanwhile */
+		ep_events_for(ep, RACE_CONN, LONG_MS, NULL);
+		close(c);
+		close(a);
+		close(own.lfd);
+		exit(0);
+	}
+	end = mono_ms() + 3 * LATER_MS;
+	while (mono_ms() < end) {
+		struct epoll_event evs[8];
+		int k = epoll_wait(ep, evs, 8, LATER_MS);
+
+		for (int i = 0; i < k; i++) {
+			if (evs[i].data.u64 != RACE_PIPE && evs[i].data.u64 != RACE_CONN) {
+				bogus++;
+				bad = evs[i].data.u64;
+			}
+		}
+	}
+	waitpid(pid, &st, 0);
+	check(WIFEXITED(st) && WEXITSTATUS(st) == 0, "fork shared set: the child's connection works",
+	      "status %#x", st);
+	check(bogus == 0, "fork shared set: no event nobody registered",
+	      "%d bogus events, e.g. data %#llx", bogus, (unsigned long long)bad);
+	if (write(pp[1], "p", 1) != 1)
+		die("write");
+	ev = ep_events_for(ep, RACE_PIPE, LONG_MS, &n);
+	check(n == 1 && ev == EPOLLIN, "fork shared set: the parent's own fds still reported",
+	      "n %d ev %#x", n, ev);
+	close(pp[0]);
+	close(pp[1]);
+	close(ep);
+}
+
 /* A forked child that closes its copies must not disturb the parent's epoll set. */
 static void test_epoll_fork(void)
 {
@@ -1699,6 +1767,7 @@ static const struct {
 	{ "epoll_fork", test_epoll_fork },
 	{ "epoll_preconnect", test_epoll_preconnect },
 	{ "epoll_first_conn_race", test_epoll_first_conn_race },
+	{ "epoll_fork_shared_set", test_epoll_fork_shared_set },
 	/* only when asked for by name (--only): its connections stay TCP */
 	{ "preconnect_fallback", test_epoll_preconnect_fallback },
 };

@@ -1439,6 +1439,34 @@ static void test_epoll_preconnect(void)
 	close(fd);
 	close(ep);
 
+	/* MOD before connect() (the record follows it), and DEL before connect() (no
+	 * registration left: the set stays quiet until an ADD after the connect) */
+	ep = new_epoll();
+	ep2 = new_epoll();
+	fd = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK, 0);
+	if (fd < 0)
+		die("socket");
+	ep_add(ep, fd, EPOLLIN, 78);
+	ep_mod(ep, fd, EPOLLIN | EPOLLOUT | EPOLLRDHUP | EPOLLET, 79);
+	ep_add(ep2, fd, EPOLLIN | EPOLLOUT, 78);
+	epoll_ctl(ep2, EPOLL_CTL_DEL, fd, NULL);
+	if (connect(fd, (struct sockaddr *)&peer_addr, sizeof(peer_addr)) < 0 &&
+	    errno != EINPROGRESS)
+		die("connect");
+	if (peer(&P, P_ACCEPT, 0) < 0)
+		die("accept");
+	ev = ep_events_for(ep, 79, LONG_MS, &n);
+	check(n == 1 && ev == EPOLLOUT, "preconnect MOD: EPOLLOUT with the new data", "n %d ev %#x", n, ev);
+	ev = ep_events_for(ep2, 78, SHORT_MS, &n);
+	check(n == 0, "preconnect DEL: nothing in the set it left", "n %d ev %#x", n, ev);
+	ep_add(ep2, fd, EPOLLOUT, 77);
+	ev = ep_events_for(ep2, 77, LONG_MS, &n);
+	check(n == 1 && ev == EPOLLOUT, "preconnect DEL: ADD after connect() works", "n %d ev %#x", n, ev);
+	close(ep2);
+	preconnect_traffic("MOD", ep, fd, 79);
+	close(fd);
+	close(ep);
+
 	/* one socket in two sets (LT and ET), and in a third set closed before connect() */
 	ep = new_epoll();
 	ep2 = new_epoll();

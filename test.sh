@@ -54,7 +54,7 @@ QUICK_TESTS=(tests/integration/wrapper.sh tests/integration/passthrough.sh
 	tests/integration/fallback.sh tests/integration/python_http.sh tests/integration/redis.sh)
 # Not under the sanitizers: curl hangs at start-up with the ASan runtime preloaded
 # (setlocale lock, with or without our library), which rules out nginx.sh and
-# python_http.sh.
+# python_http.sh (nginx_proxy.sh runs its servers instrumented, below).
 ASAN_TESTS=(tests/integration/fallback.sh tests/integration/stream.sh
 	tests/integration/churn.sh tests/integration/churn_kill.sh tests/integration/peerdeath.sh
 	tests/integration/pool.sh tests/integration/pool_forge.sh
@@ -161,6 +161,13 @@ if [ "$asan" = 1 ]; then
 			STREAM_BLOCK_BYTES=256m STREAM_EPOLL_BYTES=64m CHURN_CYCLES=5000 \
 			CHURN_MAPS_SLACK=128 \
 			run_check build-asan asan-integration TESTS="${ASAN_TESTS[*]}"
+		# Both nginx of nginx_proxy.sh instrumented, curl and wrk on the first pass's
+		# library (curl does not start with the ASan runtime preloaded, see above).
+		ASAN_OPTIONS=detect_leaks=0:verify_asan_link_order=0 \
+			SMC_TEST_PRELOAD_FIRST=$libasan \
+			SMC_TEST_CLIENT_LIB=$top/build-test/.libs/libsmc_preload.so \
+			PROXY_MAPS_SLACK=128 \
+			run_check build-asan asan-nginx-proxy TESTS=tests/integration/nginx_proxy.sh
 	fi
 	echo "sanitizer pass: $((SECONDS - start)) s"
 fi

@@ -453,9 +453,9 @@ struct smc_conn *conn_new_pooled(int fd, enum conn_side side, struct smc_pool *p
 	return c;
 }
 
-void conn_activate_pooled(struct smc_conn *c)
+void conn_activate_pooled(struct smc_conn *c, bool watched)
 {
-	conn_go_active(c, false);
+	conn_go_active(c, watched);
 	stats_count_pooled();
 }
 

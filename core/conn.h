@@ -111,9 +111,11 @@ uint32_t conn_poll_mask(struct smc_conn *c);
 struct smc_conn *conn_new(int fd, enum conn_side side);
 /* A connection on slot `slot` of pool p (pool.h); takes the caller's reference to p,
  * or returns NULL (out of memory) and leaves it. conn_activate_pooled then makes it
- * ACTIVE: no handshake, and nobody can be waiting on it yet. */
+ * ACTIVE: no handshake, and nobody waits on it yet unless `watched` (below). */
 struct smc_conn *conn_new_pooled(int fd, enum conn_side side, struct smc_pool *p, int slot);
-void conn_activate_pooled(struct smc_conn *c);
+/* `watched`: epoll registrations made before connect() follow it (epoll_track.h), and
+ * a thread may already wait on them: its bells ring once. */
+void conn_activate_pooled(struct smc_conn *c, bool watched);
 /* Client: takes a pooled connection's slot back while the server has not claimed it
  * (its connect failed, or it ends unaccepted; server_gone: the pool takes no new
  * offers). true when it did. */

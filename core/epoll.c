@@ -60,6 +60,19 @@
  * the process that wrote it. A forked child drops the sleeper counts it inherited (they
  * are the parent's) and takes its own when it evaluates a watch.
  *
+ * The cookie. The shadow sits level-triggered in the application's set under a random
+ * cookie, and no thread may ever be handed that event: every kernel wait on an
+ * application set strips it, emulated or not (a thread may have entered the kernel
+ * before another one made the set emulated; the wrappers check what such a wait
+ * returns). A wait left with nothing but the cookie goes on in the emulation, which
+ * harvests what it announced; the level-triggered shadow keeps announcing it to a
+ * wait that returned other events. A set that becomes emulated kicks its shadow at
+ * once, so a thread already asleep on it in the kernel, which the emulation does not
+ * count as a sleeper and no bell would wake, comes round and sleeps again as one.
+ *
+ * Registrations made in the kernel's set before the socket became a connection (added
+ * before connect()) are moved in by epoll_track.c through epoll_emul_adopt.
+ *
  * Shadow entries carry (slot generation, owner, slot index, tag) rather than a pointer:
  * an event that was already queued in the shadow when its watch went away (or that comes
  * from a socket whose fd number was closed under a dup) finds a stale generation and is
@@ -86,6 +99,7 @@
 
 #include "core/conn.h"
 #include "core/epoll.h"
+#include "core/epoll_track.h"
 #include "core/fdtab.h"
 #include "core/log.h"
 #include "core/real.h"
@@ -201,6 +215,9 @@ static struct smc_epoll *eps_head;
 static int eps_count;                /* atomic reads: forget_fd's fast path */
 static uint64_t ep_cookie;
 static uint8_t ep_owner;             /* this process's owner byte */
+/* Set (for good) before the first shadow joins an application set: from then on a
+ * kernel wait on any set may return our cookie, and every path strips it. */
+bool smc_epoll_cookies;
 static pthread_once_t ep_cookie_once = PTHREAD_ONCE_INIT;
 
 static void reg_arm_now(struct smc_epoll *ep, struct ep_fdreg *r);
@@ -278,6 +295,8 @@ static int strip_cookie(struct epoll_event *ev, int n, bool *seen)
 {
 	int out = 0;
 
+	if (!__atomic_load_n(&smc_epoll_cookies, __ATOMIC_ACQUIRE))
+		return n;
 	for (int i = 0; i < n; i++) {
 		if (ev[i].data.u64 == ep_cookie) {
 			*seen = true;
@@ -397,6 +416,7 @@ static struct smc_epoll *ep_create(int epfd)
 	}
 	/* Also validates epfd the way the kernel would (EBADF, EINVAL if not an epoll). */
 	ev.data.u64 = ep_cookie;
+	__atomic_store_n(&smc_epoll_cookies, true, __ATOMIC_RELEASE);
 	if (REAL(epoll_ctl)(epfd, EPOLL_CTL_ADD, ep->shadow, &ev) < 0) {
 		saved = errno;
 		REAL(close)(ep->shadow);
@@ -435,6 +455,10 @@ static struct smc_epoll *ep_create(int epfd)
 		ep_free(ep);
 		return other;
 	}
+	/* A thread may sleep in the kernel on this set already, unseen by the emulation
+	 * (it entered before the set was ours): the kick wakes it, it finds only our
+	 * cookie and continues in the emulated wait, where it counts as a sleeper. */
+	ep_kick(ep, 1);
 	log_debug("epoll: fd %d emulated (shadow %d)", epfd, ep->shadow);
 	return ep;
 }
@@ -901,8 +925,10 @@ static void reg_arm(struct ep_fdreg *r, const struct epoll_event *ev)
 	r->last = 0; /* like the kernel's re-poll on ADD/MOD: report what is ready now */
 }
 
+/* `fired`: a one-shot registration that already reported (moved from the kernel's set,
+ * epoll_track.h): it stays disabled until EPOLL_CTL_MOD, as there. */
 static int reg_add(struct smc_epoll *ep, int fd, struct smc_conn *c, struct smc_epoll *inner,
-		   const struct epoll_event *ev)
+		   const struct epoll_event *ev, bool fired)
 {
 	size_t cap = ep->by_fd_len;
 	struct smc_ep_reg *w;
@@ -935,6 +961,7 @@ static int reg_add(struct smc_epoll *ep, int fd, struct smc_conn *c, struct smc_
 	}
 	r->fd = fd;
 	reg_arm(r, ev);
+	r->disabled = fired && (ev->events & EPOLLONESHOT);
 	r->w = w;
 	r->wnext = w->fdregs;
 	w->fdregs = r;
@@ -1408,10 +1435,9 @@ static bool ep_sleep_alone(struct smc_epoll *ep)
 	return alone;
 }
 
-static int ep_wait(struct smc_epoll *ep, struct epoll_event *ev, int max,
-		   const struct timespec *timeout, const sigset_t *mask)
+static int ep_wait(struct smc_epoll *ep, struct epoll_event *ev, int max, uint64_t deadline,
+		   const sigset_t *mask)
 {
-	uint64_t deadline = wait_deadline(timeout);
 	bool spun = wait_spin_ns() == 0;
 	struct timespec left;
 
@@ -1484,11 +1510,69 @@ static int ep_wait(struct smc_epoll *ep, struct epoll_event *ev, int max,
 	}
 }
 
+/* The emulated wait on ep; EP_DEAD when the set was closed under us. Drops ep. */
+static int ep_wait_put(struct smc_epoll *ep, struct epoll_event *ev, int max, uint64_t deadline,
+		       const sigset_t *mask)
+{
+	int r = ep_wait(ep, ev, max, deadline, mask), saved = errno;
+
+	ep_put(ep);
+	errno = saved;
+	return r;
+}
+
+static void ep_nap(uint64_t deadline)
+{
+	uint64_t left = deadline - wait_now_ns(), slice = EP_SHARED_SLICE_MS * 1000000ull;
+	struct timespec ts;
+
+	if (left > slice)
+		left = slice;
+	ts.tv_sec = (time_t)(left / 1000000000u);
+	ts.tv_nsec = (long)(left % 1000000000u);
+	nanosleep(&ts, NULL);
+}
+
+/* A set the emulation does not hold (yet, or any more): the kernel's wait, minus our
+ * cookie. A cookie alone means the set became emulated while we slept (another thread
+ * added the first SMC fd, and its kick or a bell woke us): the wait goes on there, so
+ * what the cookie announced is harvested, not lost. */
+static int kernel_wait(int epfd, struct epoll_event *ev, int max, uint64_t deadline,
+		       const sigset_t *mask)
+{
+	struct timespec left;
+
+	for (;;) {
+		struct smc_epoll *ep;
+		bool seen = false;
+		int n = real_pwait(epfd, ev, max, wait_remaining(deadline, &left), mask);
+
+		if (n <= 0)
+			return n;
+		n = strip_cookie(ev, n, &seen);
+		if (n > 0 || !seen)
+			return n;
+		ep = ep_get(epfd);
+		if (ep) {
+			n = ep_wait_put(ep, ev, max, deadline, mask);
+			if (n != EP_DEAD)
+				return n;
+		}
+		/* The cookie of a set another process emulates (shared across fork), or of
+		 * one being set up or closed here: it stays ready until its owner harvests or
+		 * closes it, so nap a slice rather than spin on it. */
+		if (wait_now_ns() >= deadline)
+			return 0;
+		ep_nap(deadline);
+	}
+}
+
 int epoll_emul_wait(int epfd, struct epoll_event *ev, int max, const struct timespec *timeout,
 		    const sigset_t *mask)
 {
+	uint64_t deadline = wait_deadline(timeout);
 	struct smc_epoll *ep;
-	int r, saved;
+	int r;
 
 	if (max <= 0 || max > EP_MAX_EVENTS) {
 		errno = EINVAL;
@@ -1496,14 +1580,24 @@ int epoll_emul_wait(int epfd, struct epoll_event *ev, int max, const struct time
 	}
 	ep = ep_get(epfd);
 	if (!ep)
-		return real_pwait(epfd, ev, max, timeout, mask);
-	r = ep_wait(ep, ev, max, timeout, mask);
+		return kernel_wait(epfd, ev, max, deadline, mask);
+	r = ep_wait_put(ep, ev, max, deadline, mask);
 	if (r == EP_DEAD) /* closed under us: whatever the kernel says now */
-		r = real_pwait(epfd, ev, max, timeout, mask);
-	saved = errno;
-	ep_put(ep);
-	errno = saved;
+		r = kernel_wait(epfd, ev, max, deadline, mask);
 	return r;
+}
+
+int epoll_emul_after_kernel(int epfd, struct epoll_event *ev, int n, int max,
+			    const struct timespec *timeout, const sigset_t *mask)
+{
+	bool seen = false;
+
+	n = strip_cookie(ev, n, &seen);
+	if (n > 0 || !seen)
+		return n;
+	/* the caller's start time is unknown: the whole timeout again, at most once per
+	 * set that becomes emulated under a sleeper */
+	return epoll_emul_wait(epfd, ev, max, timeout, mask);
 }
 
 /* ------------------------------------------------------------------ epoll_ctl */
@@ -1563,6 +1657,17 @@ static int ctl_registered(struct smc_epoll *ep, struct ep_fdreg *r, int op, int 
 	}
 }
 
+/* A registration the kernel keeps: recorded when fd may still be upgraded. */
+static int kernel_ctl(int epfd, int op, int fd, struct epoll_event *ev)
+{
+	if (epoll_track_wanted(fd))
+		return epoll_track_ctl(epfd, op, fd, ev);
+	return REAL(epoll_ctl)(epfd, op, fd, ev);
+}
+
+static int ctl_add(struct smc_epoll *ep, int epfd, int fd, struct smc_conn *c,
+		   struct smc_epoll *inner, struct epoll_event *ev, bool fired);
+
 int epoll_emul_ctl(int epfd, int op, int fd, struct epoll_event *ev)
 {
 	struct smc_epoll *ep = ep_get(epfd), *inner = NULL;
@@ -1598,10 +1703,19 @@ int epoll_emul_ctl(int epfd, int op, int fd, struct epoll_event *ev)
 	if ((!c && !inner) || op != EPOLL_CTL_ADD) {
 		ep_put(inner);
 		ep_put(ep);
-		return REAL(epoll_ctl)(epfd, op, fd, ev);
+		return kernel_ctl(epfd, op, fd, ev);
 	}
+	return ctl_add(ep, epfd, fd, c, inner, ev, false);
+}
 
-	rc = ctl_check(epfd, op, fd, ev, inner != NULL);
+/* Adds fd (connection c, or nested set inner) to the emulation of epfd; consumes the
+ * references to ep (may be NULL: the set becomes emulated) and inner. */
+static int ctl_add(struct smc_epoll *ep, int epfd, int fd, struct smc_conn *c,
+		   struct smc_epoll *inner, struct epoll_event *ev, bool fired)
+{
+	int rc, saved;
+
+	rc = ctl_check(epfd, EPOLL_CTL_ADD, fd, ev, inner != NULL);
 	if (rc == 0 && !ep) {
 		ep = ep_create(epfd);
 		if (!ep)
@@ -1622,13 +1736,33 @@ int epoll_emul_ctl(int epfd, int op, int fd, struct epoll_event *ev)
 		ep_put(inner);
 		rc = fail(EEXIST);
 	} else {
-		rc = reg_add(ep, fd, c, inner, ev); /* takes the inner reference */
+		rc = reg_add(ep, fd, c, inner, ev, fired); /* takes the inner reference */
 	}
 	saved = errno;
 	ep_unlock(ep);
 	ep_put(ep);
 	errno = saved;
 	return rc;
+}
+
+int epoll_emul_adopt(int epfd, int fd, struct smc_conn *c, struct epoll_event *ev, bool fired)
+{
+	return ctl_add(ep_get(epfd), epfd, fd, c, NULL, ev, fired);
+}
+
+void epoll_emul_unadopt(int epfd, int fd)
+{
+	struct smc_epoll *ep = ep_get(epfd);
+	struct ep_fdreg *r;
+
+	if (!ep)
+		return;
+	ep_lock(ep);
+	r = ep->dead ? NULL : reg_find(ep, fd);
+	if (r)
+		reg_remove(ep, r, false);
+	ep_unlock(ep);
+	ep_put(ep);
 }
 
 /* ------------------------------------------------------------------ close and fork */
@@ -1739,10 +1873,25 @@ void epoll_emul_close_epfd(int epfd)
 	ep_put(ep); /* the global list's reference; waiters may still hold theirs */
 }
 
+/* Epoll sets created before a fork are shared with the child, which may make one of
+ * them emulated; the other process must then know the cookie to strip it. So the cookie
+ * exists before the first fork (both processes inherit it), and after a fork both
+ * strip it from every wait. */
+void epoll_emul_atfork_prepare(void)
+{
+	pthread_once(&ep_cookie_once, cookie_init);
+}
+
+void epoll_emul_atfork_parent(void)
+{
+	__atomic_store_n(&smc_epoll_cookies, true, __ATOMIC_RELEASE);
+}
+
 void epoll_emul_atfork_child(void)
 {
 	uint8_t parent = ep_owner;
 
+	__atomic_store_n(&smc_epoll_cookies, true, __ATOMIC_RELEASE);
 	/* Only the forking thread survives: a lock another thread held is stuck. */
 	pthread_mutex_init(&eps_lock, NULL);
 	/* entries this process adds from now on must be told apart from the parent's */

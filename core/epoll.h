@@ -40,12 +40,32 @@ int epoll_emul_ctl(int epfd, int op, int fd, struct epoll_event *ev);
 /* epoll_pwait2 semantics (timeout NULL = forever, mask applied while sleeping). */
 int epoll_emul_wait(int epfd, struct epoll_event *ev, int max, const struct timespec *timeout,
 		    const sigset_t *mask);
+/* epoll_wait on a set that was not emulated when the caller entered the kernel
+ * returned n events: strips our cookie (the set became emulated meanwhile) and, when
+ * nothing else was there, goes on waiting in the emulation. */
+int epoll_emul_after_kernel(int epfd, struct epoll_event *ev, int n, int max,
+			    const struct timespec *timeout, const sigset_t *mask);
+/* Set once any shadow joined an application set (see epoll_emul_after_kernel). */
+extern bool smc_epoll_cookies;
+
+/* ---- for epoll_track.c: a kernel registration of a socket that connect() upgrades ---- */
+
+struct smc_conn;
+/* Registers fd (becoming connection c) in epfd's emulation; `fired`: a one-shot
+ * registration that already reported, disabled until EPOLL_CTL_MOD. */
+int epoll_emul_adopt(int epfd, int fd, struct smc_conn *c, struct epoll_event *ev, bool fired);
+/* Undoes epoll_emul_adopt (the connection stays TCP). */
+void epoll_emul_unadopt(int epfd, int fd);
+
 /* The application is closing fd (any kind): drop its registrations in every set.
  * Call BEFORE the real close. */
 void epoll_emul_forget_fd(int fd);
 /* The application is closing an epoll fd of kind FD_EPOLL (call before the real close). */
 void epoll_emul_close_epfd(int epfd);
-/* In a forked child: re-initialise the locks (another thread may have held them). */
+/* fork handlers; the child re-initialises the locks (another thread may have held
+ * them). */
+void epoll_emul_atfork_prepare(void);
+void epoll_emul_atfork_parent(void);
 void epoll_emul_atfork_child(void);
 
 /* ---- for wait.c: an emulated set inside poll/select ---- */

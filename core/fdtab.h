@@ -23,6 +23,11 @@ enum fd_kind {
 enum fd_flag {
 	FDF_SOCKOPTS = 0x1, /* SO_RCVTIMEO, SO_SNDTIMEO or SO_LINGER set (or not known) */
 	FDF_BOUND = 0x2,    /* bind() called (or not known) */
+	/* FD_TCP that is never upgraded (accepted, or its connect went ahead as TCP): its
+	 * epoll registrations need no record (epoll_track.h) */
+	FDF_TCP_FINAL = 0x4,
+	FDF_DUPED = 0x8,      /* FD_TCP duplicated: other fd numbers name the same socket */
+	FDF_TRACK_LOST = 0x10, /* an epoll registration of it could not be recorded */
 };
 
 struct fd_entry {

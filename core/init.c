@@ -5,6 +5,7 @@
 #include "core/config.h"
 #include "core/conn.h"
 #include "core/epoll.h"
+#include "core/epoll_track.h"
 #include "core/fdpark.h"
 #include "core/fdtab.h"
 #include "core/init.h"
@@ -23,10 +24,14 @@ static void fork_prepare(void)
 {
 	conn_fork_prepare();
 	pool_atfork_prepare();
+	epoll_track_atfork_prepare();
+	epoll_emul_atfork_prepare();
 }
 
 static void fork_parent(void)
 {
+	epoll_track_atfork_parent();
+	epoll_emul_atfork_parent();
 	pool_atfork_parent();
 	conn_fork_parent();
 }
@@ -37,6 +42,7 @@ static void fork_child(void)
 	conn_fork_child();
 	progress_atfork_child();
 	epoll_emul_atfork_child();
+	epoll_track_atfork_child();
 }
 
 static void init_run(void)

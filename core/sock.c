@@ -26,6 +26,7 @@
 #include "core/conn.h"
 #include "core/conn_ib.h"
 #include "core/epoll.h"
+#include "core/epoll_track.h"
 #include "core/fdtab.h"
 #include "core/handshake.h"
 #include "core/hs_policy.h"
@@ -41,6 +42,7 @@
 #include "core/sock.h"
 #include "core/stats.h"
 #include "core/tcpopt.h"
+#include "core/upgrade_rule.h"
 #include "core/wait.h"
 
 struct smc_listener {
@@ -329,20 +331,57 @@ static struct smc_conn *connect_pooled(int fd, const struct sockaddr *dst, sockl
 	return c;
 }
 
+/* The TCP connection of c is under way but the handshake cannot be: plain TCP. */
+static void connect_abandon(struct smc_conn *c, enum smc_reason why)
+{
+	pthread_mutex_lock(&c->lock);
+	if (c->rdv_listen_fd >= 0)
+		REAL(close)(c->rdv_listen_fd);
+	c->rdv_listen_fd = -1;
+	conn_fallback(c, why);
+	pthread_mutex_unlock(&c->lock);
+}
+
+/* connect() of fd went ahead as plain TCP for `why`: counted, and the socket is never
+ * upgraded after (its epoll registrations need no record any more). */
+static void connect_stays_tcp(int fd, enum smc_reason why)
+{
+	fdtab_flags_set(fd, FDF_TCP_FINAL);
+	epoll_track_forget_fd(fd);
+	stats_conn(SMC_MODE_TCP, why);
+}
+
 /* connect() of a pooled connection c: ACTIVE from its first byte, or the slot back to
  * the pool when the kernel failed the connect. */
 static int connect_pooled_finish(struct smc_conn *c, int fd, const struct sockaddr *addr,
 				 socklen_t len)
 {
-	int r = REAL(connect)(fd, addr, len), e = errno;
+	int r, e, adopted;
 
+	/* before the SYN: the connection carries data through the rings from its first
+	 * byte, so its epoll registrations must be the emulation's first, or it stays TCP */
+	adopted = epoll_track_adopt(fd, c);
+	if (adopted < 0) {
+		conn_pool_withdraw(c, false);
+		conn_put(c);
+		r = REAL(connect)(fd, addr, len);
+		e = errno;
+		if (r == 0 || e == EINPROGRESS)
+			connect_stays_tcp(fd, SMC_REASON_READINESS);
+		errno = e;
+		return r;
+	}
+	r = REAL(connect)(fd, addr, len);
+	e = errno;
 	if (r < 0 && e != EINPROGRESS) {
+		epoll_track_undo(fd); /* still a TCP socket, registered in the kernel's sets */
 		conn_pool_withdraw(c, e == ECONNREFUSED);
 		conn_put(c);
 		errno = e;
 		return r;
 	}
-	conn_activate_pooled(c);
+	epoll_track_forget_fd(fd);
+	conn_activate_pooled(c, adopted > 0);
 	fdtab_set(fd, FD_SMC, c);
 	errno = e;
 	return r;
@@ -356,11 +395,11 @@ int smc_sock_connect(int fd, const struct sockaddr *addr, socklen_t len)
 
 	if (fdtab_kind(fd) != FD_TCP || !addr || len < sizeof(sa_family_t) ||
 	    (addr->sa_family != AF_INET && addr->sa_family != AF_INET6) ||
-	    len < (addr->sa_family == AF_INET ? sizeof(struct sockaddr_in) : sizeof(struct sockaddr_in6)))
+	    len < (addr->sa_family == AF_INET ? sizeof(struct sockaddr_in) : sizeof(struct sockaddr_in6)) ||
+	    (fdtab_flags(fd) & FDF_TCP_FINAL))
 		return REAL(connect)(fd, addr, len);
-	if (smc_enabled() && io_uring_in_use()) {
-		why = SMC_REASON_IO_URING; /* io_uring_watch.h: no new upgrade */
-	} else if (smc_enabled() && !addr_is_unspecified(addr)) {
+	if (smc_enabled() && !addr_is_unspecified(addr) &&
+	    (why = upgrade_rule(fd)) == SMC_REASON_NONE) {
 		uint64_t key = hs_policy_key(addr), now = hs_policy_now_ns();
 		bool admit = hs_policy_admit(key, now, (uint64_t)smc_cfg.short_conn_us * 1000);
 
@@ -390,16 +429,20 @@ int smc_sock_connect(int fd, const struct sockaddr *addr, socklen_t len)
 		/* No connection: nothing to count, nothing to watch. */
 		fdtab_set(fd, FD_TCP, NULL);
 		conn_put(c);
+	} else if (c && epoll_track_adopt(fd, c) < 0) {
+		/* its epoll registrations are the kernel's again: the handshake must not
+		 * start (nobody would see the connection's readiness) */
+		epoll_track_forget_fd(fd);
+		connect_abandon(c, SMC_REASON_READINESS);
 	} else if (c && progress_watch_pending(c) < 0) {
 		/* Nobody would answer the server: closing our rendezvous name makes it
 		 * stay TCP too. */
-		pthread_mutex_lock(&c->lock);
-		REAL(close)(c->rdv_listen_fd);
-		c->rdv_listen_fd = -1;
-		conn_fallback(c, SMC_REASON_RESOURCES);
-		pthread_mutex_unlock(&c->lock);
-	} else if (!c && (r == 0 || e == EINPROGRESS)) {
-		stats_conn(SMC_MODE_TCP, why);
+		epoll_track_forget_fd(fd);
+		connect_abandon(c, SMC_REASON_RESOURCES);
+	} else if (c) {
+		epoll_track_forget_fd(fd);
+	} else if (r == 0 || e == EINPROGRESS) {
+		connect_stays_tcp(fd, why);
 	}
 	errno = e;
 	return r;
@@ -438,6 +481,8 @@ int smc_sock_listen(int fd, int backlog)
 	if (fdtab_kind(fd) == FD_TCP && announce && tcpopt_available())
 		opted_in = tcpopt_opt_in(fd) == 0;
 	r = REAL(listen)(fd, backlog);
+	if (r == 0) /* a listener's readiness stays the kernel's */
+		epoll_track_forget_fd(fd);
 	if (r < 0 || fdtab_kind(fd) != FD_TCP || !announce)
 		return r;
 	listener_track(fd, opted_in);
@@ -810,7 +855,7 @@ static int accept_pooled(int lfd, int nfd, const struct sockaddr *peer, int flag
 	}
 	c->nonblock = (flags & SOCK_NONBLOCK) != 0;
 	conn_load_sockopts(c);
-	conn_activate_pooled(c);
+	conn_activate_pooled(c, false); /* a new fd: nothing watches it yet */
 	fdtab_set(nfd, FD_SMC, c);
 	return 1;
 }
@@ -938,6 +983,7 @@ int smc_sock_accept(int fd, struct sockaddr *addr, socklen_t *len, int flags)
 			return -1;
 		if (r == 0) {
 			smc_sock_created(nfd, peer.ss_family, SOCK_STREAM, 0);
+			fdtab_flags_set(nfd, FDF_TCP_FINAL); /* connected: never upgraded */
 			stats_conn(SMC_MODE_TCP, why);
 		}
 		return nfd;
@@ -959,6 +1005,7 @@ int smc_sock_accept(int fd, struct sockaddr *addr, socklen_t *len, int flags)
 		return -1;
 	if (r == 0) {
 		fdtab_set(nfd, FD_TCP, NULL);
+		fdtab_flags_set(nfd, FDF_TCP_FINAL);
 		stats_conn(SMC_MODE_TCP, why);
 	}
 	return nfd;
@@ -1165,6 +1212,7 @@ void smc_sock_before_close(int fd)
 	if (!e)
 		return;
 	obj = e->obj;
+	epoll_track_forget_fd(fd);
 	switch (e->kind) {
 	case FD_SMC: {
 		bool mine;
@@ -1231,6 +1279,8 @@ void smc_sock_dup(int oldfd, int newfd)
 		break;
 	case FD_TCP:
 		fdtab_set(newfd, FD_TCP, NULL);
+		fdtab_flags_set(oldfd, FDF_DUPED);
+		fdtab_flags_set(newfd, FDF_DUPED);
 		break;
 	default:
 		break;
@@ -1323,6 +1373,12 @@ int smc_select(int nfds, fd_set *r, fd_set *w, fd_set *e, const struct timespec 
 int smc_epoll_ctl(int epfd, int op, int fd, struct epoll_event *ev)
 {
 	return epoll_emul_ctl(epfd, op, fd, ev);
+}
+
+int smc_epoll_after_kernel(int epfd, struct epoll_event *ev, int n, int max,
+			   const struct timespec *timeout, const sigset_t *mask)
+{
+	return epoll_emul_after_kernel(epfd, ev, n, max, timeout, mask);
 }
 
 int smc_epoll_wait(int epfd, struct epoll_event *ev, int max, const struct timespec *timeout,

@@ -56,6 +56,12 @@ int smc_epoll_wait(int epfd, struct epoll_event *ev, int max, const struct times
 		   const sigset_t *mask);
 int smc_select(int nfds, fd_set *r, fd_set *w, fd_set *e, const struct timespec *timeout,
 	       const sigset_t *mask);
+/* A kernel epoll wait (epfd not FD_EPOLL when the caller looked) returned n > 0 events
+ * while smc_epoll_cookies is set: the library's own event is taken out. */
+int smc_epoll_after_kernel(int epfd, struct epoll_event *ev, int n, int max,
+			   const struct timespec *timeout, const sigset_t *mask);
+/* Set once the library put its own entry into any application epoll set. */
+extern bool smc_epoll_cookies;
 /* epoll_create*: the epoll fd itself is tracked lazily, on its first SMC registration. */
 
 /* fork handling is installed with pthread_atfork by the core's init. */

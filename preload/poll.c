@@ -164,21 +164,49 @@ SMC_EXPORT int epoll_create1(int flags)
 	return REAL(epoll_create1)(flags);
 }
 
+/* FD_TCP goes to the core too: a socket that may still be upgraded has its kernel
+ * registrations recorded (core/epoll_track.h). */
 SMC_EXPORT int epoll_ctl(int epfd, int op, int fd, struct epoll_event *ev)
 {
-	if (fdtab_kind(fd) != FD_SMC && fdtab_kind(fd) != FD_EPOLL && fdtab_kind(epfd) != FD_EPOLL)
+	enum fd_kind k = fdtab_kind(fd);
+
+	if (k != FD_SMC && k != FD_EPOLL && k != FD_TCP && fdtab_kind(epfd) != FD_EPOLL)
 		return REAL(epoll_ctl)(epfd, op, fd, ev);
 	return smc_epoll_ctl(epfd, op, fd, ev);
 }
 int smc_impl_epoll_ctl(int epfd, int op, int fd, struct epoll_event *ev)
 	SMC_INTERNAL_ALIAS(epoll_ctl);
 
+/* Once the library has put its own entry into some epoll set, every wait goes through
+ * the core, which never lets that entry's event out. A wait that entered the kernel
+ * before is checked on return: another thread may have made its set emulated. The
+ * library's own threads never wait on an application's set. */
+static bool cookies_possible(void)
+{
+	return !smc_thread_internal && __atomic_load_n(&smc_epoll_cookies, __ATOMIC_ACQUIRE);
+}
+
+static bool epoll_via_core(int epfd)
+{
+	return fdtab_kind(epfd) == FD_EPOLL || cookies_possible();
+}
+
+static int epoll_kernel_done(int epfd, struct epoll_event *ev, int n, int max,
+			     const struct timespec *timeout, const sigset_t *mask)
+{
+	if (n <= 0 || !cookies_possible())
+		return n;
+	return smc_epoll_after_kernel(epfd, ev, n, max, timeout, mask);
+}
+
 SMC_EXPORT int epoll_wait(int epfd, struct epoll_event *ev, int max, int timeout_ms)
 {
-	if (fdtab_kind(epfd) != FD_EPOLL)
-		return REAL(epoll_wait)(epfd, ev, max, timeout_ms);
 	struct timespec ts;
-	return smc_epoll_wait(epfd, ev, max, ms_to_timespec(timeout_ms, &ts), NULL);
+
+	if (epoll_via_core(epfd))
+		return smc_epoll_wait(epfd, ev, max, ms_to_timespec(timeout_ms, &ts), NULL);
+	int n = REAL(epoll_wait)(epfd, ev, max, timeout_ms);
+	return epoll_kernel_done(epfd, ev, n, max, ms_to_timespec(timeout_ms, &ts), NULL);
 }
 int smc_impl_epoll_wait(int epfd, struct epoll_event *ev, int max, int timeout_ms)
 	SMC_INTERNAL_ALIAS(epoll_wait);
@@ -186,10 +214,12 @@ int smc_impl_epoll_wait(int epfd, struct epoll_event *ev, int max, int timeout_m
 SMC_EXPORT int epoll_pwait(int epfd, struct epoll_event *ev, int max, int timeout_ms,
 			   const sigset_t *mask)
 {
-	if (fdtab_kind(epfd) != FD_EPOLL)
-		return REAL(epoll_pwait)(epfd, ev, max, timeout_ms, mask);
 	struct timespec ts;
-	return smc_epoll_wait(epfd, ev, max, ms_to_timespec(timeout_ms, &ts), mask);
+
+	if (epoll_via_core(epfd))
+		return smc_epoll_wait(epfd, ev, max, ms_to_timespec(timeout_ms, &ts), mask);
+	int n = REAL(epoll_pwait)(epfd, ev, max, timeout_ms, mask);
+	return epoll_kernel_done(epfd, ev, n, max, ms_to_timespec(timeout_ms, &ts), mask);
 }
 int smc_impl_epoll_pwait(int epfd, struct epoll_event *ev, int max, int timeout_ms,
 			 const sigset_t *mask) SMC_INTERNAL_ALIAS(epoll_pwait);
@@ -197,9 +227,10 @@ int smc_impl_epoll_pwait(int epfd, struct epoll_event *ev, int max, int timeout_
 SMC_EXPORT int epoll_pwait2(int epfd, struct epoll_event *ev, int max,
 			    const struct timespec *timeout, const sigset_t *mask)
 {
-	if (fdtab_kind(epfd) != FD_EPOLL)
-		return CALL_REAL(epoll_pwait2, epfd, ev, max, timeout, mask);
-	return smc_epoll_wait(epfd, ev, max, timeout, mask);
+	if (epoll_via_core(epfd))
+		return smc_epoll_wait(epfd, ev, max, timeout, mask);
+	int n = CALL_REAL(epoll_pwait2, epfd, ev, max, timeout, mask);
+	return epoll_kernel_done(epfd, ev, n, max, timeout, mask);
 }
 int smc_impl_epoll_pwait2(int epfd, struct epoll_event *ev, int max,
 			  const struct timespec *timeout, const sigset_t *mask)

@@ -168,37 +168,41 @@ smc_make_www() {
 	printf 'smc-preload %s test\n' "$1" >"$www/small.txt"
 }
 
-# smc_start_nginx STATSDIR PORT WORKERS HTTP-DIRECTIVES: nginx (master + WORKERS workers)
-# serving $www (smc_make_www) on 127.0.0.1:PORT as server "nginx", its error log in
-# $SMC_TMP/nginx-error.log; HTTP-DIRECTIVES go into its http block. Workers run as the
-# current user so they can read $www and write their stats. Returns once it listens.
+# smc_start_nginx STATSDIR PORT WORKERS HTTP-DIRECTIVES [NAME [SERVER-DIRECTIVES]]:
+# nginx (master + WORKERS workers) serving $www (smc_make_www) on 127.0.0.1:PORT as
+# server NAME (default "nginx"), its configuration, pid file and error log in
+# $SMC_TMP/NAME.conf, NAME.pid and NAME-error.log; HTTP-DIRECTIVES go into its http
+# block, SERVER-DIRECTIVES into its server block (a proxy's location, for instance).
+# Workers run as the current user so they can read $www and write their stats. Returns
+# once it listens.
 smc_start_nginx() {
-	local srv=$1 port=$2 workers=$3 directives=$4
-	cat >"$SMC_TMP/nginx.conf" <<CONF
+	local srv=$1 port=$2 workers=$3 directives=$4 name=${5:-nginx} server=${6:-}
+	cat >"$SMC_TMP/$name.conf" <<CONF
 user $(id -un) $(id -gn);
 worker_processes $workers;
 daemon off;
 master_process on;
-pid $SMC_TMP/nginx.pid;
-error_log $SMC_TMP/nginx-error.log warn;
+pid $SMC_TMP/$name.pid;
+error_log $SMC_TMP/$name-error.log warn;
 events { worker_connections 1024; }
 http {
 	$directives
 	default_type application/octet-stream;
-	client_body_temp_path $SMC_TMP/tmp-body;
-	proxy_temp_path $SMC_TMP/tmp-proxy;
-	fastcgi_temp_path $SMC_TMP/tmp-fastcgi;
-	uwsgi_temp_path $SMC_TMP/tmp-uwsgi;
-	scgi_temp_path $SMC_TMP/tmp-scgi;
+	client_body_temp_path $SMC_TMP/$name-tmp-body;
+	proxy_temp_path $SMC_TMP/$name-tmp-proxy;
+	fastcgi_temp_path $SMC_TMP/$name-tmp-fastcgi;
+	uwsgi_temp_path $SMC_TMP/$name-tmp-uwsgi;
+	scgi_temp_path $SMC_TMP/$name-tmp-scgi;
 	server {
 		listen 127.0.0.1:$port;
 		root $www;
+		$server
 	}
 }
 CONF
-	smc_start_server nginx "$srv" nginx -e "$SMC_TMP/nginx-error.log" -p "$SMC_TMP/" \
-		-c "$SMC_TMP/nginx.conf"
-	smc_wait_port nginx "$port"
+	smc_start_server "$name" "$srv" nginx -e "$SMC_TMP/$name-error.log" -p "$SMC_TMP/" \
+		-c "$SMC_TMP/$name.conf"
+	smc_wait_port "$name" "$port"
 }
 
 # ------------------------------------------------------------------ ports

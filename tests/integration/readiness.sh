@@ -6,7 +6,12 @@
 # in two sets, nested epoll, mixing with pipes/eventfd/timerfd) first on plain TCP (the
 # reference), then preloaded with both ends in one process, then with the peer in a
 # forked child, then against a plain peer (every connection falls back). The stats must
-# show that the preloaded runs really moved their bytes over shared memory.
+# show that the preloaded runs really moved their bytes over shared memory. Sockets
+# added to epoll before connect() (every mode) get their own runs, so the stats show
+# that they were upgraded, and the registrations the library cannot take over (through
+# a dup, in a set shared across fork) that they stayed TCP for `readiness`; the race of
+# a thread asleep in epoll_wait while another adds the set's first connection runs
+# alone too, so that its first round meets a process where no set was emulated yet.
 [ -n "${BASH_VERSION:-}" ] || exec bash "$0" "$@"
 . "$(dirname -- "$0")/lib.sh"
 
@@ -28,6 +33,24 @@ for variant in inproc fork; do
 	smc_log "$variant: $(tail -1 "$SMC_TMP/$variant.out")"
 	smc_expect_payload "$dir" 1 "readiness $variant"
 done
+
+for group in epoll_preconnect epoll_first_conn_race; do
+	dir=$(smc_stats_dir "$group")
+	smc_run "$dir" "$READINESS" --only "$group" >"$SMC_TMP/$group.out" 2>&1 ||
+		smc_fail "readiness_check --only $group: $(grep -v '^ok' "$SMC_TMP/$group.out" | head -20)"
+	smc_log "$group: $(tail -1 "$SMC_TMP/$group.out")"
+	smc_expect_payload "$dir" 1 "readiness $group"
+done
+
+dir=$(smc_stats_dir preconnect-fallback)
+smc_run "$dir" "$READINESS" --only preconnect_fallback >"$SMC_TMP/preconnect-fallback.out" 2>&1 ||
+	smc_fail "readiness_check --only preconnect_fallback: $(grep -v '^ok' "$SMC_TMP/preconnect-fallback.out" | head -20)"
+if [ "$SMC_TEST_EXPECT" = shm ]; then
+	# the two client sockets; their server ends see a client that offered nothing
+	smc_expect_fallback "$dir" readiness 1 "readiness preconnect fallback"
+	smc_assert_eq "readiness preconnect fallback: readiness fallbacks" \
+		"$(smc_stats "$dir" '.fallback.readiness // 0')" 2
+fi
 
 dir=$(smc_stats_dir plain-peer)
 # the library must find out by itself that the peer is plain, in both expect modes

@@ -1,0 +1,12 @@
+/* SPDX-License-Identifier: GPL-2.0-only OR BSD-2-Clause */
+/* May this socket be upgraded: see upgrade_rule.h. */
+#include "core/epoll_track.h"
+#include "core/io_uring_watch.h"
+#include "core/upgrade_rule.h"
+
+enum smc_reason upgrade_rule(int fd)
+{
+	if (io_uring_in_use())
+		return SMC_REASON_IO_URING;
+	return epoll_track_check(fd);
+}

@@ -356,7 +356,11 @@ int smc_sock_connect(int fd, const struct sockaddr *addr, socklen_t len)
 	struct smc_conn *c = NULL;
 	int r, e;
 
-	if (fdtab_kind(fd) != FD_TCP || !addr || len < sizeof(sa_family_t) ||
+	/* A connect() on a socket whose connection a first one started (a nonblocking
+	 * connect asked again for its result, as APR does: 0, EALREADY or EISCONN) is not
+	 * a new connection: no policy sample, no count, no offer on an established one. */
+	if (fdtab_kind(fd) != FD_TCP || (fdtab_flags(fd) & FDF_CONNECTED) || !addr ||
+	    len < sizeof(sa_family_t) ||
 	    (addr->sa_family != AF_INET && addr->sa_family != AF_INET6) ||
 	    len < (addr->sa_family == AF_INET ? sizeof(struct sockaddr_in) : sizeof(struct sockaddr_in6)))
 		return REAL(connect)(fd, addr, len);
@@ -386,6 +390,8 @@ int smc_sock_connect(int fd, const struct sockaddr *addr, socklen_t len)
 	}
 	r = REAL(connect)(fd, addr, len);
 	e = errno;
+	if (r == 0 || e == EINPROGRESS)
+		fdtab_flags_set(fd, FDF_CONNECTED);
 	if (c && r < 0 && e != EINPROGRESS) {
 		/* No connection: nothing to count, nothing to watch. */
 		fdtab_set(fd, FD_TCP, NULL);

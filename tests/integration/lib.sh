@@ -608,3 +608,35 @@ smc_pcap_syn_opt() {
 		$3 == f { seen = 1; if (index($4, "fe06e2d4c3d9")) found = 1 }
 		END { print found ? "yes" : (seen ? "no" : "none") }'
 }
+
+# ------------------------------------------------------------------ resources of a server
+
+# smc_proc_resources PID: "fds=N memfds=M memfd_maps=K" of a running process, counted as
+# smc_churn counts its own: open fds, the memfds among them, memfd mappings.
+smc_proc_resources() {
+	local pid=$1 fds memfds maps
+	fds=$(find "/proc/$pid/fd" -mindepth 1 -maxdepth 1 2>/dev/null | wc -l)
+	memfds=$(find "/proc/$pid/fd" -mindepth 1 -maxdepth 1 -lname '/memfd:*' 2>/dev/null | wc -l)
+	maps=$(grep -c '/memfd:' "/proc/$pid/maps" 2>/dev/null)
+	echo "fds=$fds memfds=$memfds memfd_maps=${maps:-0}"
+}
+
+# smc_expect_resources WHAT PID BASELINE [SECONDS]: waits until the process's resources
+# (smc_proc_resources) are none above BASELINE, an earlier smc_proc_resources of it
+# taken when it was idle; a server closes its last connections and frees their
+# rings a little after its clients left. Fails after SECONDS (default 10), naming both.
+smc_expect_resources() {
+	local what=$1 pid=$2 base=$3 secs=${4:-10} i now
+	for ((i = 0; i <= secs * 10; i++)); do
+		[ -d "/proc/$pid" ] || smc_fail "$what (pid $pid) is gone"
+		now=$(smc_proc_resources "$pid")
+		awk -v b="$base" -v n="$now" 'BEGIN {
+			split(b, bb, /[ =]/); split(n, nn, /[ =]/)
+			for (k = 2; k <= 6; k += 2) if (nn[k] + 0 > bb[k] + 0) exit 1 }' && {
+			smc_log "$what (pid $pid): $now, baseline $base"
+			return 0
+		}
+		sleep 0.1
+	done
+	smc_fail "$what (pid $pid) holds more than when idle: $now, baseline $base"
+}

@@ -12,8 +12,8 @@
 #    no non-2xx response;
 #  - no child died (same child pids, no "exit signal" line in the error log) and the
 #    access log holds every request answered 200;
-#  - each child is back to its idle fds, memfds and memfd mappings afterwards; then the
-#    transport through the stats of every process.
+#  - each child is back to its idle sockets, eventfds, epoll sets, memfds and memfd
+#    mappings afterwards; then the transport through the stats of every process.
 # As root the children run as nobody (Apache refuses to serve as root); otherwise as
 # the current user.
 [ -n "${BASH_VERSION:-}" ] || exec bash "$0" "$@"

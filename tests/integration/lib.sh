@@ -611,14 +611,16 @@ smc_pcap_syn_opt() {
 
 # ------------------------------------------------------------------ resources of a server
 
-# smc_proc_resources PID: "fds=N memfds=M memfd_maps=K" of a running process, counted as
-# smc_churn counts its own: open fds, the memfds among them, memfd mappings.
+# smc_proc_resources PID: "sockets=N eventfds=N epolls=N memfds=N memfd_maps=N" of a
+# running process: the kinds of fds the library creates (rendezvous sockets, doorbells,
+# shadow epoll sets, rings) and its memfd mappings; pipes and files are the program's.
 smc_proc_resources() {
-	local pid=$1 fds memfds maps
-	fds=$(find "/proc/$pid/fd" -mindepth 1 -maxdepth 1 2>/dev/null | wc -l)
-	memfds=$(find "/proc/$pid/fd" -mindepth 1 -maxdepth 1 -lname '/memfd:*' 2>/dev/null | wc -l)
-	maps=$(grep -c '/memfd:' "/proc/$pid/maps" 2>/dev/null)
-	echo "fds=$fds memfds=$memfds memfd_maps=${maps:-0}"
+	find "/proc/$1/fd" -mindepth 1 -maxdepth 1 -printf '%l\n' 2>/dev/null |
+		awk -v maps="$(grep -c '/memfd:' "/proc/$1/maps" 2>/dev/null)" '
+			/^socket:/ { s++ } /^anon_inode:\[eventfd\]/ { e++ }
+			/^anon_inode:\[eventpoll\]/ { p++ } /^\/memfd:/ { m++ }
+			END { printf "sockets=%d eventfds=%d epolls=%d memfds=%d memfd_maps=%d\n",
+				s, e, p, m, maps }'
 }
 
 # smc_expect_resources WHAT PID BASELINE [SECONDS]: waits until the process's resources
@@ -631,8 +633,8 @@ smc_expect_resources() {
 		[ -d "/proc/$pid" ] || smc_fail "$what (pid $pid) is gone"
 		now=$(smc_proc_resources "$pid")
 		awk -v b="$base" -v n="$now" 'BEGIN {
-			split(b, bb, /[ =]/); split(n, nn, /[ =]/)
-			for (k = 2; k <= 6; k += 2) if (nn[k] + 0 > bb[k] + 0) exit 1 }' && {
+			nb = split(b, bb, /[ =]/); split(n, nn, /[ =]/)
+			for (k = 2; k <= nb; k += 2) if (nn[k] + 0 > bb[k] + 0) exit 1 }' && {
 			smc_log "$what (pid $pid): $now, baseline $base"
 			return 0
 		}

@@ -6,8 +6,8 @@
 # temp dir (initdb, then postgres in the foreground on 127.0.0.1), `pgbench -i`, then a
 # TPC-B run and a select-only (-S) run with 4 clients on 2 threads and a fixed number of
 # transactions each: pgbench reports every transaction processed and none failed, and
-# the server counted them too (pg_stat_database); the postmaster is back to its idle fds,
-# memfds and memfd mappings; then the transport through the stats.
+# the server counted them too (pg_stat_database); the postmaster is back to its idle
+# sockets, eventfds, epoll sets, memfds and memfd mappings; then the transport through the stats.
 #
 # The transport check is on bytes: a forked backend starts with a copy of its parent's
 # counters, so summed over the processes connections may be counted more than once, but

@@ -37,7 +37,8 @@ if [ "$(id -u)" = 0 ]; then
 	user="User nobody
 Group $(id -gn nobody)"
 	# the children read the documents and write their stats as nobody
-	chmod 0755 "$SMC_TMP" "$www" && chmod 0777 "$srv" || smc_hard_error "chmod"
+	chmod 0755 "$SMC_TMP" "$www" || smc_hard_error "chmod $SMC_TMP"
+	chmod 0777 "$srv" || smc_hard_error "chmod $srv"
 fi
 
 # Two children that are never replaced: as many threads as MaxRequestWorkers, spares up

@@ -39,7 +39,8 @@ if [ "$(id -u)" = 0 ]; then
 	id "$dbuser" >/dev/null 2>&1 || dbuser=nobody
 	id "$dbuser" >/dev/null 2>&1 || smc_skip "running as root and there is no user postgres or nobody"
 	as_db=(setpriv "--reuid=$dbuser" "--regid=$(id -g "$dbuser")" --clear-groups --)
-	chmod 0755 "$SMC_TMP" && chmod 0777 "$srv" || smc_hard_error "chmod"
+	chmod 0755 "$SMC_TMP" || smc_hard_error "chmod $SMC_TMP"
+	chmod 0777 "$srv" || smc_hard_error "chmod $srv"
 fi
 data=$SMC_TMP/pgdata
 sockdir=$SMC_TMP/pgsock

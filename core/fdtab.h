@@ -23,7 +23,7 @@ enum fd_kind {
 enum fd_flag {
 	FDF_SOCKOPTS = 0x1, /* SO_RCVTIMEO, SO_SNDTIMEO or SO_LINGER set (or not known) */
 	FDF_BOUND = 0x2,    /* bind() called (or not known) */
-	FDF_CONNECTED = 0x4, /* a connect() started the TCP connection (0 or EINPROGRESS) */
+	FDF_CONNECTED = 0x20, /* a connect() started the TCP connection (0 or EINPROGRESS) */
 };
 
 struct fd_entry {

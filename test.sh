@@ -43,7 +43,8 @@ done
 PACKAGES=(build-essential autoconf automake libtool pkg-config libibverbs-dev librdmacm-dev
 	libevent-dev check libbpf-dev clang llvm redis-server redis-tools nginx-light memcached
 	libmemcached-tools iperf3 sockperf qperf wrk jq curl python3 procps iproute2 coreutils
-	util-linux gnuplot-nox hyperfine bpftool tcpdump)
+	util-linux gnuplot-nox hyperfine bpftool tcpdump apache2 apache2-utils postgresql
+	postgresql-contrib haproxy)
 # Node.js's http module (tests/integration/node_http.sh); liburing (tests/lib/io_uring_check)
 PACKAGES+=(nodejs liburing-dev)
 # The VM tests (tests/vm/run-vm.sh): qemu boots Debian's kernel with Soft-RoCE and smc.ko.
@@ -61,7 +62,8 @@ ASAN_TESTS=(tests/integration/fallback.sh tests/integration/stream.sh
 	tests/integration/redis.sh
 	tests/integration/memcached.sh tests/integration/iperf3.sh
 	tests/integration/readiness.sh tests/integration/netns.sh tests/integration/bpf_setup.sh
-	tests/integration/idle_stress.sh tests/integration/syscall.sh tests/integration/io_uring.sh)
+	tests/integration/idle_stress.sh tests/integration/syscall.sh tests/integration/io_uring.sh
+	tests/integration/defer_accept.sh tests/integration/connect_twice.sh)
 # Not under the sanitizers: the Soft-RoCE tests (ASan inside the emulated VM slows the
 # peers enough for an RC retry timeout to fail the link now and then).
 

@@ -18,6 +18,7 @@
 #include <fcntl.h>
 #include <linux/sockios.h>
 #include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/ioctl.h>
@@ -49,6 +50,8 @@ struct smc_listener {
 	int name_fd; /* holds the rendezvous name; -1 when a sibling process holds it */
 	int refs;
 	bool opted_in; /* its SYN-ACKs answer the SMC TCP option (tcpopt.h) */
+	bool defer_kept; /* TCP_DEFER_ACCEPT is kept out of the kernel (listener_defer_*) */
+	int defer_accept; /* then its value as the kernel would report it */
 	struct pool_set *pools; /* the pools of its clients (pool.h); NULL without a name */
 };
 
@@ -393,6 +396,10 @@ int smc_sock_connect(int fd, const struct sockaddr *addr, socklen_t len)
 	struct smc_conn *c = NULL;
 	int r, e;
 
+	/* A connect() on a socket whose connection a first one started (a nonblocking
+	 * connect asked again for its result, as APR does: 0, EALREADY or EISCONN) is not
+	 * a new connection: no policy sample, no count, no offer on an established one
+	 * (FDF_TCP_FINAL, or the socket is FD_SMC already). */
 	if (fdtab_kind(fd) != FD_TCP || !addr || len < sizeof(sa_family_t) ||
 	    (addr->sa_family != AF_INET && addr->sa_family != AF_INET6) ||
 	    len < (addr->sa_family == AF_INET ? sizeof(struct sockaddr_in) : sizeof(struct sockaddr_in6)) ||
@@ -450,6 +457,78 @@ int smc_sock_connect(int fd, const struct sockaddr *addr, socklen_t len)
 
 /* ------------------------------------------------------------ listen / accept */
 
+/*
+ * TCP_DEFER_ACCEPT holds a connection back from accept() until its first byte of data
+ * arrives (Apache sets it on every listener). A preloaded client sends nothing before
+ * its handshake, and the same-host rendezvous (and a pool slot's claim) starts only once
+ * the server's process has accepted: each would wait for the other until the client's
+ * handshake timeout. So a listener that can upgrade keeps the option out of the kernel
+ * and only remembers it for getsockopt, in the kernel's own rounding (the kernel is
+ * given the value first and asked for it back). Its connections are then accepted as
+ * soon as they are established, which is what the kernel itself does once the deferral
+ * period is over: a program that sets the option handles a connection without data.
+ */
+/* Moves listener fd's TCP_DEFER_ACCEPT from the kernel into l. The caller owns l: not
+ * yet in the table, or under the fd's stripe lock. */
+static void listener_defer_take(int fd, struct smc_listener *l)
+{
+	int v = 0, zero = 0;
+	socklen_t len = sizeof(v);
+
+	if (REAL(getsockopt)(fd, IPPROTO_TCP, TCP_DEFER_ACCEPT, &v, &len) < 0)
+		return;
+	l->defer_accept = v;
+	if (v != 0)
+		(void)REAL(setsockopt)(fd, IPPROTO_TCP, TCP_DEFER_ACCEPT, &zero, sizeof(zero));
+}
+
+/* The listener of fd when it keeps TCP_DEFER_ACCEPT out of the kernel, else NULL. Its
+ * fields are read and written under the fd's stripe lock: the caller takes it (a
+ * concurrent close frees the listener only after clearing the entry). */
+static struct smc_listener *listener_defer_kept(int fd)
+{
+	struct fd_entry *e = fdtab_peek(fd);
+
+	if (!e || e->kind != FD_LISTEN)
+		return NULL;
+	return ((struct smc_listener *)e->obj)->defer_kept ? e->obj : NULL;
+}
+
+/* setsockopt(TCP_DEFER_ACCEPT): on a listener that keeps it, validated and rounded by
+ * the kernel, then remembered and cleared again (1); 0: not such a listener. */
+static int listener_defer_set(int fd, const void *val, socklen_t len, int *r)
+{
+	struct smc_listener *l;
+
+	pthread_mutex_lock(fd_lock(fd));
+	l = listener_defer_kept(fd);
+	if (l) {
+		*r = REAL(setsockopt)(fd, IPPROTO_TCP, TCP_DEFER_ACCEPT, val, len);
+		if (*r == 0)
+			listener_defer_take(fd, l);
+	}
+	pthread_mutex_unlock(fd_lock(fd));
+	return l != NULL;
+}
+
+/* getsockopt(TCP_DEFER_ACCEPT): the kernel checks the buffer and sets *len, the value
+ * is ours. */
+static int listener_defer_get(int fd, void *val, socklen_t *len)
+{
+	struct smc_listener *l;
+	int v = -1;
+
+	if (REAL(getsockopt)(fd, IPPROTO_TCP, TCP_DEFER_ACCEPT, val, len) < 0)
+		return -1;
+	pthread_mutex_lock(fd_lock(fd));
+	if ((l = listener_defer_kept(fd)))
+		v = l->defer_accept;
+	pthread_mutex_unlock(fd_lock(fd));
+	if (v >= 0 && val)
+		memcpy(val, &v, *len < sizeof(v) ? *len : sizeof(v));
+	return 0;
+}
+
 /* Listening socket fd becomes ours (FD_LISTEN) with its same-host rendezvous name. */
 static void listener_track(int fd, bool opted_in)
 {
@@ -465,6 +544,10 @@ static void listener_track(int fd, bool opted_in)
 	if (l->name_fd < 0 && l->name_fd != -EADDRINUSE)
 		log_warn("fd %d: no rendezvous for this listener (%s): connections stay TCP",
 			 fd, strerror(-l->name_fd));
+	/* a listener whose sibling process holds the name upgrades too */
+	l->defer_kept = l->name_fd >= 0 || l->name_fd == -EADDRINUSE;
+	if (l->defer_kept)
+		listener_defer_take(fd, l);
 	fdtab_set(fd, FD_LISTEN, l);
 }
 
@@ -1316,8 +1399,12 @@ int smc_sock_ioctl(int fd, unsigned long req, void *arg)
 
 int smc_sock_getsockopt(int fd, int level, int name, void *val, socklen_t *len)
 {
-	struct smc_conn *c = fd_conn(fd);
+	struct smc_conn *c;
 	int r = 0, err;
+
+	if (level == IPPROTO_TCP && name == TCP_DEFER_ACCEPT && len)
+		return listener_defer_get(fd, val, len);
+	c = fd_conn(fd);
 
 	if (c && level == SOL_SOCKET && name == SO_ERROR && c->aborted &&
 	    __atomic_load_n(&c->state, __ATOMIC_ACQUIRE) == CONN_ACTIVE && val && len &&
@@ -1337,9 +1424,13 @@ int smc_sock_getsockopt(int fd, int level, int name, void *val, socklen_t *len)
 
 int smc_sock_setsockopt(int fd, int level, int name, const void *val, socklen_t len)
 {
-	int r = REAL(setsockopt)(fd, level, name, val, len);
 	struct smc_conn *c;
+	int r;
 
+	if (level == IPPROTO_TCP && name == TCP_DEFER_ACCEPT &&
+	    listener_defer_set(fd, val, len, &r))
+		return r;
+	r = REAL(setsockopt)(fd, level, name, val, len);
 	if (r != 0 || level != SOL_SOCKET ||
 	    (name != SO_RCVTIMEO && name != SO_SNDTIMEO && name != SO_LINGER))
 		return r;

@@ -612,3 +612,37 @@ smc_pcap_syn_opt() {
 		$3 == f { seen = 1; if (index($4, "fe06e2d4c3d9")) found = 1 }
 		END { print found ? "yes" : (seen ? "no" : "none") }'
 }
+
+# ------------------------------------------------------------------ resources of a server
+
+# smc_proc_resources PID: "sockets=N eventfds=N epolls=N memfds=N memfd_maps=N" of a
+# running process: the kinds of fds the library creates (rendezvous sockets, doorbells,
+# shadow epoll sets, rings) and its memfd mappings; pipes and files are the program's.
+smc_proc_resources() {
+	find "/proc/$1/fd" -mindepth 1 -maxdepth 1 -printf '%l\n' 2>/dev/null |
+		awk -v maps="$(grep -c '/memfd:' "/proc/$1/maps" 2>/dev/null)" '
+			/^socket:/ { s++ } /^anon_inode:\[eventfd\]/ { e++ }
+			/^anon_inode:\[eventpoll\]/ { p++ } /^\/memfd:/ { m++ }
+			END { printf "sockets=%d eventfds=%d epolls=%d memfds=%d memfd_maps=%d\n",
+				s, e, p, m, maps }'
+}
+
+# smc_expect_resources WHAT PID BASELINE [SECONDS]: waits until the process's resources
+# (smc_proc_resources) are none above BASELINE, an earlier smc_proc_resources of it
+# taken when it was idle; a server closes its last connections and frees their
+# rings a little after its clients left. Fails after SECONDS (default 10), naming both.
+smc_expect_resources() {
+	local what=$1 pid=$2 base=$3 secs=${4:-10} i now
+	for ((i = 0; i <= secs * 10; i++)); do
+		[ -d "/proc/$pid" ] || smc_fail "$what (pid $pid) is gone"
+		now=$(smc_proc_resources "$pid")
+		awk -v b="$base" -v n="$now" 'BEGIN {
+			nb = split(b, bb, /[ =]/); split(n, nn, /[ =]/)
+			for (k = 2; k <= nb; k += 2) if (nn[k] + 0 > bb[k] + 0) exit 1 }' && {
+			smc_log "$what (pid $pid): $now, baseline $base"
+			return 0
+		}
+		sleep 0.1
+	done
+	smc_fail "$what (pid $pid) holds more than when idle: $now, baseline $base"
+}

@@ -3,7 +3,7 @@
  * smc_churn: connection churn and resource-leak test.
  *
  *   smc_churn server PORT [--bind ADDR] [--mode epoll|thread] [--report] [--count K] [--fork]
- *   smc_churn client HOST PORT [--threads T] [--cycles N] [--warmup W]
+ *   smc_churn client HOST PORT [--threads T] [--cycles N] [--warmup W] [--connect-twice]
  *   both: [--maps-slack M] (default MAPS_SLACK)
  *
  * One cycle: connect, send a 64-byte request, receive the 64-byte response (the request
@@ -32,6 +32,9 @@
  * more over a run, hence --maps-slack.
  * Resources freed asynchronously (by a library thread after close) are given up to
  * SETTLE_MS to come back before a leak is declared.
+ *
+ * --connect-twice: the client connects as APR does (ab, Apache's proxy): a nonblocking
+ * connect(), poll for POLLOUT, then connect() again for the result (0 or EISCONN).
  *
  * --fork: right after listening the server forks a child that exits at once (as redis
  * forks to save): a server that forked since it listens serves no connection pool
@@ -207,6 +210,7 @@ struct client_opts {
 	unsigned threads;
 	unsigned long cycles;
 	unsigned warmup;
+	bool connect_twice;
 };
 
 struct client_shared {
@@ -253,6 +257,31 @@ static bool io_full(int fd, unsigned char *buf, size_t len, bool writing)
 	return true;
 }
 
+/* A nonblocking connect(), then connect() again once the socket is writable; the socket
+ * is blocking again afterwards. */
+static bool connect_twice(int fd, const struct addrinfo *ai)
+{
+	struct pollfd pfd = { .fd = fd, .events = POLLOUT };
+	int fl = fcntl(fd, F_GETFL), r;
+
+	if (fl < 0 || fcntl(fd, F_SETFL, fl | O_NONBLOCK) < 0)
+		return false;
+	r = connect(fd, ai->ai_addr, ai->ai_addrlen);
+	if (r < 0 && errno != EINPROGRESS)
+		return false;
+	if (r < 0) {
+		while ((r = poll(&pfd, 1, IO_TIMEOUT_S * 1000)) < 0 && errno == EINTR)
+			;
+		if (r == 0)
+			errno = ETIMEDOUT;
+		if (r != 1)
+			return false;
+	}
+	if (connect(fd, ai->ai_addr, ai->ai_addrlen) < 0 && errno != EISCONN)
+		return false;
+	return fcntl(fd, F_SETFL, fl) == 0;
+}
+
 /* One connect/request/response/close cycle; errors are counted and described. */
 static void client_cycle(struct client_shared *sh, uint64_t id)
 {
@@ -267,7 +296,7 @@ static void client_cycle(struct client_shared *sh, uint64_t id)
 	}
 	setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
 	setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
-	if (connect(fd, ai->ai_addr, ai->ai_addrlen) < 0) {
+	if (sh->o->connect_twice ? !connect_twice(fd, ai) : connect(fd, ai->ai_addr, ai->ai_addrlen) < 0) {
 		client_error(sh, id, "connect", errno);
 		goto out;
 	}
@@ -796,6 +825,7 @@ static void usage(void)
 		"usage: smc_churn server PORT [--bind ADDR] [--mode epoll|thread] [--report] [--count K]\n"
 		"                 [--fork]\n"
 		"       smc_churn client HOST PORT [--threads T] [--cycles N] [--warmup W]\n"
+		"                 [--connect-twice]\n"
 		"       both: [--maps-slack M]\n");
 	exit(2);
 }
@@ -839,6 +869,10 @@ int main(int argc, char **argv)
 		}
 		if (server && strcmp(a, "--fork") == 0) {
 			so.fork_once = true;
+			continue;
+		}
+		if (!server && strcmp(a, "--connect-twice") == 0) {
+			co.connect_twice = true;
 			continue;
 		}
 		if (!v)

@@ -3,6 +3,7 @@
  * smc_stream: data-integrity test over one TCP (or SMC) connection.
  *
  *   smc_stream server PORT [--bind ADDR] [--mode block|epoll] [--et] [--count K]
+ *                     [--defer-accept SECS]
  *   smc_stream client HOST PORT --bytes N [--mode block|epoll] [--et] [--seed S]
  *
  * Both directions run at once: each side sends N bytes and receives N bytes. Write and
@@ -26,6 +27,12 @@
  * "ERROR t=<CLOCK_REALTIME seconds> ..." (the time the failure was seen, so a test can
  * measure how fast a peer's death surfaced) and exit 1. The server prints one line per
  * connection and exits non-zero if any connection failed.
+ *
+ * --defer-accept SECS: the listener gets TCP_DEFER_ACCEPT, SECS before listen() and
+ * 2 * SECS after it (Apache's order); the server prints the values getsockopt reports
+ * right after each, "DEFER_ACCEPT listen=A set=B", for a test to compare with a run
+ * without the library (the kernel rounds them to its SYN-ACK retransmission times). A
+ * client takes the option and ignores it, so one set of arguments serves both sides.
  */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE /* the build passes -D_GNU_SOURCE; this is for standalone builds */
@@ -69,6 +76,7 @@ struct options {
 	enum io_mode mode;
 	bool edge_triggered;
 	unsigned count;
+	int defer_accept; /* seconds, 0: not set */
 };
 
 /* ------------------------------------------------------------------ payload pattern */
@@ -597,6 +605,22 @@ static struct addrinfo *resolve(const char *host, const char *port, bool passive
 	return res;
 }
 
+/* Listening socket fd: prints its TCP_DEFER_ACCEPT, sets it to `secs`, prints it again. */
+static bool report_defer_accept(int fd, int secs)
+{
+	int at_listen = -1, now = -1;
+	socklen_t len = sizeof(at_listen);
+
+	if (getsockopt(fd, IPPROTO_TCP, TCP_DEFER_ACCEPT, &at_listen, &len) < 0 ||
+	    setsockopt(fd, IPPROTO_TCP, TCP_DEFER_ACCEPT, &secs, sizeof(secs)) < 0)
+		return false;
+	len = sizeof(now);
+	if (getsockopt(fd, IPPROTO_TCP, TCP_DEFER_ACCEPT, &now, &len) < 0)
+		return false;
+	printf("DEFER_ACCEPT listen=%d set=%d\n", at_listen, now);
+	return true;
+}
+
 static int listen_on(const struct options *o)
 {
 	struct addrinfo *ai = resolve(o->bind_addr, o->port, true);
@@ -605,8 +629,11 @@ static int listen_on(const struct options *o)
 	if (!ai)
 		return -1;
 	int fd = socket(ai->ai_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	int secs = o->defer_accept, after = 2 * o->defer_accept;
 	if (fd < 0 || setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one)) < 0 ||
-	    bind(fd, ai->ai_addr, ai->ai_addrlen) < 0 || listen(fd, 16) < 0) {
+	    (secs && setsockopt(fd, IPPROTO_TCP, TCP_DEFER_ACCEPT, &secs, sizeof(secs)) < 0) ||
+	    bind(fd, ai->ai_addr, ai->ai_addrlen) < 0 || listen(fd, 16) < 0 ||
+	    (secs && !report_defer_accept(fd, after))) {
 		fprintf(stderr, "smc_stream: listen on %s:%s: %s\n",
 			o->bind_addr ? o->bind_addr : "*", o->port, strerror(errno));
 		if (fd >= 0)
@@ -705,6 +732,7 @@ static void usage(void)
 {
 	fprintf(stderr,
 		"usage: smc_stream server PORT [--bind ADDR] [--mode block|epoll] [--et] [--count K]\n"
+		"                         [--defer-accept SECS]\n"
 		"       smc_stream client HOST PORT --bytes N [--mode block|epoll] [--et] [--seed S]\n"
 		"       common: [--max-io SIZE] (default 4m); sizes accept k, m, g suffixes\n");
 	exit(2);
@@ -768,6 +796,8 @@ static void parse_args(int argc, char **argv, struct options *o)
 			o->count = (unsigned)parse_size(v);
 		else if (strcmp(a, "--bind") == 0)
 			o->bind_addr = v;
+		else if (strcmp(a, "--defer-accept") == 0)
+			o->defer_accept = (int)parse_size(v);
 		else if (strcmp(a, "--mode") == 0 && strcmp(v, "block") == 0)
 			o->mode = MODE_BLOCK;
 		else if (strcmp(a, "--mode") == 0 && strcmp(v, "epoll") == 0)
@@ -775,7 +805,8 @@ static void parse_args(int argc, char **argv, struct options *o)
 		else
 			usage();
 	}
-	if (o->max_io == 0 || o->count == 0 || (!o->server && o->bytes == 0))
+	if (o->max_io == 0 || o->count == 0 || (!o->server && o->bytes == 0) ||
+	    o->defer_accept < 0 || o->defer_accept > 3600)
 		usage();
 	if (o->edge_triggered && o->mode != MODE_EPOLL)
 		usage();

@@ -27,6 +27,7 @@
 #include "core/conn_ib.h"
 #include "core/fdpark.h"
 #include "core/fdtab.h"
+#include "core/forklock.h"
 #include "core/hs_policy.h"
 #include "core/log.h"
 #include "core/negotiate.h"
@@ -85,18 +86,24 @@ void conn_foreach(void (*fn)(struct smc_conn *c, void *arg), void *arg)
 
 /* fork: the child holds every connection too. Counted before the fork so that a parent
  * closing its copy right away never signals "closed" to a peer the child still talks to.
- * The registry stays locked across the fork so the child never inherits it held. */
-static void conn_refs_add(int delta)
-{
-	struct conn_node *n;
+ * Under the registry lock and every connection's lock (conn_fork_lock_*): fd_refs and
+ * the state are stable, so a connection whose last fd is already closed (its release
+ * under way in another thread) gains no holder that nobody would release. */
+static unsigned fork_count;   /* forks prepared, under the registry lock */
+static bool registry_held;    /* conn_fork_lock_registry took the registry */
 
-	for (n = conn_list; n; n = n->next) {
+static void conn_refs_add(void)
+{
+	fork_count++;
+	for (struct conn_node *n = conn_list; n; n = n->next) {
 		struct smc_conn *c = n->c;
 
 		/* an RDMA connection stays the parent's (conn_ib.h) */
-		if (__atomic_load_n(&c->state, __ATOMIC_ACQUIRE) == CONN_ACTIVE && !c->ib) {
-			__atomic_add_fetch(&c->map.hdr->side_refs[c->side], delta, __ATOMIC_ACQ_REL);
+		if (__atomic_load_n(&c->state, __ATOMIC_ACQUIRE) == CONN_ACTIVE && !c->ib &&
+		    c->fd_refs > 0) {
+			__atomic_add_fetch(&c->map.hdr->side_refs[c->side], 1, __ATOMIC_ACQ_REL);
 			c->fork_shared = true;
+			c->fork_held = fork_count;
 		}
 	}
 }
@@ -149,29 +156,86 @@ static void conn_settle_pending_servers(void)
 	}
 }
 
-void conn_fork_prepare(void)
+void conn_fork_settle(void)
 {
 	conn_settle_pending_servers();
-	pthread_mutex_lock(&conn_list_lock);
-	conn_refs_add(+1);
 }
 
-void conn_fork_parent(void)
+/* Nobody calls into the registry while holding another of the library's locks. */
+bool conn_fork_lock_registry(void)
 {
-	pthread_mutex_unlock(&conn_list_lock);
+	enum forklock_result r = forklock_take(&conn_list_lock);
+
+	registry_held = r == FORKLOCK_TAKEN;
+	return r != FORKLOCK_BUSY;
 }
 
+/* c->lock guards state changes, fd counts and epoll links: bounded work (the longest,
+ * a handshake's end flushing staged bytes to TCP, waits a handshake timeout a step). */
+bool conn_fork_lock_conns(void)
+{
+	if (!registry_held)
+		return true; /* after the patience: the list cannot be walked */
+	for (struct conn_node *n = conn_list; n; n = n->next)
+		if (forklock_take(&n->c->lock) == FORKLOCK_BUSY)
+			return false;
+	return true;
+}
+
+void conn_fork_prepare(void)
+{
+	if (registry_held)
+		conn_refs_add();
+}
+
+/*
+ * The child's copy of each connection. Its lock and the registry's were held by the
+ * forking thread (forklock.h); rx_lock and tx_lock may have been held by threads that
+ * do not exist here, asleep in recv or send, or copying. Re-initialised, and what they
+ * guard is sound:
+ *  - the cursors (rx_cons, tx_prod and what was seen of the peer's): every ACTIVE
+ *    connection is fork_shared now, so the child's first receive and send under the
+ *    lock take them from the shared control block (rx_resync, tx_resync), where a
+ *    half-done copy had published nothing; the bytes a parent's thread had copied
+ *    without publishing stay the parent's to publish;
+ *  - the staging buffer of a PENDING connection: pend_len grows only after the copy,
+ *    so the child has the bytes of every complete conn_send_pending, and a flush runs
+ *    only under c->lock, which no thread held;
+ *  - copy_adapt's store choice: statistics of timings, any value is a valid choice;
+ *  - the sleeper counts this process keeps (asleep_rx/tx): the parent's threads added
+ *    them and take them back from the shared counts; the child's own start at zero
+ *    (as epoll.c does for its watches).
+ * Per-connection byte counts start at zero (what this process moved: stats.h), and the
+ * child does not judge the handshake policy of a connection it did not make.
+ */
 void conn_fork_child(void)
 {
-	pthread_mutex_init(&conn_list_lock, NULL);
-	for (struct conn_node *n = conn_list; n; n = n->next)
-		conn_ib_atfork_child(n->c);
+	for (struct conn_node *n = conn_list; n; n = n->next) {
+		struct smc_conn *c = n->c;
+
+		pthread_mutex_init(&c->rx_lock, NULL);
+		pthread_mutex_init(&c->tx_lock, NULL);
+		c->asleep_rx = c->asleep_tx = 0;
+		c->bytes_sent = c->bytes_received = 0;
+		c->tx_rx_mark = 0;
+		c->policy_key = 0;
+		conn_ib_atfork_child(c);
+	}
 }
 
+/* The fork failed: the holders counted for its child go again. A connection closed and
+ * freed meanwhile keeps its extra holder; its TCP end still tells the peer. */
 void conn_fork_failed(void)
 {
 	pthread_mutex_lock(&conn_list_lock);
-	conn_refs_add(-1);
+	for (struct conn_node *n = conn_list; n; n = n->next) {
+		struct smc_conn *c = n->c;
+
+		if (c->fork_held == fork_count && fork_count != 0) {
+			__atomic_sub_fetch(&c->map.hdr->side_refs[c->side], 1, __ATOMIC_ACQ_REL);
+			c->fork_held = 0;
+		}
+	}
 	pthread_mutex_unlock(&conn_list_lock);
 }
 

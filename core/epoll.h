@@ -45,7 +45,9 @@ int epoll_emul_wait(int epfd, struct epoll_event *ev, int max, const struct time
 void epoll_emul_forget_fd(int fd);
 /* The application is closing an epoll fd of kind FD_EPOLL (call before the real close). */
 void epoll_emul_close_epfd(int epfd);
-/* In a forked child: re-initialise the locks (another thread may have held them). */
+/* fork (forklock.h): takes the list of sets and every set; false when one is busy. */
+bool epoll_emul_fork_lock(void);
+/* In a forked child: the sets are the parent's too (see epoll.c's top). */
 void epoll_emul_atfork_child(void);
 
 /* ---- for wait.c: an emulated set inside poll/select ---- */

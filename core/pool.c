@@ -12,6 +12,7 @@
 
 #include "core/config.h"
 #include "core/fdpark.h"
+#include "core/forklock.h"
 #include "core/log.h"
 #include "core/pool.h"
 #include "core/progress.h"
@@ -800,27 +801,39 @@ int pool_set_claim(struct pool_set *set, const struct sockaddr *peer, int tcp_fd
 
 /* ---------------------------------------------------------------- fork */
 
+static bool sets_held; /* pool_fork_lock took sets_lock: the list may be walked */
+
+/* Each is held for bounded work (a few nonblocking receives at most). */
+bool pool_fork_lock(void)
+{
+	enum forklock_result r;
+
+	sets_held = false;
+	if (forklock_take(&dests_lock) == FORKLOCK_BUSY)
+		return false;
+	r = forklock_take(&sets_lock);
+	if (r != FORKLOCK_TAKEN)
+		return r == FORKLOCK_SKIPPED;
+	sets_held = true;
+	for (struct pool_set *set = sets; set; set = set->next)
+		if (forklock_take(&set->lock) == FORKLOCK_BUSY)
+			return false;
+	return true;
+}
+
+/* Under pool_fork_lock's locks. */
 void pool_atfork_prepare(void)
 {
-	pthread_mutex_lock(&dests_lock);
-	pthread_mutex_lock(&sets_lock);
+	if (!sets_held)
+		return;
 	/* Both processes may accept on our listeners from now on, and only the pools that
 	 * exist now are known to both: no new offers into them, no new pools. They stay
 	 * claimable for the connections already offered. */
 	server_forked = true;
-	for (struct pool_set *set = sets; set; set = set->next) {
-		pthread_mutex_lock(&set->lock);
+	for (struct pool_set *set = sets; set; set = set->next)
 		for (struct smc_pool *p = set->pools; p; p = p->next)
 			__atomic_store_n(&((struct pool_hdr *)p->base)->retired, 1u,
 					 __ATOMIC_RELEASE);
-		pthread_mutex_unlock(&set->lock);
-	}
-}
-
-void pool_atfork_parent(void)
-{
-	pthread_mutex_unlock(&sets_lock);
-	pthread_mutex_unlock(&dests_lock);
 }
 
 void pool_atfork_child(void)
@@ -828,6 +841,4 @@ void pool_atfork_child(void)
 	/* The parent's setups and pools are its own: start over. The pools our inherited
 	 * connections hold stay mapped through their references. */
 	memset(dests, 0, sizeof(dests));
-	pthread_mutex_init(&dests_lock, NULL);
-	pthread_mutex_init(&sets_lock, NULL);
 }

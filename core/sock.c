@@ -27,6 +27,7 @@
 #include "core/conn_ib.h"
 #include "core/epoll.h"
 #include "core/fdtab.h"
+#include "core/forklock.h"
 #include "core/handshake.h"
 #include "core/hs_policy.h"
 #include "core/init.h"
@@ -60,6 +61,15 @@ static pthread_mutex_t fd_stripe[FD_STRIPES] = {
 static pthread_mutex_t *fd_lock(int fd)
 {
 	return &fd_stripe[(unsigned)fd % FD_STRIPES];
+}
+
+/* Held for a lookup and a reference, never across a wait. */
+bool sock_fork_lock(void)
+{
+	for (int i = 0; i < FD_STRIPES; i++)
+		if (forklock_take(&fd_stripe[i]) == FORKLOCK_BUSY)
+			return false;
+	return true;
 }
 
 /* The connection of fd with a reference (conn_put it), or NULL. */

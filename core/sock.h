@@ -58,6 +58,8 @@ int smc_select(int nfds, fd_set *r, fd_set *w, fd_set *e, const struct timespec 
 	       const sigset_t *mask);
 /* epoll_create*: the epoll fd itself is tracked lazily, on its first SMC registration. */
 
-/* fork handling is installed with pthread_atfork by the core's init. */
+/* fork handling is installed with pthread_atfork by the core's init (forklock.h). */
+/* Takes every fd stripe; false when one is busy. */
+bool sock_fork_lock(void);
 
 #endif

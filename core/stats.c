@@ -147,6 +147,17 @@ void stats_count_ib(enum smc_ib_event e, uint64_t n)
 		count(&ib_events[e], n);
 }
 
+void stats_atfork_child(void)
+{
+	/* the only thread of the child: nobody counts concurrently */
+	memset(conns, 0, sizeof(conns));
+	memset(reasons, 0, sizeof(reasons));
+	memset(bytes_sent, 0, sizeof(bytes_sent));
+	memset(bytes_received, 0, sizeof(bytes_received));
+	memset(ib_events, 0, sizeof(ib_events));
+	aborts = wakeups_sent = stream_bytes = rewinds = pooled = 0;
+}
+
 void stats_snapshot(struct smc_stats_snapshot *out)
 {
 	for (int m = 0; m < SMC_MODE_MAX; m++) {

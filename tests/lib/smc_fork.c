@@ -25,14 +25,16 @@
  *     equal), the echoes matched, no fd, memfd or memfd mapping was left behind.
  *
  *   smc_fork counts HOST PORT --conns N --child-conns M --bytes K
- *     N connections to a sink server (smc_fork sink), P bytes sent on each; then a child
+ *     N connections to a sink server (smc_fork sink), each used once the sink's first
+ *     byte arrived (the handshake is over), P bytes sent on each; then a child
  *     makes M connections and sends K bytes over them, plus J bytes over one of the
  *     parent's connections, and exit()s (its stats are written); then the parent
  *     closes its connections and exit()s. Prints the pids and byte counts for the test
  *     to compare with the two processes' SMC_STATS_FILE.
  *
  *   smc_fork sink PORT
- *     Accepts and reads every connection to its end (a thread each), until SIGTERM.
+ *     Accepts every connection, sends it one byte and reads it to its end (a thread
+ *     each), until SIGTERM.
  *
  * Exit status 0 only when every check passed.
  */
@@ -644,6 +646,19 @@ static int send_pattern(int fd, size_t n)
 	return 0;
 }
 
+/* A connection to the sink, its handshake over: the sink's first byte has arrived. */
+static int sink_connect(const char *host, uint16_t port)
+{
+	int fd = connect_to(host, port);
+	char b;
+
+	if (fd >= 0 && recv_all(fd, &b, 1) != 1) {
+		close(fd);
+		return -1;
+	}
+	return fd;
+}
+
 static int counts(const char *host, uint16_t port, int n, int m, long k)
 {
 	int *fds = calloc((size_t)n, sizeof(int)), st;
@@ -652,7 +667,7 @@ static int counts(const char *host, uint16_t port, int n, int m, long k)
 	if (!fds || n < 1 || m < 1)
 		return 2;
 	for (int i = 0; i < n; i++) {
-		fds[i] = connect_to(host, port);
+		fds[i] = sink_connect(host, port);
 		if (fds[i] < 0 || send_pattern(fds[i], PARENT_BYTES_EACH) < 0) {
 			fprintf(stderr, "FAIL parent connection %d: %s\n", i, strerror(errno));
 			return 1;
@@ -667,7 +682,7 @@ static int counts(const char *host, uint16_t port, int n, int m, long k)
 
 		alarm(CHILD_ALARM_S * 3);
 		for (int i = 0; i < m; i++) {
-			int fd = connect_to(host, port);
+			int fd = sink_connect(host, port);
 			long share = k / m + (i < k % m ? 1 : 0);
 
 			if (fd < 0 || send_pattern(fd, (size_t)share) < 0) {
@@ -703,8 +718,12 @@ static int counts(const char *host, uint16_t port, int n, int m, long k)
 static void *sink_conn(void *arg)
 {
 	int fd = (int)(intptr_t)arg;
-	char buf[65536];
+	char buf[65536] = { 0 };
 
+	if (send_all(fd, buf, 1) < 0) { /* the client knows the handshake is over */
+		close(fd);
+		return NULL;
+	}
 	while (recv(fd, buf, sizeof(buf), 0) > 0)
 		;
 	close(fd);

@@ -33,6 +33,7 @@
 #include "core/negotiate.h"
 #include "core/pool.h"
 #include "core/real.h"
+#include "core/sandbox.h"
 #include "core/stats.h"
 #include "core/statsrv.h"
 #include "core/wait.h"
@@ -940,7 +941,15 @@ void conn_tcp_event(struct smc_conn *c)
 
 	if (c->tcp_eof || conn_state(c) != CONN_ACTIVE)
 		return;
-	r = REAL(recv)(c->fd, &b, 1, MSG_PEEK | MSG_DONTWAIT);
+	if (sandbox_active()) {
+		/* no recv(): a read that cannot block (the channel is readable), and what
+		 * it takes is never the application's (anything there ends the connection) */
+		if (!sandbox_readable(c->fd))
+			return;
+		r = REAL(read)(c->fd, &b, 1);
+	} else {
+		r = REAL(recv)(c->fd, &b, 1, MSG_PEEK | MSG_DONTWAIT);
+	}
 	if (r == 0) {
 		c->tcp_eof = true;
 	} else if (r > 0) {
@@ -1008,7 +1017,7 @@ static int conn_wait(struct smc_conn *c, uint32_t events, uint64_t deadline)
 			break;
 		/* two cores, two busy processes: let the peer we wait for run (every ~12 us) */
 		if (round % (512 / CONN_SPIN_PAUSES) == 0)
-			sched_yield();
+			sandbox_yield();
 	}
 	if (spin_ns)
 		wait_spin_outcome(false, spin_ns);
@@ -1049,7 +1058,7 @@ static int conn_wait(struct smc_conn *c, uint32_t events, uint64_t deadline)
 			}
 		}
 		n = conn_wait_fds(c, for_handshake ? events | POLLIN : events, pfd, tags);
-		r = REAL(ppoll)(pfd, (nfds_t)n, tsp, NULL);
+		r = sandbox_ppoll(pfd, (nfds_t)n, tsp, NULL);
 		conn_end_sleep(c, armed);
 		if (r < 0)
 			return -errno;

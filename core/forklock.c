@@ -57,6 +57,7 @@
 #include "core/pool.h"
 #include "core/progress.h"
 #include "core/rendezvous.h"
+#include "core/sandbox.h"
 #include "core/sock.h"
 #include "core/statsrv.h"
 #include "core/tcpopt.h"
@@ -134,7 +135,7 @@ static void backoff(unsigned round)
 	struct timespec ts = { 0, 0 };
 
 	if (round < 8) {
-		sched_yield();
+		sandbox_yield();
 		return;
 	}
 	ts.tv_nsec = round < 16 ? 50000L : round < 32 ? 200000L : 1000000L;

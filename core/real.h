@@ -73,7 +73,8 @@ struct mmsghdr;
 	X(int, epoll_pwait2, (int, struct epoll_event *, int, const struct timespec *, const sigset_t *)) \
 	X(pid_t, fork, (void)) \
 	X(pid_t, vfork, (void)) \
-	X(int, daemon, (int, int))
+	X(int, daemon, (int, int)) \
+	X(int, prctl, (int, ...))
 
 #define SMC_REAL_DECLARE(ret, name, args) ret (*name) args;
 struct smc_real {

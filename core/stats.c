@@ -19,6 +19,7 @@
 #include "core/config.h"
 #include "core/log.h"
 #include "core/real.h"
+#include "core/sandbox.h"
 #include "core/stats.h"
 #include "smc_preload.h"
 
@@ -305,7 +306,9 @@ void stats_at_exit(void)
 	int saved_errno = errno;
 	char *path;
 
-	if (smc_cfg.stats_file == NULL)
+	/* a sandboxed process may open no file, and a write may exceed its RLIMIT_FSIZE
+	 * (sandbox.h): its counts are not written */
+	if (smc_cfg.stats_file == NULL || sandbox_active())
 		return;
 	path = log_expand_path(smc_cfg.stats_file);
 	if (path == NULL) {

@@ -43,7 +43,7 @@ done
 PACKAGES=(build-essential autoconf automake libtool pkg-config libibverbs-dev librdmacm-dev
 	libevent-dev check libbpf-dev clang llvm redis-server redis-tools nginx-light memcached
 	libmemcached-tools iperf3 sockperf qperf wrk jq curl python3 procps iproute2 coreutils
-	util-linux gnuplot-nox hyperfine bpftool tcpdump)
+	util-linux gnuplot-nox hyperfine bpftool tcpdump openssh-server openssh-client)
 # The VM tests (tests/vm/run-vm.sh): qemu boots Debian's kernel with Soft-RoCE and smc.ko.
 PACKAGES+=(qemu-system-x86 busybox-static cpio kmod rdma-core ibverbs-providers ibverbs-utils)
 

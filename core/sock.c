@@ -37,6 +37,7 @@
 #include "core/progress.h"
 #include "core/real.h"
 #include "core/rendezvous.h"
+#include "core/sandbox.h"
 #include "core/shm.h"
 #include "core/sock.h"
 #include "core/stats.h"
@@ -941,10 +942,18 @@ static struct smc_conn *conn_ready_for_io(struct smc_conn *c, int flags, int64_t
 /* One buffer (read, recv, write, send: nearly every call) goes through recv/send, which
  * the kernel serves without copying in a msghdr and an iovec array as recvmsg/sendmsg
  * make it do. */
+/* Without flags, recv and send are read and write (and the vectored forms): a seccomp
+ * sandbox may allow only those (sandbox.h; OpenSSH's kills on recvfrom and sendto). */
 static ssize_t plain_recv(int fd, const struct iovec *iov, int iovcnt, int flags)
 {
 	struct msghdr m = { .msg_iov = (struct iovec *)iov, .msg_iovlen = (size_t)iovcnt };
-	ssize_t r = iovcnt == 1 ? REAL(recv)(fd, iov[0].iov_base, iov[0].iov_len, flags)
+	ssize_t r;
+
+	if (flags == 0 && sandbox_active())
+		r = iovcnt == 1 ? REAL(read)(fd, iov[0].iov_base, iov[0].iov_len)
+				: REAL(readv)(fd, iov, iovcnt);
+	else
+		r = iovcnt == 1 ? REAL(recv)(fd, iov[0].iov_base, iov[0].iov_len, flags)
 				: REAL(recvmsg)(fd, &m, flags);
 
 	if (r > 0 && !(flags & MSG_PEEK))
@@ -955,7 +964,13 @@ static ssize_t plain_recv(int fd, const struct iovec *iov, int iovcnt, int flags
 static ssize_t plain_send(int fd, const struct iovec *iov, int iovcnt, int flags)
 {
 	struct msghdr m = { .msg_iov = (struct iovec *)iov, .msg_iovlen = (size_t)iovcnt };
-	ssize_t r = iovcnt == 1 ? REAL(send)(fd, iov[0].iov_base, iov[0].iov_len, flags)
+	ssize_t r;
+
+	if (flags == 0 && sandbox_active())
+		r = iovcnt == 1 ? REAL(write)(fd, iov[0].iov_base, iov[0].iov_len)
+				: REAL(writev)(fd, iov, iovcnt);
+	else
+		r = iovcnt == 1 ? REAL(send)(fd, iov[0].iov_base, iov[0].iov_len, flags)
 				: REAL(sendmsg)(fd, &m, flags);
 
 	if (r > 0)

@@ -60,6 +60,8 @@ ASAN_TESTS=(tests/integration/fallback.sh tests/integration/stream.sh
 	tests/integration/memcached.sh tests/integration/iperf3.sh
 	tests/integration/readiness.sh tests/integration/netns.sh tests/integration/bpf_setup.sh
 	tests/integration/idle_stress.sh)
+# fork() while threads are busy (locks inherited by children), per-process counts
+ASAN_TESTS+=(tests/integration/fork.sh tests/integration/fork_counts.sh)
 # Not under the sanitizers: the Soft-RoCE tests (ASan inside the emulated VM slows the
 # peers enough for an RC retry timeout to fail the link now and then).
 
@@ -157,7 +159,7 @@ if [ "$asan" = 1 ]; then
 		ASAN_OPTIONS=detect_leaks=0:verify_asan_link_order=0 \
 			SMC_TEST_PRELOAD_FIRST=$libasan \
 			STREAM_BLOCK_BYTES=256m STREAM_EPOLL_BYTES=64m CHURN_CYCLES=5000 \
-			CHURN_MAPS_SLACK=128 \
+			CHURN_MAPS_SLACK=128 FORK_COUNT=200 \
 			run_check build-asan asan-integration TESTS="${ASAN_TESTS[*]}"
 	fi
 	echo "sanitizer pass: $((SECONDS - start)) s"

@@ -208,6 +208,10 @@ void conn_fork_prepare(void)
  *    (as epoll.c does for its watches).
  * Per-connection byte counts start at zero (what this process moved: stats.h), and the
  * child does not judge the handshake policy of a connection it did not make.
+ * A handshake still running is the parent's progress thread's: the child closes its copy
+ * of the connection's rendezvous socket, whose name would otherwise stay taken as long
+ * as the child lives, and a later connection that gets the same ports could not bind
+ * it (the parent's copy keeps the socket for the handshake).
  */
 void conn_fork_child(void)
 {
@@ -220,6 +224,10 @@ void conn_fork_child(void)
 		c->bytes_sent = c->bytes_received = 0;
 		c->tx_rx_mark = 0;
 		c->policy_key = 0;
+		if (c->rdv_listen_fd >= 0) {
+			REAL(close)(c->rdv_listen_fd);
+			c->rdv_listen_fd = -1;
+		}
 		conn_ib_atfork_child(c);
 	}
 }

@@ -411,8 +411,8 @@ static void *accept_thread(void *arg)
 		fd = accept(listen_fd, NULL, NULL);
 		if (fd < 0)
 			continue;
-		if (recv_all(fd, &b, 1) == 1)
-			(void)send_all(fd, &b, 1);
+		if (recv_all(fd, &b, 1) != 1 || send_all(fd, &b, 1) < 0)
+			FAIL("churn server: %s", strerror(errno));
 		close(fd);
 	}
 	return NULL;
@@ -422,15 +422,16 @@ static void *churn_thread(void *arg)
 {
 	(void)arg;
 	while (!atomic_load(&stop_churn)) {
-		int fd = connect_to("127.0.0.1", listen_port);
+		int fd = connect_to("127.0.0.1", listen_port), k = -1;
 		char b = 'x', r = 0;
 
 		if (fd < 0) {
 			FAIL("churn connect: %s", strerror(errno));
 			break;
 		}
-		if (send_all(fd, &b, 1) < 0 || recv_all(fd, &r, 1) != 1 || r != b) {
-			FAIL("churn %llu: no echo", (unsigned long long)churns);
+		if (send_all(fd, &b, 1) < 0 || (k = recv_all(fd, &r, 1)) != 1 || r != b) {
+			FAIL("churn %llu: no echo (%s)", (unsigned long long)churns,
+			     k == 0 ? "EOF" : strerror(errno));
 			close(fd);
 			break;
 		}

@@ -159,7 +159,7 @@ if [ "$asan" = 1 ]; then
 		ASAN_OPTIONS=detect_leaks=0:verify_asan_link_order=0 \
 			SMC_TEST_PRELOAD_FIRST=$libasan \
 			STREAM_BLOCK_BYTES=256m STREAM_EPOLL_BYTES=64m CHURN_CYCLES=5000 \
-			CHURN_MAPS_SLACK=128 FORK_COUNT=200 \
+			CHURN_MAPS_SLACK=128 FORK_COUNT=300 FORK_CHURN=0 \
 			run_check build-asan asan-integration TESTS="${ASAN_TESTS[*]}"
 	fi
 	echo "sanitizer pass: $((SECONDS - start)) s"

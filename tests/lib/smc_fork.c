@@ -3,7 +3,7 @@
  * smc_fork: fork() while threads are busy on upgraded connections, and per-process
  * counts after fork.
  *
- *   smc_fork storm [--forks N]
+ *   smc_fork storm [--forks N] [--no-churn]
  *     One process, both ends of every connection (a loopback listener of its own).
  *     Threads keep busy until the forks are done:
  *       stream   blocking send() of a byte stream whose every byte is a function of its
@@ -14,6 +14,9 @@
  *       dup      dup() of an SMC fd, dup2() of another one onto the copy, close();
  *       churn    connect, one byte each way with the accept thread, close (handshakes
  *                on the progress thread, the lock the child would inherit held);
+ *     (--no-churn: no churn and accept threads, so no thread allocates memory: GCC 12's
+ *     AddressSanitizer runtime does not hold its allocator across fork, and a child can
+ *     find its lock held by a thread that allocated at the fork)
  *     while the main thread forks N times. Each child, under alarm(): closes its copies
  *     of the stream and ping connections (a prefork server's child does), dup()s an
  *     SMC fd of a spare connection, dup2()s /dev/null onto the copy, closes it, sends
@@ -548,7 +551,7 @@ static bool wait_child(pid_t pid, int i)
 	return true;
 }
 
-static int storm(long forks)
+static int storm(long forks, bool churn)
 {
 	pthread_t th[7];
 	void *(*fns[7])(void *) = { stream_writer, stream_reader, ping_thread, pong_thread,
@@ -575,7 +578,7 @@ static int storm(long forks)
 			return 1;
 		}
 	}
-	for (int i = 0; i < 7; i++)
+	for (int i = 0; i < (churn ? 7 : 5); i++)
 		if (pthread_create(&th[i], NULL, fns[i], NULL) != 0) {
 			fprintf(stderr, "FAIL pthread_create\n");
 			return 1;
@@ -598,9 +601,10 @@ static int storm(long forks)
 	}
 	printf("FORKS %ld of %ld in %llu ms\n", done, forks, (unsigned long long)(now_ms() - t0));
 	atomic_store(&stop_churn, true);
-	pthread_join(th[6], NULL);
+	if (churn)
+		pthread_join(th[6], NULL);
 	atomic_store(&stop, true);
-	for (int i = 0; i < 6; i++)
+	for (int i = 0; i < (churn ? 6 : 5); i++)
 		pthread_join(th[i], NULL);
 	printf("STREAM sent=%llu received=%llu PINGS %llu CHURNS %llu DUPS %llu\n",
 	       (unsigned long long)stream_sent, (unsigned long long)stream_received,
@@ -781,18 +785,26 @@ static long arg_long(int argc, char **argv, const char *name, long def)
 	return def;
 }
 
+static bool arg_flag(int argc, char **argv, const char *name)
+{
+	for (int i = 0; i < argc; i++)
+		if (strcmp(argv[i], name) == 0)
+			return true;
+	return false;
+}
+
 int main(int argc, char **argv)
 {
 	setvbuf(stdout, NULL, _IOLBF, 0);
 	if (argc >= 2 && strcmp(argv[1], "storm") == 0)
-		return storm(arg_long(argc, argv, "--forks", 1000));
+		return storm(arg_long(argc, argv, "--forks", 1000), !arg_flag(argc, argv, "--no-churn"));
 	if (argc >= 4 && strcmp(argv[1], "counts") == 0)
 		return counts(argv[2], (uint16_t)atoi(argv[3]), (int)arg_long(argc, argv, "--conns", 4),
 			      (int)arg_long(argc, argv, "--child-conns", 3),
 			      arg_long(argc, argv, "--bytes", 100000));
 	if (argc >= 3 && strcmp(argv[1], "sink") == 0)
 		return sink((uint16_t)atoi(argv[2]));
-	fprintf(stderr, "usage: smc_fork storm [--forks N] | counts HOST PORT [--conns N] "
+	fprintf(stderr, "usage: smc_fork storm [--forks N] [--no-churn] | counts HOST PORT [--conns N] "
 		"[--child-conns M] [--bytes K] | sink PORT\n");
 	return 2;
 }

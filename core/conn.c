@@ -211,7 +211,12 @@ void conn_fork_prepare(void)
  * A handshake still running is the parent's progress thread's: the child closes its copy
  * of the connection's rendezvous socket, whose name would otherwise stay taken as long
  * as the child lives, and a later connection that gets the same ports could not bind
- * it (the parent's copy keeps the socket for the handshake).
+ * it (the parent's copy keeps the socket for the handshake). The child can never learn
+ * how it ends (the shared memory, if any, comes to the parent), so its copy is an
+ * orphan: the bytes staged in it are the parent's, which sends them once (the child's
+ * close must not send them again over TCP), and the child's own reads and writes fail
+ * with ECONNRESET at once, poll reporting it, rather than wait for ever or be staged
+ * and lost; nor does the child's watchdog reset a connection the parent goes on using.
  */
 void conn_fork_child(void)
 {
@@ -224,6 +229,10 @@ void conn_fork_child(void)
 		c->bytes_sent = c->bytes_received = 0;
 		c->tx_rx_mark = 0;
 		c->policy_key = 0;
+		if (__atomic_load_n(&c->state, __ATOMIC_ACQUIRE) == CONN_PENDING) {
+			c->fork_orphan = true;
+			c->pend_len = 0;
+		}
 		if (c->rdv_listen_fd >= 0) {
 			REAL(close)(c->rdv_listen_fd);
 			c->rdv_listen_fd = -1;
@@ -449,6 +458,8 @@ ssize_t conn_send_pending(struct smc_conn *c, const struct iovec *iov, int iovcn
 {
 	size_t want = iov_total(iov, iovcnt), n;
 
+	if (c->fork_orphan)
+		return -1; /* nothing may be staged: see conn_fork_child */
 	pthread_mutex_lock(&c->tx_lock);
 	if (conn_state(c) != CONN_PENDING || want == 0) {
 		pthread_mutex_unlock(&c->tx_lock);
@@ -796,6 +807,8 @@ uint32_t conn_poll_mask(struct smc_conn *c)
 
 	if (st == CONN_FALLBACK)
 		return CONN_MASK_FALLBACK;
+	if (st == CONN_PENDING && c->fork_orphan)
+		return POLLIN | POLLRDNORM | POLLOUT | POLLWRNORM | POLLERR | POLLHUP; /* see below */
 	if (st == CONN_PENDING)
 		return pending_poll_mask(c);
 	if (st != CONN_ACTIVE)
@@ -1159,6 +1172,8 @@ int conn_wait_pending(struct smc_conn *c, bool nonblock, int64_t timeo_ns)
 	uint64_t watchdog = now_ns() + (uint64_t)CONN_PENDING_WATCHDOG_TICKS *
 					       smc_cfg.handshake_timeout_ms * 1000000ull;
 
+	if (c->fork_orphan && conn_state(c) == CONN_PENDING)
+		return -ECONNRESET; /* never decided here: see conn_fork_child */
 	while (conn_state(c) == CONN_PENDING) {
 		uint64_t until = deadline && deadline < watchdog ? deadline : watchdog;
 		int r;

@@ -85,6 +85,7 @@ struct smc_conn {
 	bool aborted;               /* protocol error or peer abort: ECONNRESET */
 	bool fork_shared;           /* another process may drive this side too (fork) */
 	unsigned fork_held;         /* the fork (number) that counted a child's holder */
+	bool fork_orphan;           /* forked child: PENDING at the fork, decided by the parent */
 	bool deferred;              /* server, PENDING: negotiated on the progress thread */
 	uint8_t hs_watch;           /* enum conn_hs_watch, atomic stores */
 	bool reset_reported;        /* SO_ERROR gave ECONNRESET once, as the kernel clears it */

@@ -9,6 +9,9 @@
 # A child that hangs on a lock inherited from a thread it does not have, or crashes,
 # fails the test; so does a lost, duplicated or corrupted byte of the stream, and any
 # fd, memfd or mapping left behind. The payload must have moved over shared memory.
+# Then a connection forked while its handshake still runs (smc_fork orphan): the
+# child's I/O on it fails at once, its close sends nothing, the parent's staged bytes
+# arrive once.
 # FORK_CHURN=0 leaves out the connect/close churn: the sanitizer pass does (test.sh),
 # as GCC 12's ASan allocator is not fork-safe (smc_fork.c) and the churn allocates.
 [ -n "${BASH_VERSION:-}" ] || exec bash "$0" "$@"
@@ -46,4 +49,15 @@ left=$(pgrep -s "$sid" 2>/dev/null | wc -l)
 smc_assert_eq "processes left of the storm" "$left" 0
 # children _exit(): one stats file, the parent's
 smc_expect_payload "$stats" "$sent" "storm"
+
+# A connection still in its handshake at the fork (its server accepts only after)
+smc_log "orphan: a connection forked before its handshake ended"
+ostats=$(smc_stats_dir orphan)
+out=$SMC_TMP/orphan.out
+smc_run "$ostats" "$SMC_FORK" orphan >"$out" 2>&1
+rc=$?
+cat "$out"
+smc_assert_eq "smc_fork orphan exit status" "$rc" 0
+grep -q '^OK orphan$' "$out" || smc_fail "smc_fork orphan reported a failure"
+smc_expect_payload "$ostats" 1 "orphan"
 smc_pass

@@ -35,6 +35,13 @@
  *     closes its connections and exit()s. Prints the pids and byte counts for the test
  *     to compare with the two processes' SMC_STATS_FILE.
  *
+ *   smc_fork orphan
+ *     A connection whose handshake cannot end before the fork (its listener, in this
+ *     process, accepts only after): staged bytes, then a fork. The child's send and
+ *     recv on it fail (ECONNRESET) instead of staging bytes nobody sends or waiting for
+ *     a decision it cannot see, and its close sends nothing; after the child, the
+ *     parent accepts and the server end reads the parent's bytes exactly once.
+ *
  *   smc_fork sink PORT
  *     Accepts every connection, sends it one byte and reads it to its end (a thread
  *     each), until SIGTERM.
@@ -775,6 +782,70 @@ static int sink(uint16_t port)
 	return 0;
 }
 
+/* ------------------------------------------------------------------ orphan */
+
+static int orphan(void)
+{
+	static const char staged[] = "staged by the parent before the fork";
+	char buf[256], b;
+	uint16_t port;
+	int lfd = listen_any(0, &port), c, s, st, n = 0;
+	pid_t child;
+
+	if (lfd < 0 || (c = connect_to("127.0.0.1", port)) < 0) {
+		fprintf(stderr, "FAIL orphan setup: %s\n", strerror(errno));
+		return 1;
+	}
+	if (send_all(c, staged, sizeof(staged)) < 0) {
+		fprintf(stderr, "FAIL orphan: staging send: %s\n", strerror(errno));
+		return 1;
+	}
+	child = fork();
+	if (child < 0)
+		return 1;
+	if (child == 0) {
+		struct pollfd p = { .fd = c, .events = POLLIN };
+
+		alarm(CHILD_ALARM_S);
+		if (send(c, "x", 1, MSG_NOSIGNAL) != -1)
+			_exit(20); /* accepted: staged where nobody sends it, or sent out of turn */
+		if (recv(c, &b, 1, 0) != -1)
+			_exit(21);
+		if (poll(&p, 1, 5000) != 1)
+			_exit(22); /* poll must not wait for a decision either */
+		close(c);
+		_exit(0);
+	}
+	if (waitpid(child, &st, 0) != child || !WIFEXITED(st) || WEXITSTATUS(st) != 0) {
+		fprintf(stderr, "FAIL orphan child: status %d (see orphan())\n",
+			WIFEXITED(st) ? WEXITSTATUS(st) : -WTERMSIG(st));
+		return 1;
+	}
+	s = accept(lfd, NULL, NULL);
+	if (s < 0)
+		return 1;
+	shutdown(c, SHUT_WR);
+	for (;;) {
+		ssize_t k = recv(s, buf + n, sizeof(buf) - (size_t)n, 0);
+
+		if (k <= 0)
+			break;
+		n += (int)k;
+		if (n == (int)sizeof(buf))
+			break;
+	}
+	if (n != (int)sizeof(staged) || memcmp(buf, staged, sizeof(staged)) != 0) {
+		fprintf(stderr, "FAIL orphan: the server end read %d bytes, not the %zu staged once\n",
+			n, sizeof(staged));
+		return 1;
+	}
+	close(s);
+	close(c);
+	close(lfd);
+	printf("OK orphan\n");
+	return 0;
+}
+
 /* ------------------------------------------------------------------ main */
 
 static long arg_long(int argc, char **argv, const char *name, long def)
@@ -802,9 +873,11 @@ int main(int argc, char **argv)
 		return counts(argv[2], (uint16_t)atoi(argv[3]), (int)arg_long(argc, argv, "--conns", 4),
 			      (int)arg_long(argc, argv, "--child-conns", 3),
 			      arg_long(argc, argv, "--bytes", 100000));
+	if (argc >= 2 && strcmp(argv[1], "orphan") == 0)
+		return orphan();
 	if (argc >= 3 && strcmp(argv[1], "sink") == 0)
 		return sink((uint16_t)atoi(argv[2]));
 	fprintf(stderr, "usage: smc_fork storm [--forks N] [--no-churn] | counts HOST PORT [--conns N] "
-		"[--child-conns M] [--bytes K] | sink PORT\n");
+		"[--child-conns M] [--bytes K] | orphan | sink PORT\n");
 	return 2;
 }

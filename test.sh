@@ -44,7 +44,7 @@ PACKAGES=(build-essential autoconf automake libtool pkg-config libibverbs-dev li
 	libevent-dev check libbpf-dev clang llvm redis-server redis-tools nginx-light memcached
 	libmemcached-tools iperf3 sockperf qperf wrk jq curl python3 procps iproute2 coreutils
 	util-linux gnuplot-nox hyperfine bpftool tcpdump apache2 apache2-utils postgresql
-	postgresql-contrib haproxy)
+	postgresql-contrib haproxy openssh-server openssh-client)
 # Node.js's http module (tests/integration/node_http.sh); liburing (tests/lib/io_uring_check)
 PACKAGES+=(nodejs liburing-dev)
 # The VM tests (tests/vm/run-vm.sh): qemu boots Debian's kernel with Soft-RoCE and smc.ko.
@@ -64,6 +64,8 @@ ASAN_TESTS=(tests/integration/fallback.sh tests/integration/stream.sh
 	tests/integration/readiness.sh tests/integration/netns.sh tests/integration/bpf_setup.sh
 	tests/integration/idle_stress.sh tests/integration/syscall.sh tests/integration/io_uring.sh
 	tests/integration/defer_accept.sh tests/integration/connect_twice.sh)
+# fork() while threads are busy (locks inherited by children), per-process counts
+ASAN_TESTS+=(tests/integration/fork.sh tests/integration/fork_counts.sh)
 # Not under the sanitizers: the Soft-RoCE tests (ASan inside the emulated VM slows the
 # peers enough for an RC retry timeout to fail the link now and then).
 
@@ -161,7 +163,7 @@ if [ "$asan" = 1 ]; then
 		ASAN_OPTIONS=detect_leaks=0:verify_asan_link_order=0 \
 			SMC_TEST_PRELOAD_FIRST=$libasan \
 			STREAM_BLOCK_BYTES=256m STREAM_EPOLL_BYTES=64m CHURN_CYCLES=5000 \
-			CHURN_MAPS_SLACK=128 \
+			CHURN_MAPS_SLACK=128 FORK_COUNT=300 FORK_CHURN=0 \
 			run_check build-asan asan-integration TESTS="${ASAN_TESTS[*]}"
 		# Both nginx of nginx_proxy.sh instrumented, curl and wrk on the first pass's
 		# library (curl does not start with the ASan runtime preloaded, see above).

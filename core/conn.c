@@ -27,11 +27,13 @@
 #include "core/conn_ib.h"
 #include "core/fdpark.h"
 #include "core/fdtab.h"
+#include "core/forklock.h"
 #include "core/hs_policy.h"
 #include "core/log.h"
 #include "core/negotiate.h"
 #include "core/pool.h"
 #include "core/real.h"
+#include "core/sandbox.h"
 #include "core/stats.h"
 #include "core/statsrv.h"
 #include "core/wait.h"
@@ -85,18 +87,24 @@ void conn_foreach(void (*fn)(struct smc_conn *c, void *arg), void *arg)
 
 /* fork: the child holds every connection too. Counted before the fork so that a parent
  * closing its copy right away never signals "closed" to a peer the child still talks to.
- * The registry stays locked across the fork so the child never inherits it held. */
-static void conn_refs_add(int delta)
-{
-	struct conn_node *n;
+ * Under the registry lock and every connection's lock (conn_fork_lock_*): fd_refs and
+ * the state are stable, so a connection whose last fd is already closed (its release
+ * under way in another thread) gains no holder that nobody would release. */
+static unsigned fork_count;   /* forks prepared, under the registry lock */
+static bool registry_held;    /* conn_fork_lock_registry took the registry */
 
-	for (n = conn_list; n; n = n->next) {
+static void conn_refs_add(void)
+{
+	fork_count++;
+	for (struct conn_node *n = conn_list; n; n = n->next) {
 		struct smc_conn *c = n->c;
 
 		/* an RDMA connection stays the parent's (conn_ib.h) */
-		if (__atomic_load_n(&c->state, __ATOMIC_ACQUIRE) == CONN_ACTIVE && !c->ib) {
-			__atomic_add_fetch(&c->map.hdr->side_refs[c->side], delta, __ATOMIC_ACQ_REL);
+		if (__atomic_load_n(&c->state, __ATOMIC_ACQUIRE) == CONN_ACTIVE && !c->ib &&
+		    c->fd_refs > 0) {
+			__atomic_add_fetch(&c->map.hdr->side_refs[c->side], 1, __ATOMIC_ACQ_REL);
 			c->fork_shared = true;
+			c->fork_held = fork_count;
 		}
 	}
 }
@@ -149,29 +157,103 @@ static void conn_settle_pending_servers(void)
 	}
 }
 
-void conn_fork_prepare(void)
+void conn_fork_settle(void)
 {
 	conn_settle_pending_servers();
-	pthread_mutex_lock(&conn_list_lock);
-	conn_refs_add(+1);
 }
 
-void conn_fork_parent(void)
+/* Nobody calls into the registry while holding another of the library's locks. */
+bool conn_fork_lock_registry(void)
 {
-	pthread_mutex_unlock(&conn_list_lock);
+	enum forklock_result r = forklock_take(&conn_list_lock);
+
+	registry_held = r == FORKLOCK_TAKEN;
+	return r != FORKLOCK_BUSY;
 }
 
+/* c->lock guards state changes, fd counts and epoll links: bounded work (the longest,
+ * a handshake's end flushing staged bytes to TCP, waits a handshake timeout a step). */
+bool conn_fork_lock_conns(void)
+{
+	if (!registry_held)
+		return true; /* after the patience: the list cannot be walked */
+	for (struct conn_node *n = conn_list; n; n = n->next)
+		if (forklock_take(&n->c->lock) == FORKLOCK_BUSY)
+			return false;
+	return true;
+}
+
+void conn_fork_prepare(void)
+{
+	if (registry_held)
+		conn_refs_add();
+}
+
+/*
+ * The child's copy of each connection. Its lock and the registry's were held by the
+ * forking thread (forklock.h); rx_lock and tx_lock may have been held by threads that
+ * do not exist here, asleep in recv or send, or copying. Re-initialised, and what they
+ * guard is sound:
+ *  - the cursors (rx_cons, tx_prod and what was seen of the peer's): every ACTIVE
+ *    connection is fork_shared now, so the child's first receive and send under the
+ *    lock take them from the shared control block (rx_resync, tx_resync), where a
+ *    half-done copy had published nothing; the bytes a parent's thread had copied
+ *    without publishing stay the parent's to publish;
+ *  - the staging buffer of a PENDING connection: pend_len grows only after the copy,
+ *    so the child has the bytes of every complete conn_send_pending, and a flush runs
+ *    only under c->lock, which no thread held;
+ *  - copy_adapt's store choice: statistics of timings, any value is a valid choice;
+ *  - the sleeper counts this process keeps (asleep_rx/tx): the parent's threads added
+ *    them and take them back from the shared counts; the child's own start at zero
+ *    (as epoll.c does for its watches).
+ * Per-connection byte counts start at zero (what this process moved: stats.h), and the
+ * child does not judge the handshake policy of a connection it did not make.
+ * A handshake still running is the parent's progress thread's: the child closes its copy
+ * of the connection's rendezvous socket, whose name would otherwise stay taken as long
+ * as the child lives, and a later connection that gets the same ports could not bind
+ * it (the parent's copy keeps the socket for the handshake). The child can never learn
+ * how it ends (the shared memory, if any, comes to the parent), so its copy is an
+ * orphan: the bytes staged in it are the parent's, which sends them once (the child's
+ * close must not send them again over TCP), and the child's own reads and writes fail
+ * with ECONNRESET at once, poll reporting it, rather than wait for ever or be staged
+ * and lost; nor does the child's watchdog reset a connection the parent goes on using.
+ */
 void conn_fork_child(void)
 {
-	pthread_mutex_init(&conn_list_lock, NULL);
-	for (struct conn_node *n = conn_list; n; n = n->next)
-		conn_ib_atfork_child(n->c);
+	for (struct conn_node *n = conn_list; n; n = n->next) {
+		struct smc_conn *c = n->c;
+
+		pthread_mutex_init(&c->rx_lock, NULL);
+		pthread_mutex_init(&c->tx_lock, NULL);
+		c->asleep_rx = c->asleep_tx = 0;
+		c->bytes_sent = c->bytes_received = 0;
+		c->tx_rx_mark = 0;
+		c->policy_key = 0;
+		if (__atomic_load_n(&c->state, __ATOMIC_ACQUIRE) == CONN_PENDING) {
+			c->fork_orphan = true;
+			c->pend_len = 0;
+		}
+		if (c->rdv_listen_fd >= 0) {
+			REAL(close)(c->rdv_listen_fd);
+			c->rdv_listen_fd = -1;
+		}
+		conn_ib_atfork_child(c);
+	}
 }
 
+/* The fork failed: the holders counted for its child go again. A connection closed and
+ * freed meanwhile keeps its extra holder; its TCP end still tells the peer. */
 void conn_fork_failed(void)
 {
 	pthread_mutex_lock(&conn_list_lock);
-	conn_refs_add(-1);
+	for (struct conn_node *n = conn_list; n; n = n->next) {
+		struct smc_conn *c = n->c;
+
+		if (c->fork_held == fork_count && fork_count != 0) {
+			__atomic_sub_fetch(&c->map.hdr->side_refs[c->side], 1, __ATOMIC_ACQ_REL);
+			c->fork_held = 0;
+		}
+	}
 	pthread_mutex_unlock(&conn_list_lock);
 }
 
@@ -376,6 +458,8 @@ ssize_t conn_send_pending(struct smc_conn *c, const struct iovec *iov, int iovcn
 {
 	size_t want = iov_total(iov, iovcnt), n;
 
+	if (c->fork_orphan)
+		return -1; /* nothing may be staged: see conn_fork_child */
 	pthread_mutex_lock(&c->tx_lock);
 	if (conn_state(c) != CONN_PENDING || want == 0) {
 		pthread_mutex_unlock(&c->tx_lock);
@@ -723,6 +807,8 @@ uint32_t conn_poll_mask(struct smc_conn *c)
 
 	if (st == CONN_FALLBACK)
 		return CONN_MASK_FALLBACK;
+	if (st == CONN_PENDING && c->fork_orphan)
+		return POLLIN | POLLRDNORM | POLLOUT | POLLWRNORM | POLLERR | POLLHUP; /* see below */
 	if (st == CONN_PENDING)
 		return pending_poll_mask(c);
 	if (st != CONN_ACTIVE)
@@ -876,7 +962,15 @@ void conn_tcp_event(struct smc_conn *c)
 
 	if (c->tcp_eof || conn_state(c) != CONN_ACTIVE)
 		return;
-	r = REAL(recv)(c->fd, &b, 1, MSG_PEEK | MSG_DONTWAIT);
+	if (sandbox_active()) {
+		/* no recv(): a read that cannot block (the channel is readable), and what
+		 * it takes is never the application's (anything there ends the connection) */
+		if (!sandbox_readable(c->fd))
+			return;
+		r = REAL(read)(c->fd, &b, 1);
+	} else {
+		r = REAL(recv)(c->fd, &b, 1, MSG_PEEK | MSG_DONTWAIT);
+	}
 	if (r == 0) {
 		c->tcp_eof = true;
 	} else if (r > 0) {
@@ -944,7 +1038,7 @@ static int conn_wait(struct smc_conn *c, uint32_t events, uint64_t deadline)
 			break;
 		/* two cores, two busy processes: let the peer we wait for run (every ~12 us) */
 		if (round % (512 / CONN_SPIN_PAUSES) == 0)
-			sched_yield();
+			sandbox_yield();
 	}
 	if (spin_ns)
 		wait_spin_outcome(false, spin_ns);
@@ -985,7 +1079,7 @@ static int conn_wait(struct smc_conn *c, uint32_t events, uint64_t deadline)
 			}
 		}
 		n = conn_wait_fds(c, for_handshake ? events | POLLIN : events, pfd, tags);
-		r = REAL(ppoll)(pfd, (nfds_t)n, tsp, NULL);
+		r = sandbox_ppoll(pfd, (nfds_t)n, tsp, NULL);
 		conn_end_sleep(c, armed);
 		if (r < 0)
 			return -errno;
@@ -1078,6 +1172,8 @@ int conn_wait_pending(struct smc_conn *c, bool nonblock, int64_t timeo_ns)
 	uint64_t watchdog = now_ns() + (uint64_t)CONN_PENDING_WATCHDOG_TICKS *
 					       smc_cfg.handshake_timeout_ms * 1000000ull;
 
+	if (c->fork_orphan && conn_state(c) == CONN_PENDING)
+		return -ECONNRESET; /* never decided here: see conn_fork_child */
 	while (conn_state(c) == CONN_PENDING) {
 		uint64_t until = deadline && deadline < watchdog ? deadline : watchdog;
 		int r;

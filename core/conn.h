@@ -84,6 +84,8 @@ struct smc_conn {
 	bool tcp_eof;               /* the TCP socket saw FIN/RST: peer closed or died */
 	bool aborted;               /* protocol error or peer abort: ECONNRESET */
 	bool fork_shared;           /* another process may drive this side too (fork) */
+	unsigned fork_held;         /* the fork (number) that counted a child's holder */
+	bool fork_orphan;           /* forked child: PENDING at the fork, decided by the parent */
 	bool deferred;              /* server, PENDING: negotiated on the progress thread */
 	uint8_t hs_watch;           /* enum conn_hs_watch, atomic stores */
 	bool reset_reported;        /* SO_ERROR gave ECONNRESET once, as the kernel clears it */
@@ -129,10 +131,18 @@ void conn_fallback(struct smc_conn *c, enum smc_reason why);
  * SO_RCVTIMEO/SO_SNDTIMEO; 0 = none), -EINTR on a signal. A handshake left undecided
  * far past its deadline resets the connection (conn.c: the watchdog). */
 int conn_wait_pending(struct smc_conn *c, bool nonblock, int64_t timeo_ns);
-/* fork(): every ACTIVE connection gains a holder before the fork (and loses it again
- * when the fork failed); the registry lock is held across the fork. */
+/* fork(), in this order (core/init.c, forklock.h):
+ *  - conn_fork_settle, holding no lock: decides the server handshakes the progress
+ *    thread still runs (it does not survive in the child);
+ *  - conn_fork_lock_registry, then conn_fork_lock_conns after the epoll, stripe and
+ *    pool locks: the registry and every connection's lock (false when one is busy);
+ *  - conn_fork_prepare, under them: every ACTIVE connection of an open fd gains a
+ *    holder (it loses it again in conn_fork_failed when the fork failed);
+ *  - conn_fork_child in the child. */
+void conn_fork_settle(void);
+bool conn_fork_lock_registry(void);
+bool conn_fork_lock_conns(void);
 void conn_fork_prepare(void);
-void conn_fork_parent(void);
 void conn_fork_child(void);
 void conn_fork_failed(void);
 /* Calls fn for every connection of the process (under the registry lock: fn must not

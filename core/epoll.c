@@ -101,6 +101,7 @@
 #include "core/epoll.h"
 #include "core/epoll_track.h"
 #include "core/fdtab.h"
+#include "core/forklock.h"
 #include "core/log.h"
 #include "core/real.h"
 #include "core/wait.h"
@@ -1887,19 +1888,32 @@ void epoll_emul_atfork_parent(void)
 	__atomic_store_n(&smc_epoll_cookies, true, __ATOMIC_RELEASE);
 }
 
+/* Every set is locked only around bounded work on its lists (sleeps happen unlocked),
+ * so the child finds them consistent. Sets out of the list (closed, a waiter still
+ * holding one) are reachable in the child through nothing: fdtab no longer names them. */
+bool epoll_emul_fork_lock(void)
+{
+	enum forklock_result r = forklock_take(&eps_lock);
+
+	if (r != FORKLOCK_TAKEN)
+		return r == FORKLOCK_SKIPPED;
+	for (struct smc_epoll *ep = eps_head; ep; ep = ep->gnext)
+		if (forklock_take(&ep->lock) == FORKLOCK_BUSY)
+			return false;
+	return true;
+}
+
 void epoll_emul_atfork_child(void)
 {
 	uint8_t parent = ep_owner;
 
 	__atomic_store_n(&smc_epoll_cookies, true, __ATOMIC_RELEASE);
-	/* Only the forking thread survives: a lock another thread held is stuck. */
-	pthread_mutex_init(&eps_lock, NULL);
+	/* the locks: forklock_child */
 	/* entries this process adds from now on must be told apart from the parent's */
 	ep_owner = (uint8_t)(((uint32_t)getpid() * 2654435761u) >> 24);
 	if (ep_owner == parent)
 		ep_owner++;
 	for (struct smc_epoll *ep = eps_head; ep; ep = ep->gnext) {
-		pthread_mutex_init(&ep->lock, NULL);
 		ep->inherited = true;
 		ep->shared = true;
 		ep->nsleeping = 0;

@@ -62,10 +62,13 @@ void epoll_emul_unadopt(int epfd, int fd);
 void epoll_emul_forget_fd(int fd);
 /* The application is closing an epoll fd of kind FD_EPOLL (call before the real close). */
 void epoll_emul_close_epfd(int epfd);
-/* fork handlers; the child re-initialises the locks (another thread may have held
- * them). */
+/* fork: the cookie exists before the first fork (prepare), and from then on every wait
+ * strips it (parent, and the child's handler below). */
 void epoll_emul_atfork_prepare(void);
 void epoll_emul_atfork_parent(void);
+/* fork (forklock.h): takes the list of sets and every set; false when one is busy. */
+bool epoll_emul_fork_lock(void);
+/* In a forked child: the sets are the parent's too (see epoll.c's top). */
 void epoll_emul_atfork_child(void);
 
 /* ---- for wait.c: an emulated set inside poll/select ---- */

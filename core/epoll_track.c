@@ -17,6 +17,7 @@
 
 #include "core/epoll.h"
 #include "core/epoll_track.h"
+#include "core/forklock.h"
 #include "core/fdtab.h"
 #include "core/log.h"
 #include "core/real.h"
@@ -31,6 +32,8 @@ struct track_reg {
 };
 
 static pthread_mutex_t track_lock = PTHREAD_MUTEX_INITIALIZER;
+/* A fork found track_lock held past its patience: no record can be told apart. */
+static bool all_forked;
 static struct track_reg **track_by_fd;
 static size_t track_len;
 static int track_count; /* fds with records; atomic reads: the close fast path */
@@ -213,7 +216,7 @@ enum smc_reason epoll_track_check(int fd)
 	pthread_mutex_lock(&track_lock);
 	head = slot_of(fd, false);
 	for (struct track_reg *r = head ? *head : NULL; r && !why; r = r->next) {
-		if (r->forked)
+		if (r->forked || __atomic_load_n(&all_forked, __ATOMIC_RELAXED))
 			why = SMC_REASON_READINESS;
 		else if ((r->events & EPOLLONESHOT) && kernel_events(r->epfd, fd) < 0 &&
 			 REAL(fcntl)(r->epfd, F_GETFD) >= 0)
@@ -340,19 +343,36 @@ static void mark_forked(void)
 			r->forked = true;
 }
 
-void epoll_track_atfork_prepare(void)
+/* Whether the forking thread holds track_lock (forklock.h): only then may the fork
+ * handlers walk the records; otherwise every record of the process counts as made
+ * before a fork. */
+static bool fork_walk;
+
+bool epoll_track_fork_lock(void)
 {
-	pthread_mutex_lock(&track_lock);
+	enum forklock_result r = forklock_take(&track_lock);
+
+	if (r == FORKLOCK_BUSY)
+		return false;
+	fork_walk = r == FORKLOCK_TAKEN;
+	return true;
 }
 
+static void fork_done(void)
+{
+	if (fork_walk)
+		mark_forked();
+	else
+		__atomic_store_n(&all_forked, true, __ATOMIC_RELAXED);
+}
+
+/* forklock_parent / forklock_child release or re-initialise the lock. */
 void epoll_track_atfork_parent(void)
 {
-	mark_forked();
-	pthread_mutex_unlock(&track_lock);
+	fork_done();
 }
 
 void epoll_track_atfork_child(void)
 {
-	mark_forked();
-	pthread_mutex_init(&track_lock, NULL);
+	fork_done();
 }

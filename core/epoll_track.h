@@ -44,8 +44,9 @@ enum smc_reason epoll_track_check(int fd);
  * registrations go back to the kernel's sets). */
 int epoll_track_adopt(int fd, struct smc_conn *c);
 void epoll_track_undo(int fd);
-/* fork handlers: records made before a fork name sets both processes share. */
-void epoll_track_atfork_prepare(void);
+/* fork handlers: records made before a fork name sets both processes share. The lock
+ * is taken in forklock.c's order (false when busy). */
+bool epoll_track_fork_lock(void);
 void epoll_track_atfork_parent(void);
 void epoll_track_atfork_child(void);
 

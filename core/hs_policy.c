@@ -3,6 +3,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "core/forklock.h"
 #include "core/hs_policy.h"
 #include "core/rendezvous.h"
 
@@ -16,22 +17,15 @@ struct dest {
 
 static struct dest table[SLOTS];
 static pthread_mutex_t table_lock = PTHREAD_MUTEX_INITIALIZER;
-static pthread_once_t atfork_once = PTHREAD_ONCE_INIT;
 
-/* A child forked while another thread held the lock must still connect. */
-static void lock_reset_child(void)
+/* Held for a table lookup or update only. */
+bool hs_policy_fork_lock(void)
 {
-	pthread_mutex_init(&table_lock, NULL);
-}
-
-static void register_atfork(void)
-{
-	pthread_atfork(NULL, NULL, lock_reset_child);
+	return forklock_take(&table_lock) != FORKLOCK_BUSY;
 }
 
 static void lock(void)
 {
-	pthread_once(&atfork_once, register_atfork);
 	pthread_mutex_lock(&table_lock);
 }
 

@@ -46,5 +46,7 @@ void hs_policy_closed(uint64_t key, uint64_t lifetime_ns, uint64_t bytes, uint64
 
 /* Forgets every destination (tests). */
 void hs_policy_reset(void);
+/* fork (forklock.h): takes the table's lock; false when busy. */
+bool hs_policy_fork_lock(void);
 
 #endif

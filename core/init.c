@@ -8,41 +8,48 @@
 #include "core/epoll_track.h"
 #include "core/fdpark.h"
 #include "core/fdtab.h"
+#include "core/forklock.h"
 #include "core/init.h"
 #include "core/log.h"
 #include "core/pool.h"
 #include "core/progress.h"
 #include "core/real.h"
 #include "core/stats.h"
+#include "core/statsrv.h"
 
 __thread bool smc_thread_internal __attribute__((tls_model("initial-exec")));
 
 static pthread_once_t init_once = PTHREAD_ONCE_INIT;
 
-/* A forked child holds every connection too (see conn_fork_prepare). */
+/* Every lock of the library is held by the forking thread across the fork, or the
+ * child re-initialises it knowing why its data is sound (forklock.h). A forked child
+ * holds every connection too (conn_fork_prepare). */
 static void fork_prepare(void)
 {
+	conn_fork_settle();
+	epoll_emul_atfork_prepare();
+	forklock_prepare();
 	conn_fork_prepare();
 	pool_atfork_prepare();
-	epoll_track_atfork_prepare();
-	epoll_emul_atfork_prepare();
 }
 
 static void fork_parent(void)
 {
 	epoll_track_atfork_parent();
 	epoll_emul_atfork_parent();
-	pool_atfork_parent();
-	conn_fork_parent();
+	forklock_parent();
 }
 
 static void fork_child(void)
 {
+	forklock_child();
+	stats_atfork_child();
 	pool_atfork_child();
 	conn_fork_child();
 	progress_atfork_child();
 	epoll_emul_atfork_child();
 	epoll_track_atfork_child();
+	statsrv_atfork_child();
 }
 
 static void init_run(void)

@@ -19,6 +19,7 @@
 #include "core/config.h"
 #include "core/log.h"
 #include "core/real.h"
+#include "core/sandbox.h"
 
 int smc_log_level = SMC_LOG_OFF;
 
@@ -60,6 +61,10 @@ void smc_log(int level, const char *fmt, ...)
 	va_list ap;
 	int n, m;
 
+	/* under a seccomp sandbox a write to a log file may exceed the RLIMIT_FSIZE it set
+	 * (0 for OpenSSH's): SIGXFSZ would kill the process (sandbox.h) */
+	if (sandbox_active())
+		return;
 	n = snprintf(line, sizeof(line), "smc-preload[%ld] %s: ", (long)getpid(),
 		     level_name(level));
 	if (n < 0 || (size_t)n >= sizeof(line) - 1)

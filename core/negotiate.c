@@ -16,6 +16,7 @@
 
 #include "core/config.h"
 #include "core/conn_ib.h"
+#include "core/forklock.h"
 #include "core/ib_proto.h"
 #include "core/log.h"
 #include "core/negotiate.h"
@@ -369,15 +370,14 @@ static void exit_unlink_paths(void)
 	pthread_mutex_unlock(&exit_lock);
 }
 
-/* A child forked while another thread held the lock must still be able to exit. */
-static void exit_lock_reset_child(void)
+/* Held for a list update only. */
+bool neg_fork_lock(void)
 {
-	pthread_mutex_init(&exit_lock, NULL);
+	return forklock_take(&exit_lock) != FORKLOCK_BUSY;
 }
 
 static void exit_register_once(void)
 {
-	pthread_atfork(NULL, NULL, exit_lock_reset_child);
 	atexit(exit_unlink_paths);
 }
 

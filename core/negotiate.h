@@ -124,5 +124,7 @@ int neg_send_decline(int fd, uint32_t diag);
 /* Resets TCP connection fd (RST to the peer, ECONNRESET to our application) and keeps
  * the descriptor: the application still owns it. */
 void neg_reset(int fd);
+/* fork (forklock.h): takes the exit list's lock; false when busy. */
+bool neg_fork_lock(void);
 
 #endif

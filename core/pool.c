@@ -12,6 +12,7 @@
 
 #include "core/config.h"
 #include "core/fdpark.h"
+#include "core/forklock.h"
 #include "core/log.h"
 #include "core/pool.h"
 #include "core/progress.h"
@@ -821,19 +822,39 @@ void pool_server_retire_all(void)
 	pthread_mutex_unlock(&sets_lock);
 }
 
-void pool_atfork_prepare(void)
+static bool sets_held; /* pool_fork_lock took sets_lock: the list may be walked */
+
+/* Each is held for bounded work (a few nonblocking receives at most). */
+bool pool_fork_lock(void)
 {
-	pthread_mutex_lock(&dests_lock);
-	pthread_mutex_lock(&sets_lock);
-	/* Both processes may accept on our listeners from now on, and only the pools that
-	 * exist now are known to both. */
-	server_retire_all_locked();
+	enum forklock_result r;
+
+	sets_held = false;
+	if (forklock_take(&dests_lock) == FORKLOCK_BUSY)
+		return false;
+	r = forklock_take(&sets_lock);
+	if (r != FORKLOCK_TAKEN)
+		return r == FORKLOCK_SKIPPED;
+	sets_held = true;
+	for (struct pool_set *set = sets; set; set = set->next)
+		if (forklock_take(&set->lock) == FORKLOCK_BUSY)
+			return false;
+	return true;
 }
 
-void pool_atfork_parent(void)
+/* Under pool_fork_lock's locks. */
+void pool_atfork_prepare(void)
 {
-	pthread_mutex_unlock(&sets_lock);
-	pthread_mutex_unlock(&dests_lock);
+	if (!sets_held)
+		return;
+	/* Both processes may accept on our listeners from now on, and only the pools that
+	 * exist now are known to both: no new offers into them, no new pools. They stay
+	 * claimable for the connections already offered. */
+	server_refuses = true;
+	for (struct pool_set *set = sets; set; set = set->next)
+		for (struct smc_pool *p = set->pools; p; p = p->next)
+			__atomic_store_n(&((struct pool_hdr *)p->base)->retired, 1u,
+					 __ATOMIC_RELEASE);
 }
 
 void pool_atfork_child(void)
@@ -841,6 +862,4 @@ void pool_atfork_child(void)
 	/* The parent's setups and pools are its own: start over. The pools our inherited
 	 * connections hold stay mapped through their references. */
 	memset(dests, 0, sizeof(dests));
-	pthread_mutex_init(&dests_lock, NULL);
-	pthread_mutex_init(&sets_lock, NULL);
 }

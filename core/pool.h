@@ -109,9 +109,10 @@ void pool_server_retire_all(void);
 
 /* fork(): in both processes, the server's pools take no new offers and no request is
  * answered any more; the child forgets the client's pools (its connections keep
- * theirs). Around fork as pthread_atfork's three handlers. */
+ * theirs). pool_fork_lock takes the pools' locks (forklock.h; false when one is busy),
+ * pool_atfork_prepare then marks the pools under them, pool_atfork_child forgets. */
+bool pool_fork_lock(void);
 void pool_atfork_prepare(void);
-void pool_atfork_parent(void);
 void pool_atfork_child(void);
 
 #endif

@@ -13,6 +13,7 @@
 #include "core/conn.h"
 #include "core/conn_ib.h"
 #include "core/fdtab.h"
+#include "core/forklock.h"
 #include "core/handshake.h"
 #include "core/ib_lgr.h"
 #include "core/log.h"
@@ -781,13 +782,20 @@ int progress_watch_readable(int fd, void (*cb)(void *arg), void *arg)
 	return 0;
 }
 
+/* Held while a base and its thread start. ib_watch_lock is not taken: the child drops
+ * everything it guards (below). */
+bool progress_fork_lock(void)
+{
+	return forklock_take(&progress_lock) != FORKLOCK_BUSY;
+}
+
 void progress_atfork_child(void)
 {
-	/* The thread is gone; its base may be mid-operation in the parent's image. Leave it
-	 * and start a fresh one on next need. */
+	/* The thread is gone; its base may be mid-operation in the parent's image, its
+	 * locks held: nothing here touches it again (no event of it is reachable from
+	 * what the child keeps), a fresh one starts on next need. */
 	progress_base = NULL;
 	progress_pid = 0;
-	pthread_mutex_init(&progress_lock, NULL);
 	/* the parent's links, device and events are not ours (ib_lgr.h) */
 	pthread_mutex_init(&ib_watch_lock, NULL);
 	ib_watches = NULL;

@@ -37,6 +37,8 @@ int progress_ib_init(void);
  * once when it cannot be watched. fd must stay open until then. 0 or -ENOMEM (cb is
  * not called). */
 int progress_watch_readable(int fd, void (*cb)(void *arg), void *arg);
+/* fork (forklock.h): takes the thread's start lock; false when busy. */
+bool progress_fork_lock(void);
 /* In a forked child: the thread did not survive the fork. */
 void progress_atfork_child(void);
 

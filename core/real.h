@@ -74,7 +74,8 @@ struct mmsghdr;
 	X(pid_t, fork, (void)) \
 	X(pid_t, vfork, (void)) \
 	X(int, daemon, (int, int)) \
-	X(long, syscall, (long, ...))
+	X(long, syscall, (long, ...)) \
+	X(int, prctl, (int, ...))
 
 #define SMC_REAL_DECLARE(ret, name, args) ret (*name) args;
 struct smc_real {

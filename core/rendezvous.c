@@ -18,6 +18,7 @@
 
 #include "core/config.h"
 #include "core/fdpark.h"
+#include "core/forklock.h"
 #include "core/real.h"
 #include "core/rendezvous.h"
 
@@ -123,6 +124,12 @@ static void local_addrs_load(void)
 	}
 	freeifaddrs(ifa);
 	local_loaded = time(NULL);
+}
+
+/* Held for a lookup and at most one getifaddrs(). */
+bool rdv_fork_lock(void)
+{
+	return forklock_take(&local_lock) != FORKLOCK_BUSY;
 }
 
 static bool local_addrs_contain(const struct rdv_endpoint *ep)

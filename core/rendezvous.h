@@ -30,6 +30,8 @@ bool rdv_endpoint_from(const struct sockaddr *sa, struct rdv_endpoint *ep);
 
 /* Loopback or an address of one of this host's interfaces. */
 bool rdv_addr_is_local(const struct sockaddr *sa);
+/* fork (forklock.h): takes the local address cache's lock; false when busy. */
+bool rdv_fork_lock(void);
 
 /* Listener side: registers the name of listening socket lfd; returns the fd that holds
  * the name (close it to unregister) or -errno. */

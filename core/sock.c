@@ -29,6 +29,7 @@
 #include "core/epoll.h"
 #include "core/epoll_track.h"
 #include "core/fdtab.h"
+#include "core/forklock.h"
 #include "core/handshake.h"
 #include "core/hs_policy.h"
 #include "core/init.h"
@@ -39,6 +40,7 @@
 #include "core/progress.h"
 #include "core/real.h"
 #include "core/rendezvous.h"
+#include "core/sandbox.h"
 #include "core/shm.h"
 #include "core/sock.h"
 #include "core/stats.h"
@@ -66,6 +68,15 @@ static pthread_mutex_t fd_stripe[FD_STRIPES] = {
 static pthread_mutex_t *fd_lock(int fd)
 {
 	return &fd_stripe[(unsigned)fd % FD_STRIPES];
+}
+
+/* Held for a lookup and a reference, never across a wait. */
+bool sock_fork_lock(void)
+{
+	for (int i = 0; i < FD_STRIPES; i++)
+		if (forklock_take(&fd_stripe[i]) == FORKLOCK_BUSY)
+			return false;
+	return true;
 }
 
 /* The connection of fd with a reference (conn_put it), or NULL. */
@@ -1119,10 +1130,18 @@ static struct smc_conn *conn_ready_for_io(struct smc_conn *c, int flags, int64_t
 /* One buffer (read, recv, write, send: nearly every call) goes through recv/send, which
  * the kernel serves without copying in a msghdr and an iovec array as recvmsg/sendmsg
  * make it do. */
+/* Without flags, recv and send are read and write (and the vectored forms): a seccomp
+ * sandbox may allow only those (sandbox.h; OpenSSH's kills on recvfrom and sendto). */
 static ssize_t plain_recv(int fd, const struct iovec *iov, int iovcnt, int flags)
 {
 	struct msghdr m = { .msg_iov = (struct iovec *)iov, .msg_iovlen = (size_t)iovcnt };
-	ssize_t r = iovcnt == 1 ? REAL(recv)(fd, iov[0].iov_base, iov[0].iov_len, flags)
+	ssize_t r;
+
+	if (flags == 0 && sandbox_active())
+		r = iovcnt == 1 ? REAL(read)(fd, iov[0].iov_base, iov[0].iov_len)
+				: REAL(readv)(fd, iov, iovcnt);
+	else
+		r = iovcnt == 1 ? REAL(recv)(fd, iov[0].iov_base, iov[0].iov_len, flags)
 				: REAL(recvmsg)(fd, &m, flags);
 
 	if (r > 0 && !(flags & MSG_PEEK))
@@ -1133,7 +1152,13 @@ static ssize_t plain_recv(int fd, const struct iovec *iov, int iovcnt, int flags
 static ssize_t plain_send(int fd, const struct iovec *iov, int iovcnt, int flags)
 {
 	struct msghdr m = { .msg_iov = (struct iovec *)iov, .msg_iovlen = (size_t)iovcnt };
-	ssize_t r = iovcnt == 1 ? REAL(send)(fd, iov[0].iov_base, iov[0].iov_len, flags)
+	ssize_t r;
+
+	if (flags == 0 && sandbox_active())
+		r = iovcnt == 1 ? REAL(write)(fd, iov[0].iov_base, iov[0].iov_len)
+				: REAL(writev)(fd, iov, iovcnt);
+	else
+		r = iovcnt == 1 ? REAL(send)(fd, iov[0].iov_base, iov[0].iov_len, flags)
 				: REAL(sendmsg)(fd, &m, flags);
 
 	if (r > 0)

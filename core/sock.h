@@ -64,6 +64,8 @@ int smc_epoll_after_kernel(int epfd, struct epoll_event *ev, int n, int max,
 extern bool smc_epoll_cookies;
 /* epoll_create*: the epoll fd itself is tracked lazily, on its first SMC registration. */
 
-/* fork handling is installed with pthread_atfork by the core's init. */
+/* fork handling is installed with pthread_atfork by the core's init (forklock.h). */
+/* Takes every fd stripe; false when one is busy. */
+bool sock_fork_lock(void);
 
 #endif

@@ -19,6 +19,7 @@
 #include "core/config.h"
 #include "core/log.h"
 #include "core/real.h"
+#include "core/sandbox.h"
 #include "core/stats.h"
 #include "smc_preload.h"
 
@@ -145,6 +146,17 @@ void stats_count_ib(enum smc_ib_event e, uint64_t n)
 {
 	if ((unsigned)e < SMC_IB_EVENT_MAX)
 		count(&ib_events[e], n);
+}
+
+void stats_atfork_child(void)
+{
+	/* the only thread of the child: nobody counts concurrently */
+	memset(conns, 0, sizeof(conns));
+	memset(reasons, 0, sizeof(reasons));
+	memset(bytes_sent, 0, sizeof(bytes_sent));
+	memset(bytes_received, 0, sizeof(bytes_received));
+	memset(ib_events, 0, sizeof(ib_events));
+	aborts = wakeups_sent = stream_bytes = rewinds = pooled = 0;
 }
 
 void stats_snapshot(struct smc_stats_snapshot *out)
@@ -294,7 +306,9 @@ void stats_at_exit(void)
 	int saved_errno = errno;
 	char *path;
 
-	if (smc_cfg.stats_file == NULL)
+	/* a sandboxed process may open no file, and a write may exceed its RLIMIT_FSIZE
+	 * (sandbox.h): its counts are not written */
+	if (smc_cfg.stats_file == NULL || sandbox_active())
 		return;
 	path = log_expand_path(smc_cfg.stats_file);
 	if (path == NULL) {

@@ -79,5 +79,10 @@ void stats_count_pooled(void);
 int stats_write(const char *path);
 /* Called at process exit: writes smc_cfg.stats_file if set. */
 void stats_at_exit(void);
+/* In a forked child: every counter starts at zero. The counts are per process: a
+ * connection is counted by the process that made it (connected or accepted), bytes by
+ * the process that moved them, over whichever connection; summing the files of a
+ * family of processes counts each connection and each byte once. */
+void stats_atfork_child(void);
 
 #endif

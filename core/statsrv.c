@@ -29,6 +29,7 @@
 #include <unistd.h>
 
 #include "core/conn.h"
+#include "core/forklock.h"
 #include "core/log.h"
 #include "core/real.h"
 #include "core/stats.h"
@@ -44,7 +45,6 @@ static pthread_mutex_t statsrv_lock = PTHREAD_MUTEX_INITIALIZER;
 static int statsrv_state;           /* enum statsrv_state, atomic */
 static int statsrv_listen_fd = -1;  /* atomic: read by the atfork child handler */
 static int statsrv_client_fd = -1;  /* the query being answered, atomic, same reason */
-static bool statsrv_atfork_done;
 
 /* ------------------------------------------------------------------ output buffer */
 
@@ -378,7 +378,7 @@ static void *statsrv_main(void *arg)
 /* In a forked child: the thread is gone; the sockets it used are the parent's. Closing
  * them here keeps the parent's name and the parent's current client from being held
  * open by the child. */
-static void statsrv_atfork_child(void)
+void statsrv_atfork_child(void)
 {
 	int lfd = __atomic_load_n(&statsrv_listen_fd, __ATOMIC_RELAXED);
 	int cfd = __atomic_load_n(&statsrv_client_fd, __ATOMIC_RELAXED);
@@ -390,7 +390,12 @@ static void statsrv_atfork_child(void)
 	statsrv_listen_fd = -1;
 	statsrv_client_fd = -1;
 	statsrv_state = STATSRV_IDLE;
-	pthread_mutex_init(&statsrv_lock, NULL);
+}
+
+/* Held while the server starts (a socket and a thread). */
+bool statsrv_fork_lock(void)
+{
+	return forklock_take(&statsrv_lock) != FORKLOCK_BUSY;
 }
 
 /* Binds and listens on "\0smcp1:stat:<pid>"; the fd, or -1. */
@@ -444,10 +449,6 @@ void statsrv_ensure(void)
 	pthread_mutex_lock(&statsrv_lock);
 	if (__atomic_load_n(&statsrv_state, __ATOMIC_RELAXED) != STATSRV_IDLE)
 		goto out;
-	if (!statsrv_atfork_done) {
-		pthread_atfork(NULL, NULL, statsrv_atfork_child);
-		statsrv_atfork_done = true;
-	}
 	lfd = statsrv_listen();
 	if (lfd < 0 || !statsrv_spawn(lfd)) {
 		if (lfd >= 0)

@@ -32,5 +32,9 @@
  * the parent's socket is closed in the child at fork. Never fails the caller: when the
  * name cannot be served the process is simply not listed. */
 void statsrv_ensure(void);
+/* fork (forklock.h): takes the start lock (false when busy); in the child, forgets the
+ * parent's server. */
+bool statsrv_fork_lock(void);
+void statsrv_atfork_child(void);
 
 #endif

@@ -23,6 +23,7 @@
 
 #include "core/config.h"
 #include "core/fdpark.h"
+#include "core/forklock.h"
 #include "core/init.h"
 #include "core/log.h"
 #include "core/real.h"
@@ -111,6 +112,12 @@ bool tcpopt_available(void)
 {
 	pthread_once(&map_once, map_open_once);
 	return atomic_load(&map_fd) >= 0;
+}
+
+/* Held while one bpf() call reopens the map. */
+bool tcpopt_fork_lock(void)
+{
+	return forklock_take(&reopen_lock) != FORKLOCK_BUSY;
 }
 
 /* After a map call failed with EBADF/EINVAL: is fd still our map? Without an id to

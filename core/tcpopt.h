@@ -19,6 +19,8 @@
  * usable by this process. The map fd is close-on-exec and parked out of the
  * application's way. */
 bool tcpopt_available(void);
+/* fork (forklock.h): takes the map reopen lock; false when busy. */
+bool tcpopt_fork_lock(void);
 
 /* Marks socket fd so its SYN (connect) or SYN-ACK (listen) carries the option; call
  * before connect() or listen(). 0, or -errno (-ENOENT: no map). */

@@ -27,6 +27,7 @@
 #include "core/epoll.h"
 #include "core/fdtab.h"
 #include "core/real.h"
+#include "core/sandbox.h"
 #include "core/wait.h"
 
 /* Zero-timeout kernel check every this many spin rounds. */
@@ -204,7 +205,7 @@ void wait_cpu_relax(void)
 
 void wait_spin_yield(void)
 {
-	sched_yield();
+	sandbox_yield();
 }
 
 bool wait_poll_involved(const struct pollfd *fds, nfds_t n)
@@ -379,7 +380,7 @@ static int eval_kernel(struct poll_call *pc, bool sleeping, const struct timespe
 	if (!sleeping && pc->nkernel == 0)
 		return 0;
 	len = build_work(pc, sleeping);
-	r = REAL(ppoll)(pc->work, len, sleeping ? timeout : &zero, pc->mask);
+	r = sandbox_ppoll(pc->work, len, sleeping ? timeout : &zero, pc->mask);
 	if (r < 0)
 		return -1;
 	absorb_work(pc, len);
@@ -575,7 +576,7 @@ static int wait_poll_masked(struct pollfd *fds, nfds_t n, const struct timespec 
 	for (nfds_t i = 0; i < n; i++)
 		emulated |= pc.ent[i].kind != ENTRY_KERNEL;
 	if (!emulated && !report) /* every SMC entry fell back to TCP */
-		r = REAL(ppoll)(fds, n, timeout, mask);
+		r = sandbox_ppoll(fds, n, timeout, mask);
 	else
 		r = poll_loop(&pc, timeout);
 	saved = errno;

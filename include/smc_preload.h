@@ -43,6 +43,14 @@
  * name in the same directory and renamed, so a reader sees a complete file or none.
  * A process that ends without exit() (killed, _exit, exec) writes nothing; a forked
  * child that calls exit() writes its own file (use %p to keep them apart).
+ *
+ * Every number is this process's own: a forked child starts with all of them at zero,
+ * nothing of its parent's is copied. A connection is counted (in "connections" and
+ * "fallback") by the process that connected or accepted it; bytes are counted by the
+ * process that sent or received them, whoever made the connection (a child serving a
+ * connection its parent accepted counts the bytes it moves, not the connection);
+ * events by the process they happened in. So the sum over the files of a forking
+ * server and its children counts each connection and each byte once.
  */
 #ifndef SMC_PRELOAD_H
 #define SMC_PRELOAD_H

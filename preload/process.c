@@ -1,13 +1,16 @@
 /* SPDX-License-Identifier: GPL-2.0-only OR BSD-2-Clause */
 /*
- * Process-level wrappers (fork, vfork, daemon) and the library constructor.
+ * Process-level wrappers (fork, vfork, daemon, prctl) and the library constructor.
  */
 #include "preload/wrap.h"
 #include "core/conn.h"
 #include "core/io_uring_watch.h"
+#include "core/sandbox.h"
 #include "core/sock.h"
 
+#include <stdarg.h>
 #include <stdlib.h>
+#include <sys/prctl.h>
 #include <unistd.h>
 
 /* Resolve libc and load the configuration at load time, so a bad SMC_* variable is
@@ -55,4 +58,22 @@ SMC_EXPORT pid_t __vfork(void) SMC_ALIAS(vfork);
 SMC_EXPORT int daemon(int nochdir, int noclose)
 {
 	return REAL(daemon)(nochdir, noclose);
+}
+
+/* A seccomp filter limits the library's own system calls from now on (core/sandbox.h).
+ * prctl takes up to four more arguments, all of them unsigned long in the kernel's ABI. */
+SMC_EXPORT int prctl(int option, ...)
+{
+	unsigned long a[4];
+	va_list ap;
+	int r;
+
+	va_start(ap, option);
+	for (int i = 0; i < 4; i++)
+		a[i] = va_arg(ap, unsigned long);
+	va_end(ap);
+	r = CALL_REAL(prctl, option, a[0], a[1], a[2], a[3]);
+	if (r == 0 && option == PR_SET_SECCOMP)
+		KEEP_ERRNO(sandbox_entered());
+	return r;
 }

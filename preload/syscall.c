@@ -17,6 +17,10 @@
  * TCP (core/io_uring_watch.h).
  */
 #include "preload/wrap.h"
+#include "core/sandbox.h"
+
+#include <linux/seccomp.h>
+#include <sys/prctl.h>
 
 #include <stdarg.h>
 #include <stdint.h>
@@ -343,5 +347,10 @@ SMC_EXPORT long syscall(long nr, ...)
 	ret = CALL_REAL(syscall, nr, a[0], a[1], a[2], a[3], a[4], a[5]);
 	if (nr == SYS_io_uring_setup && ret >= 0)
 		KEEP_ERRNO(io_uring_note_setup());
+	/* a seccomp filter loaded this way (libseccomp does) limits us as prctl's does */
+	if (ret == 0 && ((nr == SYS_seccomp && (a[0] == SECCOMP_SET_MODE_STRICT ||
+						a[0] == SECCOMP_SET_MODE_FILTER)) ||
+			 (nr == SYS_prctl && a[0] == PR_SET_SECCOMP)))
+		KEEP_ERRNO(sandbox_entered());
 	return ret;
 }

@@ -1,0 +1,61 @@
+#!/bin/bash
+# SPDX-License-Identifier: GPL-2.0-only OR BSD-2-Clause
+#
+# Per-process counts across fork (include/smc_preload.h): a parent with N upgraded
+# connections forks a child that makes M connections of its own, sends K bytes over
+# them and J more over one of the parent's connections, and exits; then the parent
+# exits. The child's SMC_STATS_FILE shows exactly its M connections and its own K + J
+# bytes, none of the parent's; the parent's shows exactly its N connections and its own
+# bytes, none of the child's. The sink server counts every connection and byte once,
+# and the two sides agree.
+[ -n "${BASH_VERSION:-}" ] || exec bash "$0" "$@"
+. "$(dirname -- "$0")/lib.sh"
+
+: "${SMC_FORK:=$top_builddir/tests/lib/smc_fork}"
+N=5 M=3 K=300000
+
+smc_init
+smc_require_built "$SMC_FORK"
+export SMC_SHORT_CONN_US=0
+
+smc_free_port port
+srv=$(smc_stats_dir sink)
+cli=$(smc_stats_dir counts)
+smc_start_server sink "$srv" "$SMC_FORK" sink "$port"
+smc_wait_port sink "$port"
+
+out=$SMC_TMP/counts.out
+smc_run "$cli" "$SMC_FORK" counts 127.0.0.1 "$port" --conns "$N" --child-conns "$M" \
+	--bytes "$K" >"$out" 2>&1
+rc=$?
+cat "$out"
+smc_assert_eq "smc_fork counts exit status" "$rc" 0
+smc_stop_server sink TERM 20
+smc_assert_eq "sink exit status" "${SMC_SERVER_RC[sink]}" 0
+
+read -r ppid pconns pbytes < <(sed -n 's/^PARENT pid=\([0-9]*\) conns=\([0-9]*\) bytes=\([0-9]*\)$/\1 \2 \3/p' "$out")
+read -r cpid cconns cbytes < <(sed -n 's/^CHILD pid=\([0-9]*\) conns=\([0-9]*\) bytes=\([0-9]*\)$/\1 \2 \3/p' "$out")
+[ -n "${ppid:-}" ] && [ -n "${cpid:-}" ] || smc_fail "smc_fork counts did not report both processes"
+smc_assert_eq "parent's own connections" "$pconns" "$N"
+smc_assert_eq "child's own connections" "$cconns" "$M"
+pfile=$cli/$ppid.json cfile=$cli/$cpid.json
+[ -f "$pfile" ] || smc_fail "no stats file of the parent ($pfile)"
+[ -f "$cfile" ] || smc_fail "no stats file of the child ($cfile)"
+smc_log "parent: $(jq -c . "$pfile")"
+smc_log "child:  $(jq -c . "$cfile")"
+
+mode=$SMC_TEST_EXPECT
+smc_assert_eq "parent's $mode connections" "$(jq ".connections.$mode" "$pfile")" "$N"
+smc_assert_eq "parent's bytes sent over $mode" "$(jq ".bytes.$mode.sent" "$pfile")" "$pbytes"
+smc_assert_eq "child's $mode connections (none of the parent's)" \
+	"$(jq ".connections.$mode" "$cfile")" "$M"
+smc_assert_eq "child's bytes sent over $mode (its own only)" \
+	"$(jq ".bytes.$mode.sent" "$cfile")" "$cbytes"
+smc_assert_eq "child's fallbacks" "$(jq -c '.fallback' "$cfile")" "{}"
+smc_assert_eq "parent's fallbacks" "$(jq -c '.fallback' "$pfile")" "{}"
+# the sink saw every connection and byte once: the sum of the two is the truth
+smc_expect_payload "$srv" $((pbytes + cbytes)) "sink"
+smc_assert_eq "sink's $mode connections" "$(smc_stats "$srv" ".connections.$mode")" $((N + M))
+smc_assert_eq "sink's bytes received over $mode" \
+	"$(smc_stats "$srv" ".bytes.$mode.received")" $((pbytes + cbytes))
+smc_pass

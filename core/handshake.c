@@ -221,8 +221,13 @@ int handshake_client(struct smc_conn *c, int ufd, const struct hs_auth *auth)
 				 "our rendezvous socket: ignored", c->fd);
 		goto not_the_server;
 	}
-	if (r < 0)
-		goto fail;
+	if (r < 0) {
+		/* The server may still send its Accept and then wait for our Confirm: without
+		 * a word from us it would take our close for a client that went away after
+		 * upgrading and reset a connection we go on with as plain TCP. */
+		diag = r == -EAGAIN ? CLC_DECL_TIMEOUT : CLC_DECL_SYNCERR;
+		goto decline;
+	}
 	if (acc.type == CLC_DECLINE) {
 		why = reason_from_code(acc.u.s_decl.diag);
 		log_debug("fd %d: server declined SMC: %s", c->fd,

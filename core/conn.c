@@ -127,8 +127,10 @@ static uint64_t now_ns(void);
 
 /* The progress thread does not survive fork: a connection it still negotiates would
  * stay PENDING forever in the child. Deferred server connections are decided first:
- * the thread's deadline step decides within the handshake timeout, and the handshake
- * after it is bounded too (the wait here as a safety net). */
+ * one whose client's CLC message is there is decided at once and its handshake is
+ * bounded; a client held up may take the thread up to its last deadline tick
+ * (progress.c), longer than a fork should wait, so the wait here is bounded and the
+ * fork goes ahead after it (such a connection is then the watchdog's in the child). */
 static void conn_settle_pending_servers(void)
 {
 	uint64_t deadline = now_ns() + 4 * (uint64_t)smc_cfg.handshake_timeout_ms * 1000000u;

@@ -57,7 +57,8 @@ QUICK_TESTS=(tests/integration/wrapper.sh tests/integration/passthrough.sh
 # (setlocale lock, with or without our library), which rules out nginx.sh and
 # python_http.sh (nginx_proxy.sh runs its servers instrumented, below).
 ASAN_TESTS=(tests/integration/fallback.sh tests/integration/stream.sh
-	tests/integration/churn.sh tests/integration/churn_kill.sh tests/integration/peerdeath.sh
+	tests/integration/churn.sh tests/integration/churn_tcpopt.sh tests/integration/churn_kill.sh
+	tests/integration/peerdeath.sh
 	tests/integration/pool.sh tests/integration/pool_forge.sh
 	tests/integration/redis.sh
 	tests/integration/memcached.sh tests/integration/iperf3.sh

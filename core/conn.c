@@ -129,13 +129,16 @@ static struct smc_conn *conn_pending_server_get(void)
 	return NULL;
 }
 
-static int conn_wait(struct smc_conn *c, uint32_t events, uint64_t deadline);
+static int conn_wait(struct smc_conn *c, uint32_t events, bool for_handshake,
+		     uint64_t deadline);
 static uint64_t now_ns(void);
 
 /* The progress thread does not survive fork: a connection it still negotiates would
  * stay PENDING forever in the child. Deferred server connections are decided first:
- * the thread's deadline step decides within the handshake timeout, and the handshake
- * after it is bounded too (the wait here as a safety net). */
+ * one whose client's CLC message is there is decided at once and its handshake is
+ * bounded; a client held up may take the thread up to its last deadline tick
+ * (progress.c), longer than a fork should wait, so the wait here is bounded and the
+ * fork goes ahead after it (such a connection is then the watchdog's in the child). */
 static void conn_settle_pending_servers(void)
 {
 	uint64_t deadline = now_ns() + 4 * (uint64_t)smc_cfg.handshake_timeout_ms * 1000000u;
@@ -150,7 +153,7 @@ static void conn_settle_pending_servers(void)
 		if (!c)
 			return;
 		while (r == 0 && __atomic_load_n(&c->state, __ATOMIC_ACQUIRE) == CONN_PENDING)
-			r = conn_wait(c, 0, deadline);
+			r = conn_wait(c, 0, true, deadline);
 		conn_put(c);
 		if (r < 0)
 			return; /* a signal, or the deadline: fork anyway */
@@ -1006,14 +1009,17 @@ static bool conn_wait_done(struct smc_conn *c, uint32_t want, bool for_handshake
 
 #define CONN_SPIN_PAUSES 8
 
-/* Blocks until `events` may be ready (or, while PENDING, until the handshake ends), the
- * deadline passes (-EAGAIN) or a signal arrives (-EINTR). Spins first: a peer about to
- * answer is much cheaper to catch on the cursors than through a kernel wakeup
- * (shared/recipes/wakeup-cost). */
-static int conn_wait(struct smc_conn *c, uint32_t events, uint64_t deadline)
+/* Blocks until `events` may be ready (for_handshake: until the connection is no longer
+ * PENDING, events 0), the deadline passes (-EAGAIN) or a signal arrives (-EINTR). Spins
+ * first: a peer about to answer is much cheaper to catch on the cursors than through a
+ * kernel wakeup (shared/recipes/wakeup-cost). The caller says what the wait is for: a
+ * caller that saw PENDING may find the handshake decided by the time it gets here, and
+ * a wait for a decision that already came must end at once, not wait for events that
+ * nobody asked for until the deadline. */
+static int conn_wait(struct smc_conn *c, uint32_t events, bool for_handshake,
+		     uint64_t deadline)
 {
 	uint32_t want = events | POLLERR | POLLHUP | CONN_MASK_FALLBACK;
-	bool for_handshake = conn_state(c) == CONN_PENDING;
 	/* a handshake takes two cross-process round trips through the progress thread:
 	 * spinning for it only takes a CPU away from that thread */
 	uint64_t spin_ns = for_handshake || conn_peer_on_my_cpu(c) ? 0 : wait_spin_budget();
@@ -1180,7 +1186,7 @@ int conn_wait_pending(struct smc_conn *c, bool nonblock, int64_t timeo_ns)
 
 		if (nonblock)
 			return -EAGAIN;
-		r = conn_wait(c, 0, until);
+		r = conn_wait(c, 0, true, until);
 		if (r == -EINTR && eintr_restarts(timeo_ns))
 			r = 0;
 		if (r == -EAGAIN && conn_state(c) == CONN_PENDING) {
@@ -1450,7 +1456,7 @@ ssize_t conn_recv(struct smc_conn *c, const struct iovec *iov, int iovcnt, int f
 				err = EAGAIN;
 			break;
 		}
-		err = -conn_wait(c, POLLIN, deadline);
+		err = -conn_wait(c, POLLIN, false, deadline);
 		if (err == EINTR && eintr_restarts(c->rcvtimeo_ns))
 			err = 0;
 		if (err) {
@@ -1532,7 +1538,7 @@ ssize_t conn_send(struct smc_conn *c, const struct iovec *iov, int iovcnt, int f
 		}
 		if (c->ib)
 			conn_ib_tx_blocked(c);
-		err = -conn_wait(c, POLLOUT, deadline);
+		err = -conn_wait(c, POLLOUT, false, deadline);
 		if (err == EINTR && eintr_restarts(c->sndtimeo_ns))
 			err = 0;
 		if (err)

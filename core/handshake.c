@@ -222,8 +222,13 @@ int handshake_client(struct smc_conn *c, int ufd, const struct hs_auth *auth)
 				 "our rendezvous socket: ignored", c->fd);
 		goto not_the_server;
 	}
-	if (r < 0)
-		goto fail;
+	if (r < 0) {
+		/* The server may still send its Accept and then wait for our Confirm: without
+		 * a word from us it would take our close for a client that went away after
+		 * upgrading and reset a connection we go on with as plain TCP. */
+		diag = r == -EAGAIN ? CLC_DECL_TIMEOUT : CLC_DECL_SYNCERR;
+		goto decline;
+	}
 	if (acc.type == CLC_DECLINE) {
 		why = reason_from_code(acc.u.s_decl.diag);
 		log_debug("fd %d: server declined SMC: %s", c->fd,
@@ -279,6 +284,42 @@ fail:
 }
 
 /* ------------------------------------------------------------ server */
+
+/*
+ * The client takes the connection as upgraded the moment it reads our Accept, and its
+ * Confirm follows at once unless its process is held up (a vCPU taken away for seconds
+ * on a loaded host, a debugger). Giving up after one handshake timeout would then reset
+ * a connection TCP would have served, so the Confirm is waited for while the client
+ * lives: its close or exit ends the wait at once (EOF on the rendezvous socket, FIN or
+ * RST on the TCP connection), and only a client that keeps both open and never answers
+ * is reset, after HS_CONFIRM_TICKS handshake timeouts (the scale of the watchdog a
+ * waiting call applies to an undecided handshake, conn.c).
+ */
+#define HS_CONFIRM_TICKS 15u
+
+/* The TCP peer closed or reset: nobody will send a Confirm. */
+static bool tcp_peer_closed(int fd)
+{
+	char b;
+	ssize_t r = REAL(recv)(fd, &b, 1, MSG_PEEK | MSG_DONTWAIT);
+
+	return r == 0 || (r < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR);
+}
+
+static int server_recv_confirm(struct smc_conn *c, int ufd, const struct hs_auth *auth,
+			       struct clc_msg *conf, int *bells)
+{
+	for (unsigned tick = 1;; tick++) {
+		int r = hs_recv(ufd, conf, CLC_CONFIRM, auth->by_key ? bells : NULL,
+				auth->by_key ? 2 : 0);
+
+		if (r != -EAGAIN || tick >= HS_CONFIRM_TICKS || tcp_peer_closed(c->fd))
+			return r;
+		if (tick == 1)
+			log_info("fd %d: no CLC Confirm within %u ms of our Accept: waiting on "
+				 "while the client lives", c->fd, smc_cfg.handshake_timeout_ms);
+	}
+}
 
 /* Before our Accept, a client negotiating by key trusts nothing that arrives on the
  * rendezvous socket: refusals go on the TCP connection, where it listens too. */
@@ -398,7 +439,7 @@ int handshake_server(struct smc_conn *c, int ufd, const struct hs_auth *auth,
 			(void)neg_send_decline(c->fd, CLC_DECL_SYNCERR);
 		return -ECONNREFUSED; /* the client never saw the Accept: plain TCP */
 	}
-	r = hs_recv(ufd, &conf, CLC_CONFIRM, auth->by_key ? bells : NULL, auth->by_key ? 2 : 0);
+	r = server_recv_confirm(c, ufd, auth, &conf, bells);
 	if (r == 0 && conf.type == CLC_DECLINE) {
 		*why = reason_from_code(conf.u.s_decl.diag);
 		log_info("fd %d: client declined SMC after our Accept: %s", c->fd,

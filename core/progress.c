@@ -461,7 +461,17 @@ struct server_wait {
 	struct smc_conn *c;
 	progress_server_step step;
 	struct event *ev_tcp, *ev_deadline;
+	unsigned ticks;       /* deadline ticks passed */
 };
+
+/* Deadline ticks (SMC_HANDSHAKE_TIMEOUT_MS each) the server waits for the client's CLC
+ * message. The client sends it the moment its TCP connect completes, unless its process
+ * is held up (a loaded host takes vCPUs away for seconds); once both sent the option,
+ * the only decision left without it is a reset (its CLC bytes could still come), which
+ * TCP would not have given that client. So the wait goes on while the client lives
+ * (its close or reset decides at once: plain TCP), as long as a client waits for our
+ * answer (INBAND_ANSWER_TICKS). */
+#define SERVER_MESSAGE_TICKS INBAND_ANSWER_TICKS
 
 static void server_wait_finish(struct server_wait *w)
 {
@@ -485,9 +495,21 @@ static void on_server_tcp(evutil_socket_t fd, short what, void *arg)
 static void on_server_deadline(evutil_socket_t fd, short what, void *arg)
 {
 	struct server_wait *w = arg;
+	struct timeval tv = smc_cfg_handshake_timeout();
 
 	(void)fd;
 	(void)what;
+	if (++w->ticks < SERVER_MESSAGE_TICKS) {
+		if (w->step(w->c, false)) {
+			server_wait_finish(w);
+			return;
+		}
+		if (w->ticks == 1)
+			log_info("fd %d: no CLC message from the client within %u ms: waiting on "
+				 "while it lives", w->c->fd, smc_cfg.handshake_timeout_ms);
+		event_add(w->ev_deadline, &tv);
+		return;
+	}
 	(void)w->step(w->c, true); /* decides, whatever it finds */
 	server_wait_finish(w);
 }

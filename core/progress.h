@@ -22,9 +22,10 @@ struct smc_conn;
  * server on the rendezvous it names or for its answer on TCP; negotiate.h). */
 int progress_watch_pending(struct smc_conn *c);
 /* One step of a PENDING server connection's in-band negotiation, run on the thread each
- * time its TCP socket becomes readable, and with final set once its deadline
- * (SMC_HANDSHAKE_TIMEOUT_MS) passed. true: decided (c is no longer PENDING, or the
- * application closed it); false: wait for more. */
+ * time its TCP socket becomes readable and at every deadline tick
+ * (SMC_HANDSHAKE_TIMEOUT_MS), with final set at the last one (progress.c: the client
+ * may be held up). true: decided (c is no longer PENDING, or the application closed
+ * it); false: wait for more. */
 typedef bool (*progress_server_step)(struct smc_conn *c, bool final);
 /* Hands an accepted PENDING connection whose client's CLC message has not arrived yet to
  * the thread, so that a nonblocking accept() does not wait for it. 0 or -ENOMEM. */

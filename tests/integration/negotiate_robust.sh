@@ -15,7 +15,8 @@
 #     their connections over at once, and the next client is served over shared
 #     memory while they are still connected; when they close, the server counts them
 #     as peer-closed; one that stays silent past a short handshake timeout is reset
-#     and counted as an abort (handshake-failed);
+#     and counted as an abort (handshake-failed); one held up for three handshake
+#     timeouts that then talks plain TCP is served, with no abort;
 #  3. a listener opted in by one program image and accepted from by the next (exec):
 #     the application receives exactly the client's bytes, no CLC byte, and the
 #     connection is upgraded (both sides count shm);
@@ -200,6 +201,22 @@ smc_log "stats server4: $(smc_stats_summary "$SRV_STATS")"
 smc_assert_eq "server4: silent connection timed out" \
 	"$(smc_stats "$SRV_STATS" '.fallback["handshake-failed"] // 0')" 1
 smc_assert_eq "server4: aborts" "$(smc_stats "$SRV_STATS" '.events.aborts')" 1
+
+# ... but one that is merely held up (its process stalled for three handshake timeouts)
+# and then talks is served: the server waits while it lives (progress.c)
+smc_free_port PORT
+SRV_STATS=$(smc_stats_dir server5)
+SMC_HANDSHAKE_TIMEOUT_MS=300 smc_start_server server5 "$SRV_STATS" \
+	python3 "$SMC_TMP/evserver.py" "$PORT"
+smc_wait_port server5 "$PORT"
+out=$("${as_nobody[@]}" "$ATTACK" late 127.0.0.1 "$PORT" 900 2>&1)
+[ "$out" = "OK answered" ] || smc_fail "held-up client: $out"
+smc_stop_server server5
+smc_require_stats "$SRV_STATS"
+smc_log "stats server5: $(smc_stats_summary "$SRV_STATS")"
+smc_assert_eq "server5: aborts" "$(smc_stats "$SRV_STATS" '.events.aborts')" 0
+smc_assert_eq "server5: held-up client served as plain TCP" \
+	"$(smc_stats "$SRV_STATS" '.fallback["peer-not-smc"] // 0')" 1
 
 # ---- 3. a listener opted in before exec
 smc_free_port PORT

@@ -12,6 +12,10 @@
  *   neg_attack hold HOST PORT N SECS   N connections that carry the option and then
  *       send nothing (a client that never proposes); holds them SECS seconds. Prints
  *       "OK held N" once all are connected.
+ *   neg_attack late HOST PORT MS   a client that carries the option and is held up
+ *       (its process stalled) MS milliseconds before it talks, then talks plain TCP
+ *       ("ping\n") without proposing: the server must still be there for it. Prints
+ *       "OK answered" when "pong\n" comes back, else "ERROR ..." and exits 1.
  */
 #include <arpa/inet.h>
 #include <errno.h>
@@ -149,6 +153,48 @@ static int run_hold(const char *host, int port, int n, int secs)
 	return 0;
 }
 
+static int run_late(const char *host, int port, int ms)
+{
+	struct timespec ts = { ms / 1000, (ms % 1000) * 1000000L };
+	struct pollfd p;
+	char buf[16];
+	ssize_t got = 0;
+	int fd = tcp_opted(host, port);
+
+	if (tcpopt_peer_sent(fd) != 1) {
+		printf("ERROR the server did not answer the option\n");
+		return 1;
+	}
+	while (nanosleep(&ts, &ts) < 0 && errno == EINTR)
+		;
+	if (send(fd, "ping\n", 5, MSG_NOSIGNAL) != 5) {
+		printf("ERROR sending: %s\n", strerror(errno));
+		return 1;
+	}
+	p = (struct pollfd){ .fd = fd, .events = POLLIN };
+	while (got < 5) {
+		ssize_t n;
+
+		if (poll(&p, 1, 10000) != 1) {
+			printf("ERROR no answer within 10 s\n");
+			return 1;
+		}
+		n = recv(fd, buf + got, sizeof(buf) - (size_t)got, 0);
+		if (n <= 0) {
+			printf("ERROR connection ended before the answer (%zd, %s)\n", n,
+			       n < 0 ? strerror(errno) : "EOF");
+			return 1;
+		}
+		got += n;
+	}
+	if (got != 5 || memcmp(buf, "pong\n", 5) != 0) {
+		printf("ERROR wrong answer (%zd bytes)\n", got);
+		return 1;
+	}
+	printf("OK answered\n");
+	return 0;
+}
+
 int main(int argc, char **argv)
 {
 	setvbuf(stdout, NULL, _IOLBF, 0);
@@ -156,6 +202,9 @@ int main(int argc, char **argv)
 		return run_jam(argv[2], atoi(argv[3]), atoi(argv[4]));
 	if (argc == 6 && strcmp(argv[1], "hold") == 0)
 		return run_hold(argv[2], atoi(argv[3]), atoi(argv[4]), atoi(argv[5]));
-	fprintf(stderr, "usage: neg_attack jam HOST PORT SECS | hold HOST PORT N SECS\n");
+	if (argc == 5 && strcmp(argv[1], "late") == 0)
+		return run_late(argv[2], atoi(argv[3]), atoi(argv[4]));
+	fprintf(stderr, "usage: neg_attack jam HOST PORT SECS | hold HOST PORT N SECS | "
+		"late HOST PORT MS\n");
 	return 2;
 }

@@ -40,6 +40,12 @@
  * forks to save): a server that forked since it listens serves no connection pool
  * (core/pool.h).
  *
+ * Failed cycles are counted by kind on the client's RESULT line: lost= (the response did
+ * not arrive within the socket's SO_RCVTIMEO, IO_TIMEOUT_S), reset= (ECONNRESET or
+ * EPIPE at any step) and errors= (every failed cycle, these included). Each of the first
+ * MAX_PRINTED_ERRORS is described with what identifies its connection: the client's
+ * port, the TCP state, and how long the cycle had run.
+ *
  * Exit status 0 only when no cycle failed and nothing leaked.
  */
 #ifndef _GNU_SOURCE
@@ -51,6 +57,8 @@
 #include <inttypes.h>
 #include <limits.h>
 #include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <poll.h>
 #include <pthread.h>
 #include <signal.h>
@@ -219,6 +227,8 @@ struct client_shared {
 	pthread_barrier_t warmed_up;
 	pthread_barrier_t go;
 	atomic_ulong errors;
+	atomic_ulong lost;   /* no response within IO_TIMEOUT_S */
+	atomic_ulong resets; /* ECONNRESET / EPIPE */
 	atomic_ulong done;
 	atomic_uint printed;
 };
@@ -230,12 +240,59 @@ struct client_thread {
 	pthread_t tid;
 };
 
-static void client_error(struct client_shared *sh, uint64_t id, const char *what, int err)
+static const char *tcp_state_name(int fd)
 {
+	static const char *const names[] = {
+		[TCP_ESTABLISHED] = "ESTABLISHED", [TCP_SYN_SENT] = "SYN_SENT",
+		[TCP_SYN_RECV] = "SYN_RECV", [TCP_FIN_WAIT1] = "FIN_WAIT1",
+		[TCP_FIN_WAIT2] = "FIN_WAIT2", [TCP_TIME_WAIT] = "TIME_WAIT",
+		[TCP_CLOSE] = "CLOSE", [TCP_CLOSE_WAIT] = "CLOSE_WAIT",
+		[TCP_LAST_ACK] = "LAST_ACK", [TCP_LISTEN] = "LISTEN", [TCP_CLOSING] = "CLOSING",
+	};
+	struct tcp_info ti;
+	socklen_t len = sizeof(ti);
+
+	if (fd < 0 || getsockopt(fd, IPPROTO_TCP, TCP_INFO, &ti, &len) < 0)
+		return "?";
+	return ti.tcpi_state < sizeof(names) / sizeof(names[0]) && names[ti.tcpi_state]
+		       ? names[ti.tcpi_state] : "?";
+}
+
+static int local_port(int fd)
+{
+	struct sockaddr_storage ss;
+	socklen_t len = sizeof(ss);
+
+	if (fd < 0 || getsockname(fd, (struct sockaddr *)&ss, &len) < 0)
+		return -1;
+	return ntohs(ss.ss_family == AF_INET6 ? ((struct sockaddr_in6 *)&ss)->sin6_port
+					      : ((struct sockaddr_in *)&ss)->sin_port);
+}
+
+static double ms_since(const struct timespec *t0)
+{
+	struct timespec t1;
+
+	clock_gettime(CLOCK_MONOTONIC, &t1);
+	return (double)(t1.tv_sec - t0->tv_sec) * 1e3 + (double)(t1.tv_nsec - t0->tv_nsec) / 1e6;
+}
+
+/* A failed cycle: counted by kind and, for the first few, described with what tells its
+ * connection apart (port, TCP state, time into the cycle). */
+static void client_error(struct client_shared *sh, uint64_t id, const char *what, int err,
+			 int fd, const struct timespec *t0)
+{
+	bool lost = err == EAGAIN || err == EWOULDBLOCK;
+
 	atomic_fetch_add(&sh->errors, 1);
+	if (err == ECONNRESET || err == EPIPE)
+		atomic_fetch_add(&sh->resets, 1);
+	if (lost && strcmp(what, "receive response") == 0)
+		atomic_fetch_add(&sh->lost, 1);
 	if (atomic_fetch_add(&sh->printed, 1) < MAX_PRINTED_ERRORS)
-		printf("ERROR client cycle=%" PRIx64 ": %s%s%s\n", id, what, err ? ": " : "",
-		       err ? strerror(err) : "");
+		printf("ERROR client cycle=%" PRIx64 ": %s%s%s (port %d, tcp %s, %.1f ms into "
+		       "the cycle)\n", id, what, err ? ": " : "", err ? strerror(err) : "",
+		       local_port(fd), tcp_state_name(fd), ms_since(t0));
 }
 
 static bool io_full(int fd, unsigned char *buf, size_t len, bool writing)
@@ -288,37 +345,41 @@ static void client_cycle(struct client_shared *sh, uint64_t id)
 	const struct addrinfo *ai = sh->addr;
 	unsigned char req[MSG_LEN], resp[MSG_LEN], want[MSG_LEN];
 	struct timeval tv = { IO_TIMEOUT_S, 0 };
-	int fd = socket(ai->ai_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	struct timespec t0;
+	int fd;
 
+	clock_gettime(CLOCK_MONOTONIC, &t0);
+	fd = socket(ai->ai_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
 	if (fd < 0) {
-		client_error(sh, id, "socket", errno);
+		client_error(sh, id, "socket", errno, -1, &t0);
 		return;
 	}
 	setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
 	setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
 	if (sh->o->connect_twice ? !connect_twice(fd, ai) : connect(fd, ai->ai_addr, ai->ai_addrlen) < 0) {
-		client_error(sh, id, "connect", errno);
+		client_error(sh, id, "connect", errno, fd, &t0);
 		goto out;
 	}
 	make_request(req, id);
 	if (!io_full(fd, req, MSG_LEN, true)) {
-		client_error(sh, id, "send request", errno);
+		client_error(sh, id, "send request", errno, fd, &t0);
 		goto out;
 	}
 	if (!io_full(fd, resp, MSG_LEN, false)) {
-		client_error(sh, id, errno ? "receive response" : "EOF before full response", errno);
+		client_error(sh, id, errno ? "receive response" : "EOF before full response", errno,
+			     fd, &t0);
 		goto out;
 	}
 	make_response(req, want);
 	if (memcmp(resp, want, MSG_LEN) != 0) {
-		client_error(sh, id, "wrong response bytes", 0);
+		client_error(sh, id, "wrong response bytes", 0, fd, &t0);
 		goto out;
 	}
 	if (id & 1) {
 		/* Half close, then the server's close must arrive as EOF. */
 		ssize_t n;
 		if (shutdown(fd, SHUT_WR) < 0) {
-			client_error(sh, id, "shutdown(SHUT_WR)", errno);
+			client_error(sh, id, "shutdown(SHUT_WR)", errno, fd, &t0);
 			goto out;
 		}
 		do
@@ -326,11 +387,11 @@ static void client_cycle(struct client_shared *sh, uint64_t id)
 		while (n < 0 && errno == EINTR);
 		if (n != 0)
 			client_error(sh, id, n > 0 ? "data instead of EOF" : "waiting for EOF",
-				     n > 0 ? 0 : errno);
+				     n > 0 ? 0 : errno, fd, &t0);
 	}
 out:
 	if (close(fd) < 0)
-		client_error(sh, id, "close", errno);
+		client_error(sh, id, "close", errno, -1, &t0);
 	atomic_fetch_add(&sh->done, 1);
 }
 
@@ -403,9 +464,10 @@ static int run_client(const struct client_opts *o)
 	print_resources("client", "before", &before);
 	print_resources("client", "after", &after);
 	printf("RESULT client threads=%u cycles=%lu warmup_cycles=%lu errors=%lu "
-	       "(warmup %lu) seconds=%.3f cycles_per_s=%.0f\n",
+	       "(warmup %lu) lost=%lu reset=%lu seconds=%.3f cycles_per_s=%.0f\n",
 	       o->threads, o->cycles, (unsigned long)o->warmup * o->threads, errors,
-	       warmup_errors, secs, secs > 0 ? (double)o->cycles / secs : 0.0);
+	       warmup_errors, atomic_load(&sh.lost), atomic_load(&sh.resets), secs,
+	       secs > 0 ? (double)o->cycles / secs : 0.0);
 	bool ok = report_leaks("client", &before, &after) && errors == 0 &&
 		  atomic_load(&sh.done) == o->cycles + (unsigned long)o->warmup * o->threads;
 	printf("%s client\n", ok ? "OK" : "FAILED");

@@ -5,10 +5,14 @@
  * connection whose decision never comes. A connection that was never handed to the
  * progress thread is exactly one whose decision never comes, so the watchdog can be
  * made to fire here on purpose; in the library it must never (its log line says why
- * it did).
+ * it did). And a decision that comes while the call is on its way into its wait ends
+ * that wait at once.
  */
 #include <check.h>
 #include <errno.h>
+#include <pthread.h>
+#include <sched.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -20,6 +24,7 @@
 #include "core/fdtab.h"
 #include "core/log.h"
 #include "core/real.h"
+#include "core/shm.h"
 #include "core/stats.h"
 #include "tests/unit/unit_net.h"
 
@@ -121,6 +126,88 @@ START_TEST(watchdog_before_long_socket_timeout)
 }
 END_TEST
 
+/* The progress thread's side of the race below: round after round, activates the
+ * round's connection a few pauses after the waiting call set out. */
+struct activator {
+	pthread_t tid;
+	struct smc_conn *_Atomic conn; /* this round's connection, NULL when done */
+	atomic_uint round;             /* set by the waiter as it calls the wait */
+	atomic_uint done;              /* the last round activated */
+	atomic_bool stop;
+};
+
+static inline void pause_cpu(void)
+{
+#if defined(__x86_64__) || defined(__i386__)
+	__builtin_ia32_pause();
+#elif defined(__aarch64__)
+	__asm__ volatile("yield");
+#endif
+}
+
+#define RACE_ROUNDS 10000u
+#define RACE_MAX_PAUSES 16u /* activation 0..15 pauses after the call: around its entry */
+
+static void *activator_main(void *arg)
+{
+	struct activator *a = arg;
+	unsigned seen = 0;
+
+	while (!atomic_load(&a->stop)) {
+		unsigned r = atomic_load(&a->round);
+
+		if (r == seen) {
+			pause_cpu(); /* spinning: the round is caught at once */
+			continue;
+		}
+		seen = r;
+		for (unsigned i = 0; i < r % RACE_MAX_PAUSES; i++)
+			pause_cpu();
+		conn_activate(atomic_load(&a->conn));
+		atomic_store(&a->done, r);
+	}
+	return NULL;
+}
+
+/* A connection whose handshake is decided (here: ACTIVE) just as a recv or send calls
+ * the wait for it: the call saw PENDING, the wait finds the decision. That wait must end
+ * at once, whatever moment the decision came at; one that took the connection for ACTIVE
+ * and waited for no event until SO_RCVTIMEO expired lost a response the peer had already
+ * written (the churn test's client saw EAGAIN after 10 s about twice in a million
+ * cycles). Each round races the activation against the call's entry at another
+ * offset; the socket timeout only bounds a round that loses. */
+START_TEST(decision_while_entering_the_wait_ends_it)
+{
+	struct activator a = { 0 };
+	int fds[2];
+
+	tcp_pair(fds);
+	ck_assert_int_eq(pthread_create(&a.tid, NULL, activator_main, &a), 0);
+	for (unsigned round = 1; round <= RACE_ROUNDS; round++) {
+		struct smc_conn *c = conn_new(fds[0], CONN_CLIENT);
+		int memfd, r;
+
+		ck_assert_ptr_nonnull(c);
+		memfd = shm_create(16384, 16384, &c->map);
+		ck_assert_int_ge(memfd, 0);
+		close(memfd);
+		atomic_store(&a.conn, c);
+		atomic_store(&a.round, round);
+		r = conn_wait_pending(c, false, 1000 * MS);
+		ck_assert_msg(r == 0, "round %u: the wait returned %d with the connection %s",
+			      round, r, c->state == CONN_ACTIVE ? "ACTIVE" : "not ACTIVE");
+		while (atomic_load(&a.done) != round)
+			sched_yield();
+		ck_assert_int_eq(c->state, CONN_ACTIVE);
+		conn_put(c);
+	}
+	atomic_store(&a.stop, true);
+	pthread_join(a.tid, NULL);
+	close(fds[0]);
+	close(fds[1]);
+}
+END_TEST
+
 static Suite *conn_wait_suite(void)
 {
 	Suite *s = suite_create("conn_wait");
@@ -132,6 +219,12 @@ static Suite *conn_wait_suite(void)
 	tcase_add_test(tc, socket_timeout_gets_eagain);
 	tcase_add_test(tc, watchdog_resets_undecided);
 	tcase_add_test(tc, watchdog_before_long_socket_timeout);
+	suite_add_tcase(s, tc);
+	/* 10,000 rounds of two threads: minutes on a loaded machine under the sanitizers */
+	tc = tcase_create("racing");
+	tcase_add_checked_fixture(tc, setup, NULL);
+	tcase_set_timeout(tc, 300);
+	tcase_add_test(tc, decision_while_entering_the_wait_ends_it);
 	suite_add_tcase(s, tc);
 	return s;
 }

@@ -3,7 +3,9 @@
  * Unit tests for the server's end of the same-host handshake (handshake_server,
  * core/handshake.c) after its Accept: a client that goes away (closes or exits, as a
  * load generator does when its run ends) and a client that answers with garbage both
- * get the connection reset, but only the garbage is logged as a warning. The client
+ * get the connection reset, but only the garbage is logged as a warning; a client
+ * whose Confirm comes late (held up, alive) gets its connection upgraded, one that
+ * stays silent for good is reset in the end. The client
  * here is the test itself on the other end of a unix SEQPACKET pair, speaking CLC with
  * the library's own encoder; the in-band flavour (struct hs_auth by_key) spares it the
  * address and credential checks, which tests/integration covers.
@@ -14,7 +16,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/eventfd.h>
 #include <sys/socket.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "core/clc.h"
@@ -65,8 +69,9 @@ static void send_proposal(int cfd)
 }
 
 /* Receives the server's Accept on cfd, closes the descriptors it carries (the region
- * and the server's two doorbells) and checks that it is an Accept. */
-static void recv_accept(int cfd)
+ * and the server's two doorbells), checks that it is an Accept and returns the server's
+ * token. */
+static uint64_t recv_accept(int cfd)
 {
 	uint8_t buf[CLC_MAX_LEN];
 	char cbuf[CMSG_SPACE(3 * sizeof(int))];
@@ -90,6 +95,45 @@ static void recv_accept(int cfd)
 	}
 	ck_assert_int_eq(clc_decode(buf, (size_t)n, &m), 0);
 	ck_assert_int_eq(m.type, CLC_ACCEPT);
+	return m.u.s_acc.server_token;
+}
+
+/* Sends the client's valid Confirm for server token `token` on cfd with two doorbells
+ * (in-band flavour: they travel with the Confirm). */
+static void send_confirm(int cfd, uint64_t token)
+{
+	struct clc_msg m = { .variant = CLC_SAMEHOST, .type = CLC_CONFIRM };
+	uint8_t buf[CLC_MAX_LEN];
+	char cbuf[CMSG_SPACE(2 * sizeof(int))] = { 0 };
+	struct iovec iov = { buf, 0 };
+	struct msghdr mh = { .msg_iov = &iov, .msg_iovlen = 1, .msg_control = cbuf,
+			     .msg_controllen = sizeof(cbuf) };
+	struct cmsghdr *cm = CMSG_FIRSTHDR(&mh);
+	int bells[2] = { eventfd(0, EFD_CLOEXEC), eventfd(0, EFD_CLOEXEC) };
+	ssize_t n;
+
+	ck_assert_int_ge(bells[0], 0);
+	ck_assert_int_ge(bells[1], 0);
+	m.u.s_conf.client_token = 0x1122334455667788ull;
+	m.u.s_conf.server_token = token;
+	n = clc_encode(&m, buf, sizeof(buf));
+	ck_assert_int_gt(n, 0);
+	iov.iov_len = (size_t)n;
+	cm->cmsg_level = SOL_SOCKET;
+	cm->cmsg_type = SCM_RIGHTS;
+	cm->cmsg_len = CMSG_LEN(sizeof(bells));
+	memcpy(CMSG_DATA(cm), bells, sizeof(bells));
+	ck_assert_int_eq(sendmsg(cfd, &mh, 0), n);
+	close(bells[0]);
+	close(bells[1]);
+}
+
+static void sleep_ms(long ms)
+{
+	struct timespec ts = { ms / 1000, (ms % 1000) * 1000000L };
+
+	while (nanosleep(&ts, &ts) < 0)
+		;
 }
 
 /* Starts handshake_server for a fresh server connection; *cfd is the client's end of
@@ -124,6 +168,7 @@ static void setup(void)
 {
 	real_init();
 	smc_log_level = SMC_LOG_INFO;
+	smc_cfg.handshake_timeout_ms = 2000;
 }
 
 /* The client closes right after the Accept: the connection is reset (the client may
@@ -183,6 +228,80 @@ START_TEST(bad_confirm_is_a_warning)
 }
 END_TEST
 
+/* The client's Confirm comes five handshake timeouts after the Accept (its process was
+ * held up), its sockets open all along: the connection is upgraded, not reset, and the
+ * wait is logged at INFO. */
+START_TEST(late_confirm_is_taken)
+{
+	struct server_run s;
+	int fds[2], cfd;
+	char log[8192];
+	uint64_t token;
+
+	smc_cfg.handshake_timeout_ms = 20;
+	server_start(&s, fds, &cfd);
+	send_proposal(cfd);
+	token = recv_accept(cfd);
+	sleep_ms(5 * 20);
+	send_confirm(cfd, token);
+	server_finish(&s, log, sizeof(log));
+	close(cfd);
+	ck_assert_msg(s.r == 0, "handshake_server: %d, log: %s", s.r, log);
+	ck_assert_int_eq(s.why, SMC_REASON_NONE);
+	ck_assert_msg(strstr(log, "no CLC Confirm within 20 ms of our Accept: waiting on while "
+				  "the client lives"), "log: %s", log);
+	ck_assert_msg(!strstr(log, "WARN") && !strstr(log, "ERROR"), "log: %s", log);
+	conn_put(s.c);
+	close(fds[0]);
+	close(fds[1]);
+}
+END_TEST
+
+/* A client that keeps both sockets open and never confirms is reset in the end. */
+START_TEST(silent_client_is_reset_in_the_end)
+{
+	struct server_run s;
+	int fds[2], cfd;
+	char log[8192];
+
+	smc_cfg.handshake_timeout_ms = 10;
+	server_start(&s, fds, &cfd);
+	send_proposal(cfd);
+	recv_accept(cfd);
+	server_finish(&s, log, sizeof(log));
+	close(cfd);
+	ck_assert_int_eq(s.r, -ECONNABORTED);
+	ck_assert_msg(strstr(log, ": no valid CLC Confirm from the client: resetting"),
+		      "log: %s", log);
+	conn_put(s.c);
+	close(fds[0]);
+	close(fds[1]);
+}
+END_TEST
+
+/* The client's TCP socket is gone (closed or its process died) while its rendezvous
+ * socket stays open (passed on to another process): no Confirm will come, the
+ * connection is reset after the first timeout instead of waiting on. */
+START_TEST(client_tcp_gone_ends_the_wait)
+{
+	struct server_run s;
+	int fds[2], cfd;
+	char log[8192];
+
+	smc_cfg.handshake_timeout_ms = 20;
+	server_start(&s, fds, &cfd);
+	close(fds[0]);
+	send_proposal(cfd);
+	recv_accept(cfd);
+	server_finish(&s, log, sizeof(log));
+	close(cfd);
+	ck_assert_int_eq(s.r, -ECONNABORTED);
+	ck_assert_msg(!strstr(log, "waiting on while the client lives"), "log: %s", log);
+	conn_put(s.c);
+	close(fds[1]);
+}
+END_TEST
+
 int main(void)
 {
 	Suite *s = suite_create("handshake_server");
@@ -193,6 +312,9 @@ int main(void)
 	tcase_add_checked_fixture(tc, setup, NULL);
 	tcase_add_test(tc, client_gone_after_accept);
 	tcase_add_test(tc, bad_confirm_is_a_warning);
+	tcase_add_test(tc, late_confirm_is_taken);
+	tcase_add_test(tc, silent_client_is_reset_in_the_end);
+	tcase_add_test(tc, client_tcp_gone_ends_the_wait);
 	suite_add_tcase(s, tc);
 	sr = srunner_create(s);
 	srunner_run_all(sr, CK_NORMAL);

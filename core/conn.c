@@ -25,6 +25,7 @@
 #include "core/config.h"
 #include "core/conn.h"
 #include "core/conn_ib.h"
+#include "core/fd_budget.h"
 #include "core/fdpark.h"
 #include "core/fdtab.h"
 #include "core/hs_policy.h"
@@ -259,15 +260,38 @@ struct smc_conn *conn_new(int fd, enum conn_side side)
 	c->rx_bell = fd_park(eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC));
 	c->tx_bell = fd_park(eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC));
 	if (c->rx_bell < 0 || c->tx_bell < 0) {
+		int e = errno;
+
 		if (c->rx_bell >= 0)
 			REAL(close)(c->rx_bell);
 		if (c->tx_bell >= 0)
 			REAL(close)(c->tx_bell);
+		pthread_mutex_destroy(&c->lock);
+		pthread_mutex_destroy(&c->rx_lock);
+		pthread_mutex_destroy(&c->tx_lock);
 		free(c);
+		errno = e; /* EMFILE/ENFILE: the caller's reason is fd-limit */
 		return NULL;
 	}
+	fd_budget_take(2);
 	conn_list_add(c);
 	return c;
+}
+
+void conn_set_rdv(struct smc_conn *c, int fd)
+{
+	c->rdv_listen_fd = fd;
+	if (fd >= 0)
+		fd_budget_take(1);
+}
+
+void conn_close_rdv(struct smc_conn *c)
+{
+	if (c->rdv_listen_fd < 0)
+		return;
+	REAL(close)(c->rdv_listen_fd);
+	c->rdv_listen_fd = -1;
+	fd_budget_give(1);
 }
 
 void conn_get(struct smc_conn *c)
@@ -297,13 +321,17 @@ static void conn_free(struct smc_conn *c)
 	} else {
 		REAL(close)(c->rx_bell);
 		REAL(close)(c->tx_bell);
-		if (c->peer_rx_bell >= 0)
+		fd_budget_give(2);
+		if (c->peer_rx_bell >= 0) {
 			REAL(close)(c->peer_rx_bell);
-		if (c->peer_tx_bell >= 0)
+			fd_budget_give(1);
+		}
+		if (c->peer_tx_bell >= 0) {
 			REAL(close)(c->peer_tx_bell);
+			fd_budget_give(1);
+		}
 	}
-	if (c->rdv_listen_fd >= 0)
-		REAL(close)(c->rdv_listen_fd);
+	conn_close_rdv(c);
 	if (c->ib)
 		conn_ib_free(c);
 	shm_detach(&c->map);

@@ -118,6 +118,10 @@ void conn_activate_pooled(struct smc_conn *c);
  * (its connect failed, or it ends unaccepted; server_gone: the pool takes no new
  * offers). true when it did. */
 bool conn_pool_withdraw(struct smc_conn *c, bool server_gone);
+/* The client's rendezvous listener (rdv_listen_fd): kept, counted (fd_budget.h), and
+ * closed (a no-op without one). Under c->lock, or by its last holder. */
+void conn_set_rdv(struct smc_conn *c, int fd);
+void conn_close_rdv(struct smc_conn *c);
 void conn_get(struct smc_conn *c);
 void conn_put(struct smc_conn *c);
 /* Transitions; both ring our own bells so every waiter re-evaluates. */

@@ -12,6 +12,7 @@
 #include "core/config.h"
 #include "core/conn.h"
 #include "core/conn_ib.h"
+#include "core/fd_budget.h"
 #include "core/fdpark.h"
 #include "core/handshake.h"
 #include "core/log.h"
@@ -43,6 +44,8 @@ static enum smc_reason reason_from_code(uint32_t code)
 {
 	if (code == CLC_DECL_PEERDECL)
 		return SMC_REASON_PEER_CLOSED; /* the client closed its socket meanwhile */
+	if (code == CLC_DECL_SH_FDLIMIT)
+		return SMC_REASON_FD_LIMIT;
 	return code == CLC_DECL_MEM ? SMC_REASON_MEM_CAP : SMC_REASON_DECLINED;
 }
 
@@ -254,6 +257,7 @@ int handshake_client(struct smc_conn *c, int ufd, const struct hs_auth *auth)
 	c->map = map;
 	c->peer_rx_bell = bell_take(in[1]);
 	c->peer_tx_bell = bell_take(in[2]);
+	fd_budget_take(2);
 	in[1] = in[2] = -1;
 	conn_activate(c);
 	pthread_mutex_unlock(&c->lock);
@@ -278,6 +282,25 @@ fail:
 }
 
 /* ------------------------------------------------------------ server */
+
+void handshake_server_decline(int tcp_fd, int ufd, const struct hs_auth *auth, uint32_t diag)
+{
+	struct clc_msg prop;
+	int bells[2] = { -1, -1 };
+
+	if (auth->by_key) {
+		(void)neg_send_decline(tcp_fd, diag);
+		return;
+	}
+	/* the Proposal first: a Decline before it would end the client's send, not its
+	 * handshake; its doorbells are closed unused. One that could not be read (its
+	 * doorbells found no free descriptor here) is declined all the same. */
+	handshake_set_timeouts(ufd);
+	if (hs_recv(ufd, &prop, CLC_PROPOSAL, bells, 2) == 0 && prop.type == CLC_DECLINE)
+		return;
+	close_fds(bells, 2);
+	hs_send_decline(ufd, diag);
+}
 
 /* Before our Accept, a client negotiating by key trusts nothing that arrives on the
  * rendezvous socket: refusals go on the TCP connection, where it listens too. */
@@ -417,6 +440,7 @@ int handshake_server(struct smc_conn *c, int ufd, const struct hs_auth *auth,
 	}
 	c->peer_rx_bell = bell_take(bells[0]);
 	c->peer_tx_bell = bell_take(bells[1]);
+	fd_budget_take(2);
 	*why = SMC_REASON_NONE;
 	return 0;
 }

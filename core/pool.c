@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "core/config.h"
+#include "core/fd_budget.h"
 #include "core/fdpark.h"
 #include "core/log.h"
 #include "core/pool.h"
@@ -57,7 +58,7 @@ struct smc_pool {
 	uid_t peer_uid;                     /* server: the client process */
 	pid_t peer_pid;
 	bool peer_trusted;                  /* root, or our own user */
-	bool fds_taken;                     /* counted in pool_fds */
+	bool fds_taken;                     /* counted in the fd budget */
 	bool dead;                          /* no new connections (atomic) */
 	struct pool_set *set;               /* server: the set it is in, or NULL (atomic) */
 	struct smc_pool *next;              /* in its pool_set */
@@ -70,28 +71,18 @@ struct pool_set {
 	struct pool_set *next; /* all sets of the process, for fork */
 };
 
-/* Descriptors the pools of this process hold: each costs 4 per slot (both sides'
- * doorbells) and its link. Pools stop where they would take more than a quarter of
- * RLIMIT_NOFILE, so the application never runs out of descriptors because of them. */
-static int pool_fds;
-
-static int pool_fd_cost(uint32_t nslots)
+/* Descriptors a pool stands for: 4 per slot (both sides' doorbells) and its link. It
+ * is created only where the library's descriptor budget allows it (fd_budget.h). */
+static unsigned pool_fd_cost(uint32_t nslots)
 {
-	return 4 * (int)nslots + 1;
+	return 4 * nslots + 1;
 }
 
 static bool pool_fds_take(uint32_t nslots)
 {
-	struct rlimit rl;
-	int cost = pool_fd_cost(nslots), cur;
-
-	if (getrlimit(RLIMIT_NOFILE, &rl) < 0)
+	if (!fd_budget_allows(-1, pool_fd_cost(nslots)))
 		return false;
-	cur = __atomic_add_fetch(&pool_fds, cost, __ATOMIC_RELAXED);
-	if (rl.rlim_cur != RLIM_INFINITY && (rlim_t)cur > rl.rlim_cur / 4) {
-		__atomic_sub_fetch(&pool_fds, cost, __ATOMIC_RELAXED);
-		return false;
-	}
+	fd_budget_take(pool_fd_cost(nslots));
 	return true;
 }
 
@@ -120,7 +111,7 @@ static struct smc_pool *pool_alloc(enum pool_side side, uint32_t nslots, uint32_
 		return NULL;
 	p = calloc(1, sizeof(*p));
 	if (!p) {
-		__atomic_sub_fetch(&pool_fds, pool_fd_cost(nslots), __ATOMIC_RELAXED);
+		fd_budget_give(pool_fd_cost(nslots));
 		return NULL;
 	}
 	p->fds_taken = true;
@@ -151,7 +142,7 @@ void pool_put(struct smc_pool *p)
 	if (p->link >= 0)
 		REAL(close)(p->link);
 	if (p->fds_taken)
-		__atomic_sub_fetch(&pool_fds, pool_fd_cost(p->nslots), __ATOMIC_RELAXED);
+		fd_budget_give(pool_fd_cost(p->nslots));
 	free(p);
 }
 

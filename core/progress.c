@@ -12,6 +12,7 @@
 #include "core/config.h"
 #include "core/conn.h"
 #include "core/conn_ib.h"
+#include "core/fd_budget.h"
 #include "core/fdtab.h"
 #include "core/handshake.h"
 #include "core/ib_lgr.h"
@@ -22,6 +23,7 @@
 #include "core/tcpopt.h"
 
 static pthread_mutex_t progress_lock = PTHREAD_MUTEX_INITIALIZER;
+#define PROGRESS_BASE_FDS 2u
 static struct event_base *progress_base;
 static pthread_t progress_thread;
 static pid_t progress_pid;
@@ -56,10 +58,7 @@ static void pending_finish(struct pending *p)
 	event_drop(&p->ev_tcp);
 	event_drop(&p->ev_deadline);
 	pthread_mutex_lock(&c->lock);
-	if (c->rdv_listen_fd >= 0) {
-		REAL(close)(c->rdv_listen_fd);
-		c->rdv_listen_fd = -1;
-	}
+	conn_close_rdv(c);
 	pthread_mutex_unlock(&c->lock);
 	if (p->inband)
 		neg_client_cleanup(&p->nc);
@@ -234,7 +233,7 @@ static void answer_step(struct pending *p, bool final)
 		break;
 	case NEG_ANS_DECLINE:
 		log_debug("fd %d: server declined SMC: %s", c->fd, clc_decline_reason_str(diag));
-		why = SMC_REASON_DECLINED;
+		why = diag == CLC_DECL_SH_FDLIMIT ? SMC_REASON_FD_LIMIT : SMC_REASON_DECLINED;
 		break;
 	case NEG_ANS_ACCEPTED:
 		/* a kernel server wanted SMC-R: we cannot complete it with a kernel; counted
@@ -301,7 +300,7 @@ static void on_connected(evutil_socket_t fd, short what, void *arg)
 		return;
 	}
 	r = neg_client_propose(c->fd, &p->nc, &why);
-	c->rdv_listen_fd = p->nc.listen_fd;
+	conn_set_rdv(c, p->nc.listen_fd);
 	pthread_mutex_unlock(&c->lock);
 	/* connected: a waiter for POLLOUT may stage its data now (conn_poll_mask) */
 	bells_ring(c);
@@ -357,12 +356,15 @@ static struct event_base *progress_start(void)
 	smc_thread_internal = false;
 	if (!base)
 		goto out;
+	/* libevent's epoll set and its notification eventfd (threads enabled) */
+	fd_budget_take(PROGRESS_BASE_FDS);
 	/* The thread must never take the application's signals. */
 	sigfillset(&all);
 	pthread_sigmask(SIG_SETMASK, &all, &old);
 	if (pthread_create(&progress_thread, NULL, progress_main, base) != 0) {
 		pthread_sigmask(SIG_SETMASK, &old, NULL);
 		event_base_free(base);
+		fd_budget_give(PROGRESS_BASE_FDS);
 		base = NULL;
 		goto out;
 	}

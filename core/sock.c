@@ -26,6 +26,7 @@
 #include "core/conn.h"
 #include "core/conn_ib.h"
 #include "core/epoll.h"
+#include "core/fd_budget.h"
 #include "core/fdtab.h"
 #include "core/handshake.h"
 #include "core/hs_policy.h"
@@ -247,6 +248,7 @@ static struct smc_conn *connect_prepare(int fd, const struct sockaddr *dst, sock
 {
 	struct sockaddr_storage local;
 	struct smc_conn *c;
+	int rfd;
 
 	*why = SMC_REASON_RESOURCES;
 	if (bind_local_end(fd, dst, dlen, &local) < 0)
@@ -257,13 +259,17 @@ static struct smc_conn *connect_prepare(int fd, const struct sockaddr *dst, sock
 		return NULL;
 	}
 	c = client_conn_new(fd);
-	if (!c)
+	if (!c) {
+		*why = fd_budget_reason_for(errno);
 		return NULL;
-	c->rdv_listen_fd = rdv_conn_listen((struct sockaddr *)&local, dst);
-	if (c->rdv_listen_fd < 0) {
+	}
+	rfd = rdv_conn_listen((struct sockaddr *)&local, dst);
+	if (rfd < 0) {
+		*why = fd_budget_reason_for(rfd);
 		conn_put(c);
 		return NULL;
 	}
+	conn_set_rdv(c, rfd);
 	fdtab_set(fd, FD_SMC, c);
 	return c;
 }
@@ -277,8 +283,10 @@ static struct smc_conn *connect_prepare_inband(int fd, enum smc_reason *why)
 
 	*why = SMC_REASON_RESOURCES;
 	c = client_conn_new(fd);
-	if (!c)
+	if (!c) {
+		*why = fd_budget_reason_for(errno);
 		return NULL;
+	}
 	/* once opted in, the server expects a CLC message from us: nothing may fail after */
 	if (tcpopt_opt_in(fd) < 0) {
 		conn_put(c);
@@ -367,6 +375,8 @@ int smc_sock_connect(int fd, const struct sockaddr *addr, socklen_t len)
 			return connect_pooled_finish(c, fd, addr, len);
 		} else if (!admit) {
 			why = SMC_REASON_SHORT_LIVED;
+		} else if (!fd_budget_allows(fd, FD_COST_CONN)) { /* the fd budget (fd_budget.h) */
+			why = SMC_REASON_FD_LIMIT;
 		} else {
 			if (tcpopt_available())
 				c = connect_prepare_inband(fd, &why);
@@ -391,8 +401,7 @@ int smc_sock_connect(int fd, const struct sockaddr *addr, socklen_t len)
 		/* Nobody would answer the server: closing our rendezvous name makes it
 		 * stay TCP too. */
 		pthread_mutex_lock(&c->lock);
-		REAL(close)(c->rdv_listen_fd);
-		c->rdv_listen_fd = -1;
+		conn_close_rdv(c);
 		conn_fallback(c, SMC_REASON_RESOURCES);
 		pthread_mutex_unlock(&c->lock);
 	} else if (!c && (r == 0 || e == EINPROGRESS)) {
@@ -414,8 +423,10 @@ static void listener_track(int fd, bool opted_in)
 	l->refs = 1;
 	l->opted_in = opted_in;
 	l->name_fd = rdv_listener_register(fd);
-	if (l->name_fd >= 0)
+	if (l->name_fd >= 0) {
+		fd_budget_take(1);
 		l->pools = pool_set_new();
+	}
 	if (l->name_fd < 0 && l->name_fd != -EADDRINUSE)
 		log_warn("fd %d: no rendezvous for this listener (%s): connections stay TCP",
 			 fd, strerror(-l->name_fd));
@@ -557,14 +568,18 @@ static int accept_finish(struct smc_conn *c, int nfd, int r, bool count_abort)
 static int accept_handshake(int nfd, int ufd, int flags, const struct hs_auth *auth,
 			    enum smc_reason *why)
 {
-	struct smc_conn *c = conn_new(nfd, CONN_SERVER);
+	struct smc_conn *c = NULL;
 	int r;
 
+	*why = SMC_REASON_FD_LIMIT;
+	if (fd_budget_allows(nfd, FD_COST_CONN)) { /* the fd budget (fd_budget.h) */
+		c = conn_new(nfd, CONN_SERVER);
+		*why = c ? SMC_REASON_NONE : fd_budget_reason_for(errno);
+	}
 	if (!c) {
+		handshake_server_decline(nfd, ufd, auth, *why == SMC_REASON_FD_LIMIT
+						     ? CLC_DECL_SH_FDLIMIT : CLC_DECL_INTERR);
 		REAL(close)(ufd);
-		if (auth->by_key)
-			(void)neg_send_decline(nfd, CLC_DECL_INTERR);
-		*why = SMC_REASON_RESOURCES;
 		return 0;
 	}
 	c->nonblock = (flags & SOCK_NONBLOCK) != 0;
@@ -579,12 +594,18 @@ static int accept_handshake(int nfd, int ufd, int flags, const struct hs_auth *a
 static int accept_ib_inband(int nfd, int flags, const struct clc_msg *prop,
 			    enum smc_reason *why)
 {
-	struct smc_conn *c = conn_new(nfd, CONN_SERVER);
+	struct smc_conn *c = NULL;
 	int r;
 
+	*why = SMC_REASON_FD_LIMIT;
+	if (fd_budget_allows(nfd, FD_COST_CONN)) { /* the fd budget (fd_budget.h) */
+		c = conn_new(nfd, CONN_SERVER);
+		if (!c)
+			*why = fd_budget_reason_for(errno);
+	}
 	if (!c) {
-		(void)neg_send_decline(nfd, CLC_DECL_INTERR);
-		*why = SMC_REASON_RESOURCES;
+		(void)neg_send_decline(nfd, *why == SMC_REASON_FD_LIMIT ? CLC_DECL_SH_FDLIMIT
+								       : CLC_DECL_INTERR);
 		return 0;
 	}
 	c->nonblock = (flags & SOCK_NONBLOCK) != 0;
@@ -678,8 +699,11 @@ static bool deferred_step(struct smc_conn *c, bool final)
  * negotiates. 1, or 0 when it cannot be deferred (the caller negotiates inline). */
 static int accept_inband_defer(int nfd, int flags)
 {
-	struct smc_conn *c = conn_new(nfd, CONN_SERVER);
+	struct smc_conn *c;
 
+	if (!fd_budget_allows(nfd, FD_COST_CONN)) /* the fd budget (fd_budget.h) */
+		return 0; /* declined inline (accept_handshake) */
+	c = conn_new(nfd, CONN_SERVER);
 	if (!c)
 		return 0;
 	c->nonblock = (flags & SOCK_NONBLOCK) != 0;
@@ -737,6 +761,8 @@ static int accept_inband(int nfd, int flags, bool may_defer, enum smc_reason *wh
 		 * its listener before its TCP FIN goes out) */
 		if (ufd == -ECONNREFUSED || tcp_peer_gone(nfd))
 			*why = SMC_REASON_PEER_CLOSED;
+		else if (ufd == -EMFILE || ufd == -ENFILE)
+			*why = SMC_REASON_FD_LIMIT;
 		return 0;
 	}
 	auth.key = blk.rdv_key;
@@ -816,6 +842,8 @@ static int accept_rendezvous(int lfd, int nfd, const struct sockaddr *peer, int 
 		/* no rendezvous because the client already closed or exited */
 		if (tcp_peer_gone(nfd))
 			*why = SMC_REASON_PEER_CLOSED;
+		else if (ufd == -EMFILE || ufd == -ENFILE)
+			*why = SMC_REASON_FD_LIMIT;
 		return 0;
 	}
 	return accept_handshake(nfd, ufd, flags, &by_owner, why);
@@ -1131,8 +1159,10 @@ void smc_sock_before_close(int fd)
 		pthread_mutex_unlock(fd_lock(fd));
 		if (__atomic_sub_fetch(&l->refs, 1, __ATOMIC_ACQ_REL) == 0) {
 			pool_set_free(l->pools);
-			if (l->name_fd >= 0)
+			if (l->name_fd >= 0) {
 				REAL(close)(l->name_fd);
+				fd_budget_give(1);
+			}
 			free(l);
 		}
 		break;

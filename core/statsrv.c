@@ -29,6 +29,7 @@
 #include <unistd.h>
 
 #include "core/conn.h"
+#include "core/fd_budget.h"
 #include "core/log.h"
 #include "core/real.h"
 #include "core/stats.h"
@@ -338,6 +339,7 @@ static void statsrv_lost(int lfd)
 {
 	pthread_mutex_lock(&statsrv_lock);
 	if (__atomic_load_n(&statsrv_listen_fd, __ATOMIC_RELAXED) == lfd) {
+		fd_budget_give(1); /* its number is the application's now */
 		__atomic_store_n(&statsrv_listen_fd, -1, __ATOMIC_RELAXED);
 		__atomic_store_n(&statsrv_state, STATSRV_IDLE, __ATOMIC_RELEASE);
 	}
@@ -383,8 +385,10 @@ static void statsrv_atfork_child(void)
 	int lfd = __atomic_load_n(&statsrv_listen_fd, __ATOMIC_RELAXED);
 	int cfd = __atomic_load_n(&statsrv_client_fd, __ATOMIC_RELAXED);
 
-	if (lfd >= 0)
+	if (lfd >= 0) {
 		REAL(close)(lfd);
+		fd_budget_give(1);
+	}
 	if (cfd >= 0)
 		REAL(close)(cfd);
 	statsrv_listen_fd = -1;
@@ -455,6 +459,7 @@ void statsrv_ensure(void)
 		__atomic_store_n(&statsrv_state, STATSRV_FAILED, __ATOMIC_RELEASE);
 		goto out;
 	}
+	fd_budget_take(1);
 	__atomic_store_n(&statsrv_listen_fd, lfd, __ATOMIC_RELAXED);
 	__atomic_store_n(&statsrv_state, STATSRV_SERVING, __ATOMIC_RELEASE);
 	log_debug("statsrv: serving @%s%ld", STATSRV_NAME_PREFIX, (long)getpid());

@@ -15,6 +15,7 @@
 static unsigned held;         /* descriptors the library keeps (atomic) */
 static unsigned app_estimate; /* descriptors the application holds, estimated (atomic) */
 static uint64_t last_count_ns; /* when /proc/self/fd was last counted (atomic) */
+static void (*pressure_hook)(void); /* atomic */
 
 /* /proc/self/fd is counted at most this often: with tens of thousands of descriptors
  * one count costs milliseconds, and it is only asked for when the estimate refuses. */
@@ -28,6 +29,11 @@ void fd_budget_take(unsigned n)
 void fd_budget_give(unsigned n)
 {
 	__atomic_sub_fetch(&held, n, __ATOMIC_RELAXED);
+}
+
+void fd_budget_on_pressure(void (*fn)(void))
+{
+	__atomic_store_n(&pressure_hook, fn, __ATOMIC_RELAXED);
 }
 
 unsigned fd_budget_held(void)
@@ -130,6 +136,7 @@ bool fd_budget_allows(int app_fd, unsigned n)
 {
 	uint64_t limit = nofile_limit(), now;
 	unsigned est = __atomic_load_n(&app_estimate, __ATOMIC_RELAXED);
+	void (*hook)(void);
 	long counted;
 
 	if (limit == 0)
@@ -150,5 +157,11 @@ bool fd_budget_allows(int app_fd, unsigned n)
 	if (counted < 0)
 		return false;
 	__atomic_store_n(&app_estimate, (unsigned)counted, __ATOMIC_RELAXED);
-	return rule_holds(limit, (uint64_t)counted, n);
+	if (rule_holds(limit, (uint64_t)counted, n))
+		return true;
+	/* refused: what the library keeps only as a cache goes back, for later decisions */
+	hook = __atomic_load_n(&pressure_hook, __ATOMIC_RELAXED);
+	if (hook && app_fd >= 0)
+		hook();
+	return false;
 }

@@ -295,6 +295,7 @@ struct pool_dest {
 	enum dest_state st;
 	uint64_t since_ns;
 	struct smc_pool *pool; /* REQUESTED: waiting for the answer; READY: in use */
+	bool fd_limited;       /* FAILED: for the descriptor budget (fd_budget.h) */
 };
 
 static pthread_mutex_t dests_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -434,6 +435,36 @@ static void dest_fail(struct pool_dest *d, uint64_t now)
 	d->pool = NULL;
 	d->st = DEST_FAILED;
 	d->since_ns = now;
+	d->fd_limited = false;
+}
+
+/*
+ * Descriptor pressure (fd_budget.h): a pool is a cache of 4 descriptors per slot that
+ * would otherwise stay for the life of the process, so this process's client pools take
+ * no new connection and go away with their last one, and the server drops its side when
+ * the link closes. A destination asks for a pool again after POOL_RETRY_NS, if the
+ * budget allows one then. Server pools are their clients' to end: one retired by the
+ * server could lose a connection its client has offered already.
+ */
+static void pool_client_reclaim(void)
+{
+	uint64_t now = now_ns();
+	unsigned n = 0;
+
+	pthread_mutex_lock(&dests_lock);
+	for (int i = 0; i < POOL_DESTS; i++) {
+		struct pool_dest *d = &dests[i];
+
+		if ((d->st == DEST_READY || d->st == DEST_REQUESTED) && d->pool) {
+			pool_retire(d->pool);
+			dest_fail(d, now);
+			d->fd_limited = true;
+			n++;
+		}
+	}
+	pthread_mutex_unlock(&dests_lock);
+	if (n)
+		log_debug("pool: %u client pool(s) retired to give their descriptors back", n);
 }
 
 enum pool_route pool_client_route(const struct sockaddr *dst, uint64_t key,
@@ -446,6 +477,7 @@ enum pool_route pool_client_route(const struct sockaddr *dst, uint64_t key,
 	*out = NULL;
 	if (!key || smc_cfg.pool_slots == 0)
 		return POOL_ROUTE_NONE;
+	fd_budget_on_pressure(pool_client_reclaim);
 	pthread_mutex_lock(&dests_lock);
 	d = dest_find(key);
 	if (!d)
@@ -474,11 +506,20 @@ enum pool_route pool_client_route(const struct sockaddr *dst, uint64_t key,
 		break;
 	}
 	case DEST_FAILED:
-		if (now - d->since_ns < POOL_RETRY_NS)
+		if (now - d->since_ns < POOL_RETRY_NS) {
+			if (d->fd_limited)
+				route = POOL_ROUTE_FD_LIMIT;
 			break;
+		}
 		__attribute__((fallthrough)); /* try again */
 	case DEST_EMPTY:
 		d->key = key;
+		if (!fd_budget_allows(-1, pool_fd_cost((uint32_t)smc_cfg.pool_slots))) {
+			dest_fail(d, now);
+			d->fd_limited = true;
+			route = POOL_ROUTE_FD_LIMIT;
+			break;
+		}
 		d->pool = client_request(dst);
 		if (!d->pool) {
 			dest_fail(d, now);

@@ -300,18 +300,27 @@ static struct smc_conn *connect_prepare_inband(int fd, enum smc_reason *why)
  * (pool.h), not yet connected; NULL otherwise, with *admit set when this connection
  * should make the full handshake that carries a pool's setup. */
 static struct smc_conn *connect_pooled(int fd, const struct sockaddr *dst, socklen_t dlen,
-				       uint64_t key, uint64_t now, bool *admit)
+				       uint64_t key, uint64_t now, bool *admit, bool *fd_limited)
 {
 	struct sockaddr_storage local;
 	struct smc_pool *p;
 	struct smc_conn *c;
 	int slot, fl;
 
+	/* the fd budget (fd_budget.h): a pooled connection adds no descriptor, but a
+	 * library over its share gives its pools back (and this one stays TCP) */
+	if (!fd_budget_allows(fd, 0)) {
+		*fd_limited = true;
+		return NULL;
+	}
 	switch (pool_client_route(dst, key, &p)) {
 	case POOL_ROUTE_FULL:
 		*admit = true;
 		return NULL;
 	case POOL_ROUTE_NONE:
+		return NULL;
+	case POOL_ROUTE_FD_LIMIT:
+		*fd_limited = true;
 		return NULL;
 	case POOL_ROUTE_POOL:
 		break;
@@ -368,13 +377,15 @@ int smc_sock_connect(int fd, const struct sockaddr *addr, socklen_t len)
 	if (smc_enabled() && !addr_is_unspecified(addr)) {
 		uint64_t key = hs_policy_key(addr), now = hs_policy_now_ns();
 		bool admit = hs_policy_admit(key, now, (uint64_t)smc_cfg.short_conn_us * 1000);
+		bool fd_limited = false;
 
 		if (!admit)
-			c = connect_pooled(fd, addr, len, key, now, &admit);
+			c = connect_pooled(fd, addr, len, key, now, &admit, &fd_limited);
 		if (c) {
 			return connect_pooled_finish(c, fd, addr, len);
 		} else if (!admit) {
-			why = SMC_REASON_SHORT_LIVED;
+			/* a pool would have carried it but for the fd budget (fd_budget.h) */
+			why = fd_limited ? SMC_REASON_FD_LIMIT : SMC_REASON_SHORT_LIVED;
 		} else if (!fd_budget_allows(fd, FD_COST_CONN)) { /* the fd budget (fd_budget.h) */
 			why = SMC_REASON_FD_LIMIT;
 		} else {

@@ -59,7 +59,7 @@ ASAN_TESTS=(tests/integration/fallback.sh tests/integration/stream.sh
 	tests/integration/redis.sh
 	tests/integration/memcached.sh tests/integration/iperf3.sh
 	tests/integration/readiness.sh tests/integration/netns.sh tests/integration/bpf_setup.sh
-	tests/integration/idle_stress.sh)
+	tests/integration/idle_stress.sh tests/integration/fd_headroom.sh)
 # Not under the sanitizers: the Soft-RoCE tests (ASan inside the emulated VM slows the
 # peers enough for an RC retry timeout to fail the link now and then).
 

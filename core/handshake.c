@@ -216,6 +216,13 @@ int handshake_client(struct smc_conn *c, int ufd, const struct hs_auth *auth)
 		goto decline;
 	}
 	r = hs_recv(ufd, &acc, CLC_ACCEPT, in, 3);
+	if (r == -EMFILE) {
+		/* the Accept's descriptors found no free slot here: declined, whoever sent
+		 * it (nothing of ours was handed over), and the server stays TCP too */
+		why = SMC_REASON_FD_LIMIT;
+		diag = CLC_DECL_SH_FDLIMIT;
+		goto decline;
+	}
 	/* by key, only an Accept with the proof comes from the server: a failure or a
 	 * Decline here may be anybody's, and the server will answer on TCP */
 	if (auth->by_key && (r < 0 || acc.type != CLC_ACCEPT || acc.u.s_acc.proof != auth->key)) {
@@ -242,6 +249,11 @@ int handshake_client(struct smc_conn *c, int ufd, const struct hs_auth *auth)
 		goto decline;
 	}
 	r = shm_attach(in[0], p->c2s_size, p->s2c_size, &map);
+	if (r == -ENOMEM) {
+		why = SMC_REASON_RESOURCES; /* no room to map it */
+		diag = CLC_DECL_MEM;
+		goto decline;
+	}
 	if (r < 0) {
 		log_warn("fd %d: server's RMB region rejected (%s)", c->fd, strerror(-r));
 		diag = CLC_DECL_SH_FDS;
@@ -352,6 +364,12 @@ int handshake_server(struct smc_conn *c, int ufd, const struct hs_auth *auth,
 	*why = SMC_REASON_HANDSHAKE;
 	handshake_set_timeouts(ufd);
 	r = hs_recv(ufd, &prop, CLC_PROPOSAL, bells, nbells);
+	if (r == -EMFILE) {
+		/* the client's doorbells found no free slot here */
+		*why = SMC_REASON_FD_LIMIT;
+		server_refuse(c, ufd, auth, CLC_DECL_SH_FDLIMIT);
+		return -ECONNREFUSED;
+	}
 	if (r < 0) {
 		/* EOF: the client went away (it closed or exited) before answering */
 		if (r == -ECONNRESET)
@@ -389,9 +407,10 @@ int handshake_server(struct smc_conn *c, int ufd, const struct hs_auth *auth,
 	/* dir[0] (client->server) is the server's RMB */
 	memfd = shm_create(p->c2s_size, p->s2c_size, &c->map);
 	if (memfd < 0) {
-		*why = SMC_REASON_RESOURCES;
+		*why = fd_budget_reason_for(memfd);
 		close_fds(bells, 2);
-		server_refuse(c, ufd, auth, CLC_DECL_INTERR);
+		server_refuse(c, ufd, auth, *why == SMC_REASON_FD_LIMIT ? CLC_DECL_SH_FDLIMIT
+									: CLC_DECL_INTERR);
 		return memfd;
 	}
 	acc.u.s_acc.proto = CLC_SAMEHOST_PROTO;

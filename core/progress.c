@@ -33,6 +33,7 @@ struct pending {
 	struct event *ev_rdv, *ev_tcp, *ev_deadline;
 	bool inband;          /* negotiation through the TCP option (negotiate.h) */
 	bool proposed;        /* inband: our Proposal is out, waiting for the answer */
+	bool fd_limited;      /* inband: the rendezvous could not be accepted (EMFILE) */
 	unsigned idle_ticks;  /* inband: deadline ticks since then */
 	struct neg_client nc; /* inband: rendezvous name and key */
 };
@@ -114,10 +115,21 @@ static void on_rdv(evutil_socket_t fd, short what, void *arg)
 	if (ufd < 0) {
 		if (errno == EAGAIN || errno == EINTR || errno == ECONNABORTED)
 			return;
-		if (p->inband)
+		if (p->inband && (errno == EMFILE || errno == ENFILE)) {
+			/* No descriptor for the server's rendezvous connection: closing our
+			 * name resets it, and the server, which cannot reach us, declines on
+			 * TCP, where answer_step reads it (the connection stays TCP). */
+			event_drop(&p->ev_rdv);
+			pthread_mutex_lock(&p->c->lock);
+			conn_close_rdv(p->c);
+			pthread_mutex_unlock(&p->c->lock);
+			p->fd_limited = true;
+		} else if (p->inband) {
 			pending_abort(p, "rendezvous socket failed");
-		else
-			pending_give_up(p, SMC_REASON_RESOURCES);
+		} else {
+			/* closing our name (pending_finish) ends the server's wait at once */
+			pending_give_up(p, fd_budget_reason_for(errno));
+		}
 		return;
 	}
 	r = handshake_client(p->c, ufd, &auth);
@@ -233,7 +245,8 @@ static void answer_step(struct pending *p, bool final)
 		break;
 	case NEG_ANS_DECLINE:
 		log_debug("fd %d: server declined SMC: %s", c->fd, clc_decline_reason_str(diag));
-		why = diag == CLC_DECL_SH_FDLIMIT ? SMC_REASON_FD_LIMIT : SMC_REASON_DECLINED;
+		why = diag == CLC_DECL_SH_FDLIMIT || p->fd_limited ? SMC_REASON_FD_LIMIT
+								    : SMC_REASON_DECLINED;
 		break;
 	case NEG_ANS_ACCEPTED:
 		/* a kernel server wanted SMC-R: we cannot complete it with a kernel; counted

@@ -9,6 +9,8 @@
 #include <unistd.h>
 
 #include "core/fd_budget.h"
+#include "core/log.h"
+#include "core/log.h"
 #include "core/real.h"
 #include "core/stats.h"
 
@@ -150,16 +152,21 @@ bool fd_budget_allows(int app_fd, unsigned n)
 	if (rule_holds(limit, est, n))
 		return true;
 	now = mono_ns();
-	if (now - __atomic_load_n(&last_count_ns, __ATOMIC_RELAXED) < RECOUNT_INTERVAL_NS)
-		return false;
-	__atomic_store_n(&last_count_ns, now, __ATOMIC_RELAXED);
-	counted = count_app_fds();
-	if (counted < 0)
-		return false;
-	__atomic_store_n(&app_estimate, (unsigned)counted, __ATOMIC_RELAXED);
-	if (rule_holds(limit, (uint64_t)counted, n))
-		return true;
-	/* refused: what the library keeps only as a cache goes back, for later decisions */
+	if (now - __atomic_load_n(&last_count_ns, __ATOMIC_RELAXED) >= RECOUNT_INTERVAL_NS) {
+		__atomic_store_n(&last_count_ns, now, __ATOMIC_RELAXED);
+		counted = count_app_fds();
+		if (counted >= 0) {
+			__atomic_store_n(&app_estimate, (unsigned)counted, __ATOMIC_RELAXED);
+			if (rule_holds(limit, (uint64_t)counted, n))
+				return true;
+			log_debug("fd budget: %u held, %ld of the application's, limit %llu: "
+				  "no upgrade", fd_budget_held(), counted,
+				  (unsigned long long)limit);
+		}
+	}
+	/* Refused: what the library keeps only as a cache goes back, for later decisions
+	 * (at every refusal: a program growing fast makes many within one count's
+	 * interval, and the hook finds nothing to do once it has run). */
 	hook = __atomic_load_n(&pressure_hook, __ATOMIC_RELAXED);
 	if (hook && app_fd >= 0)
 		hook();

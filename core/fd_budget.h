@@ -50,9 +50,9 @@ void fd_budget_give(unsigned n);
  * against the three quarters of free descriptors the rule leaves. */
 bool fd_budget_allows(int app_fd, unsigned n);
 
-/* fn gives descriptors back that the library keeps only as a cache (pool.h): called,
- * rate-limited, when the rule refuses an upgrade of an application's socket (never
- * from a decision with app_fd -1, which pools make under their own lock). */
+/* fn gives descriptors back that the library keeps only as a cache (pool.h): called
+ * whenever the rule refuses an upgrade of an application's socket (never from a
+ * decision with app_fd -1, which pools make under their own lock). */
 void fd_budget_on_pressure(void (*fn)(void));
 
 /* An error from creating a descriptor or a mapping: the reason the connection stays

@@ -23,7 +23,9 @@
 #include "core/tcpopt.h"
 
 static pthread_mutex_t progress_lock = PTHREAD_MUTEX_INITIALIZER;
-#define PROGRESS_BASE_FDS 2u
+/* What event_base_new keeps (libevent 2.1, epoll backend, threads enabled): the epoll
+ * set, the signal pipe's two ends and the notification eventfd. */
+#define PROGRESS_BASE_FDS 4u
 static struct event_base *progress_base;
 static pthread_t progress_thread;
 static pid_t progress_pid;
@@ -369,7 +371,6 @@ static struct event_base *progress_start(void)
 	smc_thread_internal = false;
 	if (!base)
 		goto out;
-	/* libevent's epoll set and its notification eventfd (threads enabled) */
 	fd_budget_take(PROGRESS_BASE_FDS);
 	/* The thread must never take the application's signals. */
 	sigfillset(&all);

@@ -18,7 +18,8 @@ MARGIN=32
 EVERY=4      # every 4th descriptor the program opens is a connection
 WINDOW=4     # connections open at once
 # the descriptors the library keeps whatever the connections: the progress thread's
-# two (libevent's epoll set and eventfd), the stats server's listener, a few to spare
+# four (libevent's epoll set, signal pipe and eventfd), the stats server's listener, and
+# one or two to spare
 FIXED_MAX=8
 
 smc_init

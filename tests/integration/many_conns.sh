@@ -11,13 +11,14 @@
 # peer-not-smc, or fd-limit when it was the one that refused), and the server back at
 # its descriptor count once the clients are gone.
 [ -n "${BASH_VERSION:-}" ] || exec bash "$0" "$@"
+# 45000 connections: minutes on a loaded 2-CPU machine (lib.sh's defaults are shorter)
+: "${SMC_CMD_TIMEOUT:=480}" "${SMC_TEST_TIMEOUT:=720}"
 . "$(dirname -- "$0")/lib.sh"
 
 CLIENTS=15000
 REQUESTS=30000  # per test: two per client
 LIMIT=20000
-TESTS=ping,set,get # PING_INLINE, PING_MBULK, SET, GET
-: "${SMC_CMD_TIMEOUT:=300}"
+TESTS=ping_mbulk,set,get
 
 smc_require_cmd redis-server redis-benchmark redis-cli
 ulimit -n "$LIMIT" 2>/dev/null ||
@@ -58,7 +59,7 @@ if grep -Eiq 'too many open files|EMFILE' "$out" "$err" "$log"; then
 fi
 grep -Eiq 'error|could not|refused|reset' "$err" "$out" &&
 	smc_fail "redis-benchmark reported errors: $(head -5 "$err")"
-for t in PING_INLINE PING_MBULK SET GET; do
+for t in PING_MBULK SET GET; do
 	rps=$(awk -F, -v t="\"$t\"" '$1 == t { gsub(/"/, "", $2); print $2 }' "$out")
 	[ -n "$rps" ] || smc_fail "redis-benchmark: no result line for $t"
 	awk -v r="$rps" 'BEGIN { exit !(r > 0) }' || smc_fail "redis-benchmark: $t rate is '$rps'"
@@ -66,12 +67,12 @@ done
 
 info=$(redis-cli -h 127.0.0.1 -p "$port" info stats | tr -d '\r') || smc_fail "redis-cli info failed"
 stat() { printf '%s\n' "$info" | awk -F: -v k="$1" '$1 == k { print $2 }'; }
-# the warm-up's 1000 PINGs, then 4 tests of REQUESTS each (redis-benchmark also sends
+# the warm-up's 1000 PINGs, then 3 tests of REQUESTS each (redis-benchmark also sends
 # a CONFIG GET or two of its own)
 smc_assert_ge "commands processed by redis-server" "$(stat total_commands_processed)" \
-	$((1000 + 4 * REQUESTS))
+	$((1000 + 3 * REQUESTS))
 smc_assert_ge "connections received by redis-server" "$(stat total_connections_received)" \
-	$((4 * CLIENTS))
+	$((3 * CLIENTS))
 smc_assert_eq "connections rejected by redis-server" "$(stat rejected_connections)" 0
 
 # every client of the benchmark is gone: the server's descriptors come back
@@ -95,7 +96,7 @@ fdl=$(smc_stats "$cli" '.fallback["fd-limit"] // 0')
 smc_assert_ge "client: connections over shm" "$shm" 100
 smc_assert_ge "client: connections kept on TCP for fd-limit" "$fdl" 1
 smc_assert_eq "client: TCP connections for another reason than fd-limit" "$((tcp - fdl))" 0
-smc_assert_ge "client: connections" "$((shm + tcp))" $((4 * CLIENTS))
+smc_assert_ge "client: connections" "$((shm + tcp))" $((3 * CLIENTS))
 smc_assert_ge "client: payload bytes over shm" \
 	"$(smc_stats "$cli" '.bytes.shm.sent + .bytes.shm.received')" "$shm"
 smc_assert_ge "server: connections over shm" "$(smc_stats "$srv" '.connections.shm')" "$shm"

@@ -30,6 +30,7 @@
 
 #include "core/conn.h"
 #include "core/fd_budget.h"
+#include "core/fdpark.h"
 #include "core/log.h"
 #include "core/real.h"
 #include "core/stats.h"
@@ -414,7 +415,7 @@ static int statsrv_listen(void)
 		REAL(close)(fd);
 		return -1;
 	}
-	return fd;
+	return fd_park(fd); /* out of the application's numbers, as every fd we keep */
 }
 
 /* The thread with every signal blocked, so it never takes the application's. */

@@ -18,7 +18,8 @@
  * L: the soft RLIMIT_NOFILE read now (the application may raise it at any time, redis
  * does at startup; bounded by fs.nr_open, which caps the table even under an infinite
  * limit); a: the descriptors the application holds (fd_budget.c: an estimate that never
- * falls below the fd being upgraded, checked against /proc/self/fd before refusing).
+ * falls below the fd being upgraded, checked against /proc/self/fd before refusing, at
+ * most every 100 ms).
  * Why a quarter of what is free rather than of L: the library's descriptors stay
  * bounded by what the application has not used yet, so an application that grows after
  * the library's last upgrade keeps three quarters of the room it had then; a share of L
@@ -28,15 +29,18 @@
  * cannot give: a program that, after the library upgraded connections, grows to within
  * `held` of its limit gets EMFILE that much earlier than over TCP, for as long as
  * those connections are open: an active connection's doorbells cannot be given back.
+ * What is kept only as a cache (connection pools) is given back when the rule refuses
+ * (fd_budget_on_pressure).
  */
 #ifndef SMC_FD_BUDGET_H
 #define SMC_FD_BUDGET_H
 
 #include <stdbool.h>
 
-/* What one same-host connection may hold at its peak, counted for its whole life: its
- * two doorbells and the peer's two, the client's rendezvous listener and the socket it
- * accepts (the server's end, on its side), and the memfd on its way. */
+/* The n of a same-host connection's decision, what it may need at its peak: its two
+ * doorbells and the peer's two, the client's rendezvous listener and the socket it
+ * accepts (the server's end, on its side), and the memfd on its way. What it keeps is
+ * counted where it is created (conn.c, handshake.c). */
 #define FD_COST_CONN 7u
 
 /* Counts n descriptors the library now keeps / no longer keeps. */

@@ -274,8 +274,21 @@ struct smc_conn *conn_new(int fd, enum conn_side side)
 		return NULL;
 	}
 	fd_budget_take(2);
+	/* The handshake creates the rest later (on the progress thread, for a client):
+	 * reserved now, so that a burst of connects is judged by what it will hold. */
+	c->fd_reserved = FD_COST_CONN - 2;
+	fd_budget_reserve(c->fd_reserved);
 	conn_list_add(c);
 	return c;
+}
+
+/* The handshake ended (or never will): only what the connection keeps stays counted. */
+static void conn_end_reservation(struct smc_conn *c)
+{
+	unsigned n = __atomic_exchange_n(&c->fd_reserved, 0, __ATOMIC_RELAXED);
+
+	if (n)
+		fd_budget_unreserve(n);
 }
 
 void conn_set_rdv(struct smc_conn *c, int fd)
@@ -301,6 +314,7 @@ void conn_get(struct smc_conn *c)
 
 static void conn_free(struct smc_conn *c)
 {
+	conn_end_reservation(c);
 	conn_list_del(c);
 	if (c->bytes_sent || c->bytes_received)
 		log_debug("conn fd %d closed: sent %llu received %llu", c->fd,
@@ -460,6 +474,7 @@ static void conn_go_active(struct smc_conn *c, bool wake)
 
 void conn_activate(struct smc_conn *c)
 {
+	conn_end_reservation(c);
 	conn_go_active(c, true);
 }
 
@@ -510,6 +525,7 @@ bool conn_pool_withdraw(struct smc_conn *c, bool server_gone)
 
 void conn_fallback(struct smc_conn *c, enum smc_reason why)
 {
+	conn_end_reservation(c);
 	c->reason = why;
 	c->mode = SMC_MODE_TCP;
 	pthread_mutex_lock(&c->tx_lock);

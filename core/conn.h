@@ -75,6 +75,8 @@ struct smc_conn {
 	uint32_t rung_tx_seq;       /* peer's w_seq we last rang its tx bell for */
 	uint32_t asleep_rx, asleep_tx; /* our sleepers counted in the shared block */
 	unsigned bells_undrained;   /* pooled: CONN_BELL_* rung and not read yet (atomic) */
+	unsigned fd_reserved;       /* descriptors its handshake may still create, held in
+				     * the fd budget until it ends (fd_budget.h; atomic) */
 
 	int rx_bell, tx_bell;           /* ours: we wait on them */
 	int peer_rx_bell, peer_tx_bell; /* the peer's: we ring them */

@@ -15,6 +15,7 @@
 #include "core/stats.h"
 
 static unsigned held;         /* descriptors the library keeps (atomic) */
+static unsigned reserved;     /* descriptors decided upgrades will create (atomic) */
 static unsigned app_estimate; /* descriptors the application holds, estimated (atomic) */
 static uint64_t last_count_ns; /* when /proc/self/fd was last counted (atomic) */
 static void (*pressure_hook)(void); /* atomic */
@@ -36,6 +37,16 @@ void fd_budget_give(unsigned n)
 void fd_budget_on_pressure(void (*fn)(void))
 {
 	__atomic_store_n(&pressure_hook, fn, __ATOMIC_RELAXED);
+}
+
+void fd_budget_reserve(unsigned n)
+{
+	__atomic_add_fetch(&reserved, n, __ATOMIC_RELAXED);
+}
+
+void fd_budget_unreserve(unsigned n)
+{
+	__atomic_sub_fetch(&reserved, n, __ATOMIC_RELAXED);
 }
 
 unsigned fd_budget_held(void)
@@ -122,6 +133,7 @@ static bool rule_holds(uint64_t limit, uint64_t app, unsigned n)
 {
 	uint64_t lib = (uint64_t)fd_budget_held() + n;
 
+	lib += __atomic_load_n(&reserved, __ATOMIC_RELAXED);
 	return app < limit && 4 * lib <= limit - app;
 }
 

@@ -46,6 +46,11 @@
 /* Counts n descriptors the library now keeps / no longer keeps. */
 void fd_budget_take(unsigned n);
 void fd_budget_give(unsigned n);
+/* n descriptors an upgrade decided already will create later (a client's handshake on
+ * the progress thread): judged by the rule as if held, but not parked nor counted
+ * among the open ones, since they do not exist yet. */
+void fd_budget_reserve(unsigned n);
+void fd_budget_unreserve(unsigned n);
 
 /* The rule above, for an upgrade of the application's socket app_fd (or -1 when no
  * socket is concerned, e.g. a pool) that would take n more descriptors. Takes nothing:
@@ -63,7 +68,7 @@ void fd_budget_on_pressure(void (*fn)(void));
  * TCP for (fd-limit for EMFILE/ENFILE, resources otherwise). */
 int fd_budget_reason_for(int err);
 
-/* Descriptors counted now (smcpstat, tests). */
+/* Descriptors the library keeps now (fdpark.c packs them, tests); reservations aside. */
 unsigned fd_budget_held(void);
 
 #endif

@@ -641,6 +641,7 @@ const char *clc_decline_reason_str(uint32_t diag)
 		{ CLC_DECL_SH_TOKEN, "token mismatch" },
 		{ CLC_DECL_SH_FDS, "ring descriptors missing" },
 		{ CLC_DECL_SH_RDV, "rendezvous unreachable" },
+		{ CLC_DECL_SH_FDLIMIT, "descriptors near their limit" },
 	};
 	static const struct {
 		uint8_t cls;

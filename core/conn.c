@@ -25,6 +25,7 @@
 #include "core/config.h"
 #include "core/conn.h"
 #include "core/conn_ib.h"
+#include "core/fd_budget.h"
 #include "core/fdpark.h"
 #include "core/fdtab.h"
 #include "core/forklock.h"
@@ -236,10 +237,7 @@ void conn_fork_child(void)
 			c->fork_orphan = true;
 			c->pend_len = 0;
 		}
-		if (c->rdv_listen_fd >= 0) {
-			REAL(close)(c->rdv_listen_fd);
-			c->rdv_listen_fd = -1;
-		}
+		conn_close_rdv(c);
 		conn_ib_atfork_child(c);
 	}
 }
@@ -344,15 +342,51 @@ struct smc_conn *conn_new(int fd, enum conn_side side)
 	c->rx_bell = fd_park(eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC));
 	c->tx_bell = fd_park(eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC));
 	if (c->rx_bell < 0 || c->tx_bell < 0) {
+		int e = errno;
+
 		if (c->rx_bell >= 0)
 			REAL(close)(c->rx_bell);
 		if (c->tx_bell >= 0)
 			REAL(close)(c->tx_bell);
+		pthread_mutex_destroy(&c->lock);
+		pthread_mutex_destroy(&c->rx_lock);
+		pthread_mutex_destroy(&c->tx_lock);
 		free(c);
+		errno = e; /* EMFILE/ENFILE: the caller's reason is fd-limit */
 		return NULL;
 	}
+	fd_budget_take(2);
+	/* The handshake creates the rest later (on the progress thread, for a client):
+	 * reserved now, so that a burst of connects is judged by what it will hold. */
+	c->fd_reserved = FD_COST_CONN - 2;
+	fd_budget_reserve(c->fd_reserved);
 	conn_list_add(c);
 	return c;
+}
+
+/* The handshake ended (or never will): only what the connection keeps stays counted. */
+static void conn_end_reservation(struct smc_conn *c)
+{
+	unsigned n = __atomic_exchange_n(&c->fd_reserved, 0, __ATOMIC_RELAXED);
+
+	if (n)
+		fd_budget_unreserve(n);
+}
+
+void conn_set_rdv(struct smc_conn *c, int fd)
+{
+	c->rdv_listen_fd = fd;
+	if (fd >= 0)
+		fd_budget_take(1);
+}
+
+void conn_close_rdv(struct smc_conn *c)
+{
+	if (c->rdv_listen_fd < 0)
+		return;
+	REAL(close)(c->rdv_listen_fd);
+	c->rdv_listen_fd = -1;
+	fd_budget_give(1);
 }
 
 void conn_get(struct smc_conn *c)
@@ -362,6 +396,7 @@ void conn_get(struct smc_conn *c)
 
 static void conn_free(struct smc_conn *c)
 {
+	conn_end_reservation(c);
 	conn_list_del(c);
 	if (c->bytes_sent || c->bytes_received)
 		log_debug("conn fd %d closed: sent %llu received %llu", c->fd,
@@ -382,13 +417,17 @@ static void conn_free(struct smc_conn *c)
 	} else {
 		REAL(close)(c->rx_bell);
 		REAL(close)(c->tx_bell);
-		if (c->peer_rx_bell >= 0)
+		fd_budget_give(2);
+		if (c->peer_rx_bell >= 0) {
 			REAL(close)(c->peer_rx_bell);
-		if (c->peer_tx_bell >= 0)
+			fd_budget_give(1);
+		}
+		if (c->peer_tx_bell >= 0) {
 			REAL(close)(c->peer_tx_bell);
+			fd_budget_give(1);
+		}
 	}
-	if (c->rdv_listen_fd >= 0)
-		REAL(close)(c->rdv_listen_fd);
+	conn_close_rdv(c);
 	if (c->ib)
 		conn_ib_free(c);
 	shm_detach(&c->map);
@@ -519,6 +558,7 @@ static void conn_go_active(struct smc_conn *c, bool wake)
 
 void conn_activate(struct smc_conn *c)
 {
+	conn_end_reservation(c);
 	conn_go_active(c, true);
 }
 
@@ -569,6 +609,7 @@ bool conn_pool_withdraw(struct smc_conn *c, bool server_gone)
 
 void conn_fallback(struct smc_conn *c, enum smc_reason why)
 {
+	conn_end_reservation(c);
 	c->reason = why;
 	c->mode = SMC_MODE_TCP;
 	pthread_mutex_lock(&c->tx_lock);

@@ -75,6 +75,8 @@ struct smc_conn {
 	uint32_t rung_tx_seq;       /* peer's w_seq we last rang its tx bell for */
 	uint32_t asleep_rx, asleep_tx; /* our sleepers counted in the shared block */
 	unsigned bells_undrained;   /* pooled: CONN_BELL_* rung and not read yet (atomic) */
+	unsigned fd_reserved;       /* descriptors its handshake may still create, held in
+				     * the fd budget until it ends (fd_budget.h; atomic) */
 
 	int rx_bell, tx_bell;           /* ours: we wait on them */
 	int peer_rx_bell, peer_tx_bell; /* the peer's: we ring them */
@@ -122,6 +124,10 @@ void conn_activate_pooled(struct smc_conn *c, bool watched);
  * (its connect failed, or it ends unaccepted; server_gone: the pool takes no new
  * offers). true when it did. */
 bool conn_pool_withdraw(struct smc_conn *c, bool server_gone);
+/* The client's rendezvous listener (rdv_listen_fd): kept, counted (fd_budget.h), and
+ * closed (a no-op without one). Under c->lock, or by its last holder. */
+void conn_set_rdv(struct smc_conn *c, int fd);
+void conn_close_rdv(struct smc_conn *c);
 void conn_get(struct smc_conn *c);
 void conn_put(struct smc_conn *c);
 /* Transitions; both ring our own bells so every waiter re-evaluates. */

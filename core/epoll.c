@@ -100,6 +100,7 @@
 #include "core/conn.h"
 #include "core/epoll.h"
 #include "core/epoll_track.h"
+#include "core/fd_budget.h"
 #include "core/fdtab.h"
 #include "core/forklock.h"
 #include "core/log.h"
@@ -339,6 +340,7 @@ static void ep_free(struct smc_epoll *ep)
 {
 	REAL(close)(ep->shadow);
 	REAL(close)(ep->kick);
+	fd_budget_give(2);
 	pthread_mutex_destroy(&ep->lock);
 	free(ep->by_fd);
 	free(ep->slots);
@@ -426,6 +428,7 @@ static struct smc_epoll *ep_create(int epfd)
 		errno = saved;
 		return NULL;
 	}
+	fd_budget_take(2);
 	pthread_mutex_init(&ep->lock, NULL);
 	ep->refs = 2; /* the global list and the caller */
 

@@ -1,20 +1,25 @@
 /* SPDX-License-Identifier: GPL-2.0-only OR BSD-2-Clause */
+#include <errno.h>
 #include <fcntl.h>
+#include <stdbool.h>
 #include <sys/resource.h>
 #include <unistd.h>
 
+#include "core/fd_budget.h"
 #include "core/fdpark.h"
 #include "core/real.h"
 
-/* The start of the park area for the current limit; 0 when there is none. */
-static rlim_t park_low(void)
+/* The park area for the current limit: [*floor, *limit); false when there is none. */
+static bool park_area(rlim_t *floor, rlim_t *limit)
 {
 	struct rlimit rl;
 
 	if (getrlimit(RLIMIT_NOFILE, &rl) < 0 || rl.rlim_cur == RLIM_INFINITY ||
 	    rl.rlim_cur < 256)
-		return 0;
-	return rl.rlim_cur - rl.rlim_cur / 4;
+		return false;
+	*limit = rl.rlim_cur;
+	*floor = rl.rlim_cur - rl.rlim_cur / 4;
+	return true;
 }
 
 /*
@@ -30,34 +35,49 @@ static rlim_t park_low(void)
 
 void fd_park_prepare(void)
 {
-	rlim_t low = park_low();
+	rlim_t floor, limit;
 	int fd, nfd;
 
-	if (low == 0 || low > FD_PARK_PREPARE_MAX)
+	if (!park_area(&floor, &limit) || limit > FD_PARK_PREPARE_MAX)
 		return;
 	fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
 	if (fd < 0)
 		return;
-	nfd = REAL(fcntl)(fd, F_DUPFD_CLOEXEC, (int)low);
+	nfd = REAL(fcntl)(fd, F_DUPFD_CLOEXEC, (int)(limit - 1));
 	if (nfd >= 0)
 		REAL(close)(nfd);
 	REAL(close)(fd);
 }
 
+/*
+ * Packed at the top: the lowest free number in the top `span` slots, where span is what
+ * the library holds (fd_budget.h) plus some room, doubled while those slots are full.
+ * Filling the park area from its bottom instead would put the library's descriptors
+ * where a growing application's next numbers go: an application holding more than
+ * three quarters of its limit would get numbers above the library's block, beyond the
+ * tables it sized by its own count (redis sizes its event loop to maxclients + 128 and
+ * cannot watch a client with a higher number).
+ */
 int fd_park(int fd)
 {
-	rlim_t low;
+	rlim_t floor, limit, span, start;
 	int nfd;
 
 	/* the application may raise its limit later (redis does): read it every time */
-	low = fd < 0 ? 0 : park_low();
-	if (low == 0)
+	if (fd < 0 || !park_area(&floor, &limit))
 		return fd;
-	if ((rlim_t)fd >= low)
-		return fd;
-	nfd = REAL(fcntl)(fd, F_DUPFD_CLOEXEC, (int)low);
-	if (nfd < 0)
-		return fd;
-	REAL(close)(fd);
-	return nfd;
+	span = (rlim_t)fd_budget_held() + 16 + fd_budget_held() / 16;
+	for (;;) {
+		start = span < limit - floor ? limit - span : floor;
+		if ((rlim_t)fd >= start)
+			return fd;
+		nfd = REAL(fcntl)(fd, F_DUPFD_CLOEXEC, (int)start);
+		if (nfd >= 0) {
+			REAL(close)(fd);
+			return nfd;
+		}
+		if (errno != EMFILE || start == floor)
+			return fd;
+		span *= 2;
+	}
 }

@@ -3,8 +3,8 @@
  * The library's own descriptors (doorbells, rendezvous sockets, shadow epoll sets) live
  * in the application's fd space. Applications size tables by their fd numbers (wrk
  * refuses fds above 10 + 3 * connections, select() stops at 1024), so internal fds are
- * moved to the top quarter of RLIMIT_NOFILE, away from the numbers the application
- * gets from the kernel's lowest-free-fd rule.
+ * moved to the top of RLIMIT_NOFILE (packed against it, within its top quarter), away
+ * from the numbers the application gets from the kernel's lowest-free-fd rule.
  */
 #ifndef SMC_FDPARK_H
 #define SMC_FDPARK_H
@@ -13,7 +13,7 @@
 int fd_park(int fd);
 
 /* At load, while the process is most likely still single-threaded: grows its fd table
- * to the park area once (see fdpark.c), for limits up to FD_PARK_PREPARE_MAX. */
+ * to the limit once (see fdpark.c), for limits up to FD_PARK_PREPARE_MAX. */
 void fd_park_prepare(void);
 
 #endif

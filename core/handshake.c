@@ -12,6 +12,7 @@
 #include "core/config.h"
 #include "core/conn.h"
 #include "core/conn_ib.h"
+#include "core/fd_budget.h"
 #include "core/fdpark.h"
 #include "core/handshake.h"
 #include "core/io_uring_watch.h"
@@ -44,6 +45,8 @@ static enum smc_reason reason_from_code(uint32_t code)
 {
 	if (code == CLC_DECL_PEERDECL)
 		return SMC_REASON_PEER_CLOSED; /* the client closed its socket meanwhile */
+	if (code == CLC_DECL_SH_FDLIMIT)
+		return SMC_REASON_FD_LIMIT;
 	return code == CLC_DECL_MEM ? SMC_REASON_MEM_CAP : SMC_REASON_DECLINED;
 }
 
@@ -214,6 +217,13 @@ int handshake_client(struct smc_conn *c, int ufd, const struct hs_auth *auth)
 		goto decline;
 	}
 	r = hs_recv(ufd, &acc, CLC_ACCEPT, in, 3);
+	if (r == -EMFILE) {
+		/* the Accept's descriptors found no free slot here: declined, whoever sent
+		 * it (nothing of ours was handed over), and the server stays TCP too */
+		why = SMC_REASON_FD_LIMIT;
+		diag = CLC_DECL_SH_FDLIMIT;
+		goto decline;
+	}
 	/* by key, only an Accept with the proof comes from the server: a failure or a
 	 * Decline here may be anybody's, and the server will answer on TCP */
 	if (auth->by_key && (r < 0 || acc.type != CLC_ACCEPT || acc.u.s_acc.proof != auth->key)) {
@@ -245,6 +255,11 @@ int handshake_client(struct smc_conn *c, int ufd, const struct hs_auth *auth)
 		goto decline;
 	}
 	r = shm_attach(in[0], p->c2s_size, p->s2c_size, &map);
+	if (r == -ENOMEM) {
+		why = SMC_REASON_RESOURCES; /* no room to map it */
+		diag = CLC_DECL_MEM;
+		goto decline;
+	}
 	if (r < 0) {
 		log_warn("fd %d: server's RMB region rejected (%s)", c->fd, strerror(-r));
 		diag = CLC_DECL_SH_FDS;
@@ -260,6 +275,7 @@ int handshake_client(struct smc_conn *c, int ufd, const struct hs_auth *auth)
 	c->map = map;
 	c->peer_rx_bell = bell_take(in[1]);
 	c->peer_tx_bell = bell_take(in[2]);
+	fd_budget_take(2);
 	in[1] = in[2] = -1;
 	conn_activate(c);
 	pthread_mutex_unlock(&c->lock);
@@ -321,6 +337,25 @@ static int server_recv_confirm(struct smc_conn *c, int ufd, const struct hs_auth
 	}
 }
 
+void handshake_server_decline(int tcp_fd, int ufd, const struct hs_auth *auth, uint32_t diag)
+{
+	struct clc_msg prop;
+	int bells[2] = { -1, -1 };
+
+	if (auth->by_key) {
+		(void)neg_send_decline(tcp_fd, diag);
+		return;
+	}
+	/* the Proposal first: a Decline before it would end the client's send, not its
+	 * handshake; its doorbells are closed unused. One that could not be read (its
+	 * doorbells found no free descriptor here) is declined all the same. */
+	handshake_set_timeouts(ufd);
+	if (hs_recv(ufd, &prop, CLC_PROPOSAL, bells, 2) == 0 && prop.type == CLC_DECLINE)
+		return;
+	close_fds(bells, 2);
+	hs_send_decline(ufd, diag);
+}
+
 /* Before our Accept, a client negotiating by key trusts nothing that arrives on the
  * rendezvous socket: refusals go on the TCP connection, where it listens too. */
 static void server_refuse(struct smc_conn *c, int ufd, const struct hs_auth *auth, uint32_t diag)
@@ -371,6 +406,12 @@ int handshake_server(struct smc_conn *c, int ufd, const struct hs_auth *auth,
 	*why = SMC_REASON_HANDSHAKE;
 	handshake_set_timeouts(ufd);
 	r = hs_recv(ufd, &prop, CLC_PROPOSAL, bells, nbells);
+	if (r == -EMFILE) {
+		/* the client's doorbells found no free slot here */
+		*why = SMC_REASON_FD_LIMIT;
+		server_refuse(c, ufd, auth, CLC_DECL_SH_FDLIMIT);
+		return -ECONNREFUSED;
+	}
 	if (r < 0) {
 		/* EOF: the client went away (it closed or exited) before answering */
 		if (r == -ECONNRESET)
@@ -414,9 +455,10 @@ int handshake_server(struct smc_conn *c, int ufd, const struct hs_auth *auth,
 	/* dir[0] (client->server) is the server's RMB */
 	memfd = shm_create(p->c2s_size, p->s2c_size, &c->map);
 	if (memfd < 0) {
-		*why = SMC_REASON_RESOURCES;
+		*why = fd_budget_reason_for(memfd);
 		close_fds(bells, 2);
-		server_refuse(c, ufd, auth, CLC_DECL_INTERR);
+		server_refuse(c, ufd, auth, *why == SMC_REASON_FD_LIMIT ? CLC_DECL_SH_FDLIMIT
+									: CLC_DECL_INTERR);
 		return memfd;
 	}
 	acc.u.s_acc.proto = CLC_SAMEHOST_PROTO;
@@ -465,6 +507,7 @@ int handshake_server(struct smc_conn *c, int ufd, const struct hs_auth *auth,
 	}
 	c->peer_rx_bell = bell_take(bells[0]);
 	c->peer_tx_bell = bell_take(bells[1]);
+	fd_budget_take(2);
 	*why = SMC_REASON_NONE;
 	return 0;
 }

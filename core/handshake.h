@@ -56,4 +56,9 @@ int handshake_client(struct smc_conn *c, int ufd, const struct hs_auth *auth);
 int handshake_server(struct smc_conn *c, int ufd, const struct hs_auth *auth,
 		     enum smc_reason *why);
 
+/* Server side, without a connection (none could be had: fd_budget.h, or its creation
+ * failed): answers the client's Proposal on ufd (or, by key, on TCP socket tcp_fd) with
+ * a Decline for diag, so that it stays TCP at once and knows why. */
+void handshake_server_decline(int tcp_fd, int ufd, const struct hs_auth *auth, uint32_t diag);
+
 #endif

@@ -17,6 +17,7 @@
 #include <unistd.h>
 
 #include "core/config.h"
+#include "core/fd_budget.h"
 #include "core/log.h"
 #include "core/real.h"
 #include "core/sandbox.h"
@@ -124,6 +125,7 @@ void log_init(void)
 	if (log_fd != STDERR_FILENO) {
 		REAL(close)(log_fd); /* log_init() called again: reopen */
 		log_fd = STDERR_FILENO;
+		fd_budget_give(1);
 	}
 	if (smc_cfg.log_file == NULL)
 		return;
@@ -139,5 +141,7 @@ void log_init(void)
 			strerror(errno));
 	else
 		log_fd = fd;
+	if (fd >= 0)
+		fd_budget_take(1);
 	free(path);
 }

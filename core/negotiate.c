@@ -684,6 +684,9 @@ int neg_server_rendezvous(int fd, const struct clc_block *blk)
 		log_debug("fd %d: the client no longer listens on its rendezvous socket: declining",
 			  fd);
 		(void)neg_send_decline(fd, CLC_DECL_SH_RDV);
+	} else if (ufd == -EMFILE || ufd == -ENFILE) {
+		log_debug("fd %d: no descriptor for the client's rendezvous socket: declining", fd);
+		(void)neg_send_decline(fd, CLC_DECL_SH_FDLIMIT);
 	} else if (ufd < 0) {
 		log_info("fd %d: the client's rendezvous socket is unreachable (%s; %s): "
 			 "declining", fd, strerror(-ufd),

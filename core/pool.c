@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "core/config.h"
+#include "core/fd_budget.h"
 #include "core/fdpark.h"
 #include "core/forklock.h"
 #include "core/log.h"
@@ -58,7 +59,7 @@ struct smc_pool {
 	uid_t peer_uid;                     /* server: the client process */
 	pid_t peer_pid;
 	bool peer_trusted;                  /* root, or our own user */
-	bool fds_taken;                     /* counted in pool_fds */
+	bool fds_taken;                     /* counted in the fd budget */
 	bool dead;                          /* no new connections (atomic) */
 	struct pool_set *set;               /* server: the set it is in, or NULL (atomic) */
 	struct smc_pool *next;              /* in its pool_set */
@@ -71,28 +72,18 @@ struct pool_set {
 	struct pool_set *next; /* all sets of the process, for fork */
 };
 
-/* Descriptors the pools of this process hold: each costs 4 per slot (both sides'
- * doorbells) and its link. Pools stop where they would take more than a quarter of
- * RLIMIT_NOFILE, so the application never runs out of descriptors because of them. */
-static int pool_fds;
-
-static int pool_fd_cost(uint32_t nslots)
+/* Descriptors a pool stands for: 4 per slot (both sides' doorbells) and its link. It
+ * is created only where the library's descriptor budget allows it (fd_budget.h). */
+static unsigned pool_fd_cost(uint32_t nslots)
 {
-	return 4 * (int)nslots + 1;
+	return 4 * nslots + 1;
 }
 
 static bool pool_fds_take(uint32_t nslots)
 {
-	struct rlimit rl;
-	int cost = pool_fd_cost(nslots), cur;
-
-	if (getrlimit(RLIMIT_NOFILE, &rl) < 0)
+	if (!fd_budget_allows(-1, pool_fd_cost(nslots)))
 		return false;
-	cur = __atomic_add_fetch(&pool_fds, cost, __ATOMIC_RELAXED);
-	if (rl.rlim_cur != RLIM_INFINITY && (rlim_t)cur > rl.rlim_cur / 4) {
-		__atomic_sub_fetch(&pool_fds, cost, __ATOMIC_RELAXED);
-		return false;
-	}
+	fd_budget_take(pool_fd_cost(nslots));
 	return true;
 }
 
@@ -121,7 +112,7 @@ static struct smc_pool *pool_alloc(enum pool_side side, uint32_t nslots, uint32_
 		return NULL;
 	p = calloc(1, sizeof(*p));
 	if (!p) {
-		__atomic_sub_fetch(&pool_fds, pool_fd_cost(nslots), __ATOMIC_RELAXED);
+		fd_budget_give(pool_fd_cost(nslots));
 		return NULL;
 	}
 	p->fds_taken = true;
@@ -152,7 +143,7 @@ void pool_put(struct smc_pool *p)
 	if (p->link >= 0)
 		REAL(close)(p->link);
 	if (p->fds_taken)
-		__atomic_sub_fetch(&pool_fds, pool_fd_cost(p->nslots), __ATOMIC_RELAXED);
+		fd_budget_give(pool_fd_cost(p->nslots));
 	free(p);
 }
 
@@ -305,6 +296,7 @@ struct pool_dest {
 	enum dest_state st;
 	uint64_t since_ns;
 	struct smc_pool *pool; /* REQUESTED: waiting for the answer; READY: in use */
+	bool fd_limited;       /* FAILED: for the descriptor budget (fd_budget.h) */
 };
 
 static pthread_mutex_t dests_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -444,6 +436,36 @@ static void dest_fail(struct pool_dest *d, uint64_t now)
 	d->pool = NULL;
 	d->st = DEST_FAILED;
 	d->since_ns = now;
+	d->fd_limited = false;
+}
+
+/*
+ * Descriptor pressure (fd_budget.h): a pool is a cache of 4 descriptors per slot that
+ * would otherwise stay for the life of the process, so this process's client pools take
+ * no new connection and go away with their last one, and the server drops its side when
+ * the link closes. A destination asks for a pool again after POOL_RETRY_NS, if the
+ * budget allows one then. Server pools are their clients' to end: one retired by the
+ * server could lose a connection its client has offered already.
+ */
+static void pool_client_reclaim(void)
+{
+	uint64_t now = now_ns();
+	unsigned n = 0;
+
+	pthread_mutex_lock(&dests_lock);
+	for (int i = 0; i < POOL_DESTS; i++) {
+		struct pool_dest *d = &dests[i];
+
+		if ((d->st == DEST_READY || d->st == DEST_REQUESTED) && d->pool) {
+			pool_retire(d->pool);
+			dest_fail(d, now);
+			d->fd_limited = true;
+			n++;
+		}
+	}
+	pthread_mutex_unlock(&dests_lock);
+	if (n)
+		log_debug("pool: %u client pool(s) retired to give their descriptors back", n);
 }
 
 enum pool_route pool_client_route(const struct sockaddr *dst, uint64_t key,
@@ -456,6 +478,7 @@ enum pool_route pool_client_route(const struct sockaddr *dst, uint64_t key,
 	*out = NULL;
 	if (!key || smc_cfg.pool_slots == 0)
 		return POOL_ROUTE_NONE;
+	fd_budget_on_pressure(pool_client_reclaim);
 	pthread_mutex_lock(&dests_lock);
 	d = dest_find(key);
 	if (!d)
@@ -484,11 +507,20 @@ enum pool_route pool_client_route(const struct sockaddr *dst, uint64_t key,
 		break;
 	}
 	case DEST_FAILED:
-		if (now - d->since_ns < POOL_RETRY_NS)
+		if (now - d->since_ns < POOL_RETRY_NS) {
+			if (d->fd_limited)
+				route = POOL_ROUTE_FD_LIMIT;
 			break;
+		}
 		__attribute__((fallthrough)); /* try again */
 	case DEST_EMPTY:
 		d->key = key;
+		if (!fd_budget_allows(-1, pool_fd_cost((uint32_t)smc_cfg.pool_slots))) {
+			dest_fail(d, now);
+			d->fd_limited = true;
+			route = POOL_ROUTE_FD_LIMIT;
+			break;
+		}
 		d->pool = client_request(dst);
 		if (!d->pool) {
 			dest_fail(d, now);

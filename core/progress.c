@@ -12,6 +12,7 @@
 #include "core/config.h"
 #include "core/conn.h"
 #include "core/conn_ib.h"
+#include "core/fd_budget.h"
 #include "core/fdtab.h"
 #include "core/forklock.h"
 #include "core/handshake.h"
@@ -23,6 +24,9 @@
 #include "core/tcpopt.h"
 
 static pthread_mutex_t progress_lock = PTHREAD_MUTEX_INITIALIZER;
+/* What event_base_new keeps (libevent 2.1, epoll backend, threads enabled): the epoll
+ * set, the signal pipe's two ends and the notification eventfd. */
+#define PROGRESS_BASE_FDS 4u
 static struct event_base *progress_base;
 static pthread_t progress_thread;
 static pid_t progress_pid;
@@ -32,6 +36,7 @@ struct pending {
 	struct event *ev_rdv, *ev_tcp, *ev_deadline;
 	bool inband;          /* negotiation through the TCP option (negotiate.h) */
 	bool proposed;        /* inband: our Proposal is out, waiting for the answer */
+	bool fd_limited;      /* inband: the rendezvous could not be accepted (EMFILE) */
 	unsigned idle_ticks;  /* inband: deadline ticks since then */
 	struct neg_client nc; /* inband: rendezvous name and key */
 };
@@ -57,10 +62,7 @@ static void pending_finish(struct pending *p)
 	event_drop(&p->ev_tcp);
 	event_drop(&p->ev_deadline);
 	pthread_mutex_lock(&c->lock);
-	if (c->rdv_listen_fd >= 0) {
-		REAL(close)(c->rdv_listen_fd);
-		c->rdv_listen_fd = -1;
-	}
+	conn_close_rdv(c);
 	pthread_mutex_unlock(&c->lock);
 	if (p->inband)
 		neg_client_cleanup(&p->nc);
@@ -116,10 +118,21 @@ static void on_rdv(evutil_socket_t fd, short what, void *arg)
 	if (ufd < 0) {
 		if (errno == EAGAIN || errno == EINTR || errno == ECONNABORTED)
 			return;
-		if (p->inband)
+		if (p->inband && (errno == EMFILE || errno == ENFILE)) {
+			/* No descriptor for the server's rendezvous connection: closing our
+			 * name resets it, and the server, which cannot reach us, declines on
+			 * TCP, where answer_step reads it (the connection stays TCP). */
+			event_drop(&p->ev_rdv);
+			pthread_mutex_lock(&p->c->lock);
+			conn_close_rdv(p->c);
+			pthread_mutex_unlock(&p->c->lock);
+			p->fd_limited = true;
+		} else if (p->inband) {
 			pending_abort(p, "rendezvous socket failed");
-		else
-			pending_give_up(p, SMC_REASON_RESOURCES);
+		} else {
+			/* closing our name (pending_finish) ends the server's wait at once */
+			pending_give_up(p, fd_budget_reason_for(errno));
+		}
 		return;
 	}
 	r = handshake_client(p->c, ufd, &auth);
@@ -235,7 +248,8 @@ static void answer_step(struct pending *p, bool final)
 		break;
 	case NEG_ANS_DECLINE:
 		log_debug("fd %d: server declined SMC: %s", c->fd, clc_decline_reason_str(diag));
-		why = SMC_REASON_DECLINED;
+		why = diag == CLC_DECL_SH_FDLIMIT || p->fd_limited ? SMC_REASON_FD_LIMIT
+								    : SMC_REASON_DECLINED;
 		break;
 	case NEG_ANS_ACCEPTED:
 		/* a kernel server wanted SMC-R: we cannot complete it with a kernel; counted
@@ -302,7 +316,7 @@ static void on_connected(evutil_socket_t fd, short what, void *arg)
 		return;
 	}
 	r = neg_client_propose(c->fd, &p->nc, &why);
-	c->rdv_listen_fd = p->nc.listen_fd;
+	conn_set_rdv(c, p->nc.listen_fd);
 	pthread_mutex_unlock(&c->lock);
 	/* connected: a waiter for POLLOUT may stage its data now (conn_poll_mask) */
 	bells_ring(c);
@@ -358,12 +372,14 @@ static struct event_base *progress_start(void)
 	smc_thread_internal = false;
 	if (!base)
 		goto out;
+	fd_budget_take(PROGRESS_BASE_FDS);
 	/* The thread must never take the application's signals. */
 	sigfillset(&all);
 	pthread_sigmask(SIG_SETMASK, &all, &old);
 	if (pthread_create(&progress_thread, NULL, progress_main, base) != 0) {
 		pthread_sigmask(SIG_SETMASK, &old, NULL);
 		event_base_free(base);
+		fd_budget_give(PROGRESS_BASE_FDS);
 		base = NULL;
 		goto out;
 	}

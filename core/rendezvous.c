@@ -465,6 +465,19 @@ int rdv_send(int ufd, const void *buf, size_t len, const int *fds, int nfds)
 	return (size_t)r == len ? 0 : -EPROTO;
 }
 
+/* The kernel drops the descriptors of a message (MSG_CTRUNC) it cannot install: tells
+ * that apart from a peer that sent more than we take. */
+static bool no_fd_free(int any_fd)
+{
+	int fd = REAL(fcntl)(any_fd, F_DUPFD_CLOEXEC, 0);
+
+	if (fd >= 0) {
+		REAL(close)(fd);
+		return false;
+	}
+	return errno == EMFILE || errno == ENFILE;
+}
+
 ssize_t rdv_recv(int ufd, void *buf, size_t cap, int *fds, int *nfds, int maxfds)
 {
 	union {
@@ -511,7 +524,7 @@ ssize_t rdv_recv(int ufd, void *buf, size_t cap, int *fds, int *nfds, int maxfds
 			fds[i] = -1;
 		}
 		*nfds = 0;
-		return -EPROTO;
+		return !bad && !(msg.msg_flags & MSG_TRUNC) && no_fd_free(ufd) ? -EMFILE : -EPROTO;
 	}
 	if (r == 0)
 		return -ECONNRESET;

@@ -72,7 +72,8 @@ int rdv_token_connect(uint64_t token, bool path);
 /* One message with up to `nfds` descriptors attached. */
 int rdv_send(int ufd, const void *buf, size_t len, const int *fds, int nfds);
 /* Receives one message; fills fds[0..*nfds) (CLOEXEC). Returns its length or -errno;
- * descriptors beyond maxfds are closed and the message rejected. */
+ * descriptors beyond maxfds are closed and the message rejected; -EMFILE when the
+ * kernel dropped its descriptors for want of a free one (the message is lost too). */
 ssize_t rdv_recv(int ufd, void *buf, size_t cap, int *fds, int *nfds, int maxfds);
 
 /* The process on the other end of rendezvous socket ufd (SO_PEERCRED) is root, runs as

@@ -28,6 +28,7 @@
 #include "core/conn_ib.h"
 #include "core/epoll.h"
 #include "core/epoll_track.h"
+#include "core/fd_budget.h"
 #include "core/fdtab.h"
 #include "core/forklock.h"
 #include "core/handshake.h"
@@ -264,6 +265,7 @@ static struct smc_conn *connect_prepare(int fd, const struct sockaddr *dst, sock
 {
 	struct sockaddr_storage local;
 	struct smc_conn *c;
+	int rfd;
 
 	*why = SMC_REASON_RESOURCES;
 	if (bind_local_end(fd, dst, dlen, &local) < 0)
@@ -274,13 +276,17 @@ static struct smc_conn *connect_prepare(int fd, const struct sockaddr *dst, sock
 		return NULL;
 	}
 	c = client_conn_new(fd);
-	if (!c)
+	if (!c) {
+		*why = fd_budget_reason_for(errno);
 		return NULL;
-	c->rdv_listen_fd = rdv_conn_listen((struct sockaddr *)&local, dst);
-	if (c->rdv_listen_fd < 0) {
+	}
+	rfd = rdv_conn_listen((struct sockaddr *)&local, dst);
+	if (rfd < 0) {
+		*why = fd_budget_reason_for(rfd);
 		conn_put(c);
 		return NULL;
 	}
+	conn_set_rdv(c, rfd);
 	fdtab_set(fd, FD_SMC, c);
 	return c;
 }
@@ -294,8 +300,10 @@ static struct smc_conn *connect_prepare_inband(int fd, enum smc_reason *why)
 
 	*why = SMC_REASON_RESOURCES;
 	c = client_conn_new(fd);
-	if (!c)
+	if (!c) {
+		*why = fd_budget_reason_for(errno);
 		return NULL;
+	}
 	/* once opted in, the server expects a CLC message from us: nothing may fail after */
 	if (tcpopt_opt_in(fd) < 0) {
 		conn_put(c);
@@ -309,18 +317,27 @@ static struct smc_conn *connect_prepare_inband(int fd, enum smc_reason *why)
  * (pool.h), not yet connected; NULL otherwise, with *admit set when this connection
  * should make the full handshake that carries a pool's setup. */
 static struct smc_conn *connect_pooled(int fd, const struct sockaddr *dst, socklen_t dlen,
-				       uint64_t key, uint64_t now, bool *admit)
+				       uint64_t key, uint64_t now, bool *admit, bool *fd_limited)
 {
 	struct sockaddr_storage local;
 	struct smc_pool *p;
 	struct smc_conn *c;
 	int slot, fl;
 
+	/* the fd budget (fd_budget.h): a pooled connection adds no descriptor, but a
+	 * library over its share gives its pools back (and this one stays TCP) */
+	if (!fd_budget_allows(fd, 0)) {
+		*fd_limited = true;
+		return NULL;
+	}
 	switch (pool_client_route(dst, key, &p)) {
 	case POOL_ROUTE_FULL:
 		*admit = true;
 		return NULL;
 	case POOL_ROUTE_NONE:
+		return NULL;
+	case POOL_ROUTE_FD_LIMIT:
+		*fd_limited = true;
 		return NULL;
 	case POOL_ROUTE_POOL:
 		break;
@@ -349,9 +366,7 @@ static struct smc_conn *connect_pooled(int fd, const struct sockaddr *dst, sockl
 static void connect_abandon(struct smc_conn *c, enum smc_reason why)
 {
 	pthread_mutex_lock(&c->lock);
-	if (c->rdv_listen_fd >= 0)
-		REAL(close)(c->rdv_listen_fd);
-	c->rdv_listen_fd = -1;
+	conn_close_rdv(c);
 	conn_fallback(c, why);
 	pthread_mutex_unlock(&c->lock);
 }
@@ -420,13 +435,17 @@ int smc_sock_connect(int fd, const struct sockaddr *addr, socklen_t len)
 	    (why = upgrade_rule(fd)) == SMC_REASON_NONE) {
 		uint64_t key = hs_policy_key(addr), now = hs_policy_now_ns();
 		bool admit = hs_policy_admit(key, now, (uint64_t)smc_cfg.short_conn_us * 1000);
+		bool fd_limited = false;
 
 		if (!admit)
-			c = connect_pooled(fd, addr, len, key, now, &admit);
+			c = connect_pooled(fd, addr, len, key, now, &admit, &fd_limited);
 		if (c) {
 			return connect_pooled_finish(c, fd, addr, len);
 		} else if (!admit) {
-			why = SMC_REASON_SHORT_LIVED;
+			/* a pool would have carried it but for the fd budget (fd_budget.h) */
+			why = fd_limited ? SMC_REASON_FD_LIMIT : SMC_REASON_SHORT_LIVED;
+		} else if (!fd_budget_allows(fd, FD_COST_CONN)) { /* the fd budget (fd_budget.h) */
+			why = SMC_REASON_FD_LIMIT;
 		} else {
 			if (tcpopt_available())
 				c = connect_prepare_inband(fd, &why);
@@ -550,8 +569,10 @@ static void listener_track(int fd, bool opted_in)
 	l->refs = 1;
 	l->opted_in = opted_in;
 	l->name_fd = rdv_listener_register(fd);
-	if (l->name_fd >= 0)
+	if (l->name_fd >= 0) {
+		fd_budget_take(1);
 		l->pools = pool_set_new();
+	}
 	if (l->name_fd < 0 && l->name_fd != -EADDRINUSE)
 		log_warn("fd %d: no rendezvous for this listener (%s): connections stay TCP",
 			 fd, strerror(-l->name_fd));
@@ -703,14 +724,18 @@ static int accept_finish(struct smc_conn *c, int nfd, int r, bool count_abort)
 static int accept_handshake(int nfd, int ufd, int flags, const struct hs_auth *auth,
 			    enum smc_reason *why)
 {
-	struct smc_conn *c = conn_new(nfd, CONN_SERVER);
+	struct smc_conn *c = NULL;
 	int r;
 
+	*why = SMC_REASON_FD_LIMIT;
+	if (fd_budget_allows(nfd, FD_COST_CONN)) { /* the fd budget (fd_budget.h) */
+		c = conn_new(nfd, CONN_SERVER);
+		*why = c ? SMC_REASON_NONE : fd_budget_reason_for(errno);
+	}
 	if (!c) {
+		handshake_server_decline(nfd, ufd, auth, *why == SMC_REASON_FD_LIMIT
+						     ? CLC_DECL_SH_FDLIMIT : CLC_DECL_INTERR);
 		REAL(close)(ufd);
-		if (auth->by_key)
-			(void)neg_send_decline(nfd, CLC_DECL_INTERR);
-		*why = SMC_REASON_RESOURCES;
 		return 0;
 	}
 	c->nonblock = (flags & SOCK_NONBLOCK) != 0;
@@ -737,12 +762,18 @@ static bool ib_declined_for_io_uring(int fd, enum smc_reason *why)
 static int accept_ib_inband(int nfd, int flags, const struct clc_msg *prop,
 			    enum smc_reason *why)
 {
-	struct smc_conn *c = conn_new(nfd, CONN_SERVER);
+	struct smc_conn *c = NULL;
 	int r;
 
+	*why = SMC_REASON_FD_LIMIT;
+	if (fd_budget_allows(nfd, FD_COST_CONN)) { /* the fd budget (fd_budget.h) */
+		c = conn_new(nfd, CONN_SERVER);
+		if (!c)
+			*why = fd_budget_reason_for(errno);
+	}
 	if (!c) {
-		(void)neg_send_decline(nfd, CLC_DECL_INTERR);
-		*why = SMC_REASON_RESOURCES;
+		(void)neg_send_decline(nfd, *why == SMC_REASON_FD_LIMIT ? CLC_DECL_SH_FDLIMIT
+								       : CLC_DECL_INTERR);
 		return 0;
 	}
 	c->nonblock = (flags & SOCK_NONBLOCK) != 0;
@@ -838,8 +869,11 @@ static bool deferred_step(struct smc_conn *c, bool final)
  * negotiates. 1, or 0 when it cannot be deferred (the caller negotiates inline). */
 static int accept_inband_defer(int nfd, int flags)
 {
-	struct smc_conn *c = conn_new(nfd, CONN_SERVER);
+	struct smc_conn *c;
 
+	if (!fd_budget_allows(nfd, FD_COST_CONN)) /* the fd budget (fd_budget.h) */
+		return 0; /* declined inline (accept_handshake) */
+	c = conn_new(nfd, CONN_SERVER);
 	if (!c)
 		return 0;
 	c->nonblock = (flags & SOCK_NONBLOCK) != 0;
@@ -899,6 +933,8 @@ static int accept_inband(int nfd, int flags, bool may_defer, enum smc_reason *wh
 		 * its listener before its TCP FIN goes out) */
 		if (ufd == -ECONNREFUSED || tcp_peer_gone(nfd))
 			*why = SMC_REASON_PEER_CLOSED;
+		else if (ufd == -EMFILE || ufd == -ENFILE)
+			*why = SMC_REASON_FD_LIMIT;
 		return 0;
 	}
 	auth.key = blk.rdv_key;
@@ -978,6 +1014,8 @@ static int accept_rendezvous(int lfd, int nfd, const struct sockaddr *peer, int 
 		/* no rendezvous because the client already closed or exited */
 		if (tcp_peer_gone(nfd))
 			*why = SMC_REASON_PEER_CLOSED;
+		else if (ufd == -EMFILE || ufd == -ENFILE)
+			*why = SMC_REASON_FD_LIMIT;
 		return 0;
 	}
 	return accept_handshake(nfd, ufd, flags, &by_owner, why);
@@ -1345,8 +1383,10 @@ void smc_sock_before_close(int fd)
 		pthread_mutex_unlock(fd_lock(fd));
 		if (__atomic_sub_fetch(&l->refs, 1, __ATOMIC_ACQ_REL) == 0) {
 			pool_set_free(l->pools);
-			if (l->name_fd >= 0)
+			if (l->name_fd >= 0) {
 				REAL(close)(l->name_fd);
+				fd_budget_give(1);
+			}
 			free(l);
 		}
 		break;

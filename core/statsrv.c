@@ -30,6 +30,8 @@
 
 #include "core/conn.h"
 #include "core/forklock.h"
+#include "core/fd_budget.h"
+#include "core/fdpark.h"
 #include "core/log.h"
 #include "core/real.h"
 #include "core/stats.h"
@@ -338,6 +340,7 @@ static void statsrv_lost(int lfd)
 {
 	pthread_mutex_lock(&statsrv_lock);
 	if (__atomic_load_n(&statsrv_listen_fd, __ATOMIC_RELAXED) == lfd) {
+		fd_budget_give(1); /* its number is the application's now */
 		__atomic_store_n(&statsrv_listen_fd, -1, __ATOMIC_RELAXED);
 		__atomic_store_n(&statsrv_state, STATSRV_IDLE, __ATOMIC_RELEASE);
 	}
@@ -383,8 +386,10 @@ void statsrv_atfork_child(void)
 	int lfd = __atomic_load_n(&statsrv_listen_fd, __ATOMIC_RELAXED);
 	int cfd = __atomic_load_n(&statsrv_client_fd, __ATOMIC_RELAXED);
 
-	if (lfd >= 0)
+	if (lfd >= 0) {
 		REAL(close)(lfd);
+		fd_budget_give(1);
+	}
 	if (cfd >= 0)
 		REAL(close)(cfd);
 	statsrv_listen_fd = -1;
@@ -415,7 +420,7 @@ static int statsrv_listen(void)
 		REAL(close)(fd);
 		return -1;
 	}
-	return fd;
+	return fd_park(fd); /* out of the application's numbers, as every fd we keep */
 }
 
 /* The thread with every signal blocked, so it never takes the application's. */
@@ -456,6 +461,7 @@ void statsrv_ensure(void)
 		__atomic_store_n(&statsrv_state, STATSRV_FAILED, __ATOMIC_RELEASE);
 		goto out;
 	}
+	fd_budget_take(1);
 	__atomic_store_n(&statsrv_listen_fd, lfd, __ATOMIC_RELAXED);
 	__atomic_store_n(&statsrv_state, STATSRV_SERVING, __ATOMIC_RELEASE);
 	log_debug("statsrv: serving @%s%ld", STATSRV_NAME_PREFIX, (long)getpid());

@@ -22,6 +22,7 @@
 #include <unistd.h>
 
 #include "core/config.h"
+#include "core/fd_budget.h"
 #include "core/fdpark.h"
 #include "core/forklock.h"
 #include "core/init.h"
@@ -98,6 +99,7 @@ static int map_open(void)
 	}
 	atomic_store(&map_id, r == 0 ? id : 0);
 	fd = fd_park(fd);
+	fd_budget_take(1);
 	log_debug("tcpopt: using %s (fd %d)", path, fd);
 	return fd;
 }
@@ -141,6 +143,7 @@ static int map_reopen(int lost)
 	fd = atomic_load(&map_fd);
 	if (fd == lost) {
 		log_info("tcpopt: map fd %d was closed by the application; opening it again", lost);
+		fd_budget_give(1);
 		fd = map_open();
 		atomic_store(&map_fd, fd);
 	}

@@ -17,6 +17,11 @@
  *   Nothing may reach the socket behind the library's back: a process that uses
  *   io_uring (io_uring_watch.h) keeps every new connection TCP, reason `io-uring`.
  *   The server side applies the same where it accepts (sock.c, accept_io_uring).
+ *
+ *   The library's own descriptors never crowd the program's RLIMIT_NOFILE: that one
+ *   depends on the way the connection would be carried (a pool slot costs none, a
+ *   handshake several), so connect() asks fd_budget_allows() on each way it tries
+ *   (fd_budget.h, reason `fd-limit`).
  */
 #ifndef SMC_UPGRADE_RULE_H
 #define SMC_UPGRADE_RULE_H

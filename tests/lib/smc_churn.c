@@ -3,7 +3,8 @@
  * smc_churn: connection churn and resource-leak test.
  *
  *   smc_churn server PORT [--bind ADDR] [--mode epoll|thread] [--report] [--count K] [--fork]
- *   smc_churn client HOST PORT [--threads T] [--cycles N] [--warmup W] [--connect-twice]
+ *   smc_churn client HOST PORT [--threads T] [--cycles N] [--warmup W] [--settle]
+ *                              [--connect-twice]
  *   both: [--maps-slack M] (default MAPS_SLACK)
  *
  * One cycle: connect, send a 64-byte request, receive the 64-byte response (the request
@@ -14,9 +15,12 @@
  * Leak accounting, in each process: open fds (/proc/self/fd), memfds among them, memfd
  * mappings and all mappings (/proc/self/maps).
  *  - client: every thread runs W warm-up cycles (so whatever the library sets up lazily,
- *    the progress thread, its fds, per-thread state, exists), all threads wait on a
- *    barrier while the main thread records the baseline, then the N cycles run (split
- *    over the threads), the threads are joined and the counts are taken again.
+ *    the progress thread, its fds, per-thread state, a connection pool, exists), all
+ *    threads wait on a barrier while the main thread counts; with --settle the warm-up
+ *    repeats until two counts in a row agree (a pool is asked for by one connection and set up
+ *    when the server accepts it, which a loaded machine may delay past a round); that
+ *    count is the baseline. Then the N cycles run (split over the threads), the
+ *    threads are joined and the counts are taken again.
  *  - server (--report): SIGUSR1 records the baseline, SIGTERM (or the K-th finished
  *    connection with --count K) prints the final counts; both wait until no connection
  *    is open. The test runs a short client first so the baseline comes after warm-up.
@@ -81,6 +85,8 @@ static long maps_slack = MAPS_SLACK;
 /* Extra mappings allowed for thread churn (server thread mode), see above. */
 static long thread_slack;
 #define SETTLE_MS 2000
+/* Warm-up rounds the client runs at most for its counts to settle. */
+#define WARMUP_ROUNDS_MAX 20
 #define IO_TIMEOUT_S 10
 #define MAX_PRINTED_ERRORS 10
 
@@ -137,6 +143,12 @@ static void count_resources(struct resources *r)
 {
 	count_fds(r);
 	count_maps(r);
+}
+
+/* The per-connection kinds differ (the mapping count moves with malloc and threads). */
+static bool resources_changed(const struct resources *a, const struct resources *b)
+{
+	return a->fds != b->fds || a->memfds != b->memfds || a->memfd_maps != b->memfd_maps;
 }
 
 static bool resources_back(const struct resources *base, const struct resources *now)
@@ -218,6 +230,7 @@ struct client_opts {
 	unsigned threads;
 	unsigned long cycles;
 	unsigned warmup;
+	bool settle;       /* repeat the warm-up until the counts settle */
 	bool connect_twice;
 };
 
@@ -226,6 +239,7 @@ struct client_shared {
 	struct addrinfo *addr;
 	pthread_barrier_t warmed_up;
 	pthread_barrier_t go;
+	bool warm;           /* the baseline is taken: the cycles start (set before go) */
 	atomic_ulong errors;
 	atomic_ulong lost;   /* no response within IO_TIMEOUT_S */
 	atomic_ulong resets; /* ECONNRESET / EPIPE */
@@ -401,10 +415,12 @@ static void *client_thread_main(void *arg)
 	struct client_shared *sh = t->sh;
 	uint64_t base = (uint64_t)t->index << 32;
 
-	for (unsigned i = 0; i < sh->o->warmup; i++)
-		client_cycle(sh, base | (0x80000000u + i));
-	pthread_barrier_wait(&sh->warmed_up);
-	pthread_barrier_wait(&sh->go);
+	for (unsigned round = 0; !sh->warm; round++) {
+		for (unsigned i = 0; i < sh->o->warmup; i++)
+			client_cycle(sh, base | (0x80000000u + round * sh->o->warmup + i));
+		pthread_barrier_wait(&sh->warmed_up);
+		pthread_barrier_wait(&sh->go);
+	}
 	for (unsigned long i = 0; i < t->cycles; i++)
 		client_cycle(sh, base | i);
 	return NULL;
@@ -428,7 +444,7 @@ static int run_client(const struct client_opts *o)
 {
 	struct client_shared sh = { .o = o };
 	struct client_thread *th = calloc(o->threads, sizeof(*th));
-	struct resources before, after;
+	struct resources before = { 0 }, after;
 	unsigned started = 0;
 
 	sh.addr = resolve(o->host, o->port, false);
@@ -448,9 +464,24 @@ static int run_client(const struct client_opts *o)
 		}
 		started++;
 	}
-	pthread_barrier_wait(&sh.warmed_up);
-	count_resources(&before);
+	for (unsigned round = 1;; round++) {
+		struct resources prev;
+
+		pthread_barrier_wait(&sh.warmed_up);
+		prev = before;
+		count_resources(&before);
+		if (!o->settle || (round > 1 && (!resources_changed(&prev, &before) ||
+						 round >= WARMUP_ROUNDS_MAX))) {
+			if (round >= WARMUP_ROUNDS_MAX)
+				printf("NOTE client: counts still changing after %u warm-up rounds\n",
+				       round);
+			sh.warm = true;
+			break;
+		}
+		pthread_barrier_wait(&sh.go);
+	}
 	unsigned long warmup_errors = atomic_load(&sh.errors);
+	unsigned warmup_cycles = (unsigned)(atomic_load(&sh.done));
 	struct timespec t0, t1;
 	clock_gettime(CLOCK_MONOTONIC, &t0);
 	pthread_barrier_wait(&sh.go);
@@ -465,11 +496,11 @@ static int run_client(const struct client_opts *o)
 	print_resources("client", "after", &after);
 	printf("RESULT client threads=%u cycles=%lu warmup_cycles=%lu errors=%lu "
 	       "(warmup %lu) lost=%lu reset=%lu seconds=%.3f cycles_per_s=%.0f\n",
-	       o->threads, o->cycles, (unsigned long)o->warmup * o->threads, errors,
+	       o->threads, o->cycles, (unsigned long)warmup_cycles, errors,
 	       warmup_errors, atomic_load(&sh.lost), atomic_load(&sh.resets), secs,
 	       secs > 0 ? (double)o->cycles / secs : 0.0);
 	bool ok = report_leaks("client", &before, &after) && errors == 0 &&
-		  atomic_load(&sh.done) == o->cycles + (unsigned long)o->warmup * o->threads;
+		  atomic_load(&sh.done) == o->cycles + (unsigned long)warmup_cycles;
 	printf("%s client\n", ok ? "OK" : "FAILED");
 	freeaddrinfo(sh.addr);
 	free(th);
@@ -886,7 +917,7 @@ static void usage(void)
 	fprintf(stderr,
 		"usage: smc_churn server PORT [--bind ADDR] [--mode epoll|thread] [--report] [--count K]\n"
 		"                 [--fork]\n"
-		"       smc_churn client HOST PORT [--threads T] [--cycles N] [--warmup W]\n"
+		"       smc_churn client HOST PORT [--threads T] [--cycles N] [--warmup W] [--settle]\n"
 		"                 [--connect-twice]\n"
 		"       both: [--maps-slack M]\n");
 	exit(2);
@@ -935,6 +966,10 @@ int main(int argc, char **argv)
 		}
 		if (!server && strcmp(a, "--connect-twice") == 0) {
 			co.connect_twice = true;
+			continue;
+		}
+		if (!server && strcmp(a, "--settle") == 0) {
+			co.settle = true;
 			continue;
 		}
 		if (!v)

@@ -30,7 +30,8 @@ http {
     scgi_temp_path $1/tmp_scgi;
     upstream origin {
         server 127.0.0.1:$3;
-        keepalive 32;
+        # more than wrk's 50 connections: none is closed after its request
+        keepalive 128;
     }
     server {
         listen 127.0.0.1:$2;
@@ -106,12 +107,14 @@ KeepAlive On
 MaxKeepAliveRequests 0
 # every child from the start and none reaped: a child that stops closes its clients'
 # keep-alive connections, which ab counts as failed requests
+# and workers to spare over ab's 50 connections: a child short of workers closes
+# keep-alive connections too
 StartServers 4
 ServerLimit 4
-ThreadsPerChild 25
-MaxRequestWorkers 100
-MinSpareThreads 25
-MaxSpareThreads 100
+ThreadsPerChild 64
+MaxRequestWorkers 256
+MinSpareThreads 64
+MaxSpareThreads 256
 EOF
 	chmod -R a+rX "$1"
 }
@@ -129,28 +132,37 @@ ab_rps() {
 	awk '/^Requests per second:/ { print $4 }' <<<"$out"
 }
 
+# apache_round MODE SDIR LABEL [AB ARGS]: one Apache, one ab run against it; prints ab's
+# requests/s (empty on a failure), logs crashed children.
+apache_round() {
+	local mode=$1 sdir=$2 label=$3 dir port apid v=
+	shift 3
+	dir="$OUT/tmp/apache-$label"
+	port=$(free_port)
+	apache_conf "$dir" "$port"
+	chmod 1777 "$sdir"
+	start_server "$mode" "$sdir" "$OUT/logs/apache-$label.log" -- -- \
+		apache2 -DFOREGROUND -f "$dir/httpd.conf"
+	apid=$SERVER_PID
+	wait_listen "$port" && v=$(ab_rps "$mode" "$sdir" "http://127.0.0.1:$port/index.html" "$label" "$@")
+	stop_server "$apid" WINCH
+	grep -q 'exit signal' "$dir/logs/error.log" 2>/dev/null &&
+		log "apache $label: $(grep -c 'exit signal' "$dir/logs/error.log") crashed children"
+	echo "$v"
+}
+
 wl_apache() {
-	local r mode sdir port apid dir ka close
+	local r mode sdir ka close
 	for ((r = 1; r <= ROUNDS; r++)); do
 		for mode in $(modes_for_round "$r"); do
 			sdir=$(new_sdir apache "$mode" "$r")
-			chmod 1777 "$sdir"
-			dir="$OUT/tmp/apache-$mode-$r"
-			port=$(free_port)
-			apache_conf "$dir" "$port"
-			start_server "$mode" "$sdir" "$OUT/logs/apache-$mode-$r.log" -- -- \
-				apache2 -DFOREGROUND -f "$dir/httpd.conf"
-			apid=$SERVER_PID
-			ka= close=
-			if wait_listen "$port"; then
-				ka=$(ab_rps "$mode" "$sdir" "http://127.0.0.1:$port/index.html" "ka-$mode-$r" -k)
-				close=$(ab_rps "$mode" "$sdir" "http://127.0.0.1:$port/index.html" "close-$mode-$r")
-			fi
-			stop_server "$apid" WINCH
-			grep -q 'exit signal' "$dir/logs/error.log" 2>/dev/null &&
-				log "apache $mode r$r: $(grep -c 'exit signal' "$dir/logs/error.log") crashed children"
+			ka=$(apache_round "$mode" "$sdir" "ka-$mode-$r" -k)
 			record apache_ab_keepalive rps "$mode" "$r" "$ka" "$(check_stats "$mode" "$sdir")"
-			record apache_ab_conn_per_request rps "$mode" "$r" "$close" "$(check_stats "$mode" "$sdir")"
+			# a connection per request to a server that forks: TCP by design (no pool)
+			sdir=$(new_sdir apache_close "$mode" "$r")
+			close=$(apache_round "$mode" "$sdir" "close-$mode-$r")
+			record apache_ab_conn_per_request rps "$mode" "$r" "$close" \
+				"$(check_stats "$mode" "$sdir" tcp-ok)"
 		done
 	done
 }

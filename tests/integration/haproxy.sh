@@ -89,18 +89,13 @@ fetch() {
 
 # wrk_run PORT LABEL SECONDS PATH [WRK ARGS...]
 wrk_run() {
-	local port=$1 label=$2 secs=$3 path=$4 out=$SMC_TMP/wrk-$2.out n
+	local port=$1 label=$2 secs=$3 path=$4 out=$SMC_TMP/wrk-$2.out
 	shift 4
 	smc_log "wrk $label"
 	smc_run "$cli" wrk -t2 -c16 -d"$secs" "$@" "http://127.0.0.1:$port/$path" >"$out" 2>&1 ||
 		smc_fail "wrk $label failed (status $?): $(cat "$out")"
-	cat "$out"
-	n=$(awk '/ requests in / { print $1 }' "$out")
-	[ -n "$n" ] || smc_fail "wrk $label: no request count in its output"
-	smc_assert_ge "wrk $label: requests completed" "$n" 1
-	grep -q 'Non-2xx or 3xx responses' "$out" && smc_fail "wrk $label: non-2xx responses"
-	grep -q 'Socket errors' "$out" && smc_fail "wrk $label: $(grep 'Socket errors' "$out")"
-	requests=$((requests + n))
+	smc_wrk_check "$label" "$out"
+	requests=$((requests + smc_wrk_n))
 }
 
 fetch "$tcp_port" tcp

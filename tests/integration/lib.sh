@@ -419,6 +419,19 @@ smc_assert_same_file() {
 	[ "$a" = "$b" ] || smc_fail "$1: sha256 $a differs from the original's $b"
 }
 
+# smc_wrk_check LABEL OUTFILE: wrk's output (printed) must show completed requests, no
+# non-2xx answer and no socket error; sets smc_wrk_n to the requests completed.
+smc_wrk_check() {
+	local label=$1 out=$2
+	cat "$out"
+	smc_wrk_n=$(awk '/ requests in / { print $1 }' "$out")
+	[ -n "$smc_wrk_n" ] || smc_fail "wrk $label: no request count in its output"
+	smc_assert_ge "wrk $label: requests completed" "$smc_wrk_n" 1
+	grep -q 'Non-2xx or 3xx responses' "$out" && smc_fail "wrk $label: non-2xx responses"
+	grep -q 'Socket errors' "$out" && smc_fail "wrk $label: $(grep 'Socket errors' "$out")"
+	return 0
+}
+
 # smc_expect_payload DIR MIN_BYTES [LABEL]: the transport check of every test, following
 # SMC_TEST_EXPECT. shm: at least one shm connection, shm bytes (sent + received) >=
 # MIN_BYTES (>= 1 when MIN_BYTES is 0), and no connection fell back to TCP. tcp: at least

@@ -31,18 +31,13 @@ curl_requests=4
 # wrk_run LABEL DURATION PATH [WRK ARGS...]: prints the number of requests completed.
 wrk_total=0
 wrk_run() {
-	local label=$1 secs=$2 path=$3 out=$SMC_TMP/wrk-$1.out n
+	local label=$1 secs=$2 path=$3 out=$SMC_TMP/wrk-$1.out
 	shift 3
 	smc_log "wrk $label"
 	smc_run "$cli" wrk -t2 -c20 -d"$secs" "$@" "$url/$path" >"$out" 2>&1 ||
 		smc_fail "wrk $label failed (status $?): $(cat "$out")"
-	cat "$out"
-	n=$(awk '/ requests in / { print $1 }' "$out")
-	[ -n "$n" ] || smc_fail "wrk $label: no request count in its output"
-	smc_assert_ge "wrk $label: requests completed" "$n" 1
-	grep -q 'Non-2xx or 3xx responses' "$out" && smc_fail "wrk $label: non-2xx responses"
-	grep -q 'Socket errors' "$out" && smc_fail "wrk $label: $(grep 'Socket errors' "$out")"
-	wrk_total=$((wrk_total + n))
+	smc_wrk_check "$label" "$out"
+	wrk_total=$((wrk_total + smc_wrk_n))
 }
 
 wrk_run keepalive-small 3s small.txt

@@ -98,17 +98,12 @@ fetch() {
 # wrk_run STATSDIR LABEL DURATION PATH: adds the requests completed to wrk_total.
 wrk_total=0
 wrk_run() {
-	local dir=$1 label=$2 secs=$3 path=$4 out=$SMC_TMP/wrk-$2.out n
+	local dir=$1 label=$2 secs=$3 path=$4 out=$SMC_TMP/wrk-$2.out
 	smc_log "wrk $label"
 	client_run "$dir" wrk -t2 -c20 -d"$secs" "$url/$path" >"$out" 2>&1 ||
 		smc_fail "wrk $label failed (status $?): $(cat "$out")"
-	cat "$out"
-	n=$(awk '/ requests in / { print $1 }' "$out")
-	[ -n "$n" ] || smc_fail "wrk $label: no request count in its output"
-	smc_assert_ge "wrk $label: requests completed" "$n" 1
-	grep -q 'Non-2xx or 3xx responses' "$out" && smc_fail "wrk $label: non-2xx responses"
-	grep -q 'Socket errors' "$out" && smc_fail "wrk $label: $(grep 'Socket errors' "$out")"
-	wrk_total=$((wrk_total + n))
+	smc_wrk_check "$label" "$out"
+	wrk_total=$((wrk_total + smc_wrk_n))
 }
 
 # Warm-up: the library's lazily created state exists afterwards.

@@ -3,7 +3,7 @@
 """Turns bench/run's raw.csv into the table (stdout), results.csv, results.json and the
 gnuplot scripts for the message-size sweep. Standard library only.
 
-Verdicts: PASS / MISS against the issue-4 target; INFO when the workload has no target;
+Verdicts: PASS / MISS against the workload's target; INFO when the workload has no target;
 NOISY when a sweep curve's worst drop exceeds the rule but stays within the rounds' own
 spread (the size's best round is not below the reference size's worst round), so the
 run cannot tell it from noise: not a PASS, not a demonstrated cliff;

@@ -7,7 +7,7 @@
 # holds them open, then closes them all), the bench's idle workload made smaller. Three
 # times in about 200 such rounds at 2,500 connections per pair (2026-11-30, none in the
 # ~1,000 since), one connection's handshake was never decided and its client sat in
-# read() until the bench killed it (issue 4's notes); the cause is not known. What would
+# read() until the bench killed it; the cause is not known. What would
 # show it: a pair that does not open every connection ("stopped at", the 5 s receive
 # timeout of idle_conns), a process that does not exit cleanly, a connection that is not
 # shared memory on both sides, an abort, or any warning from the library (the handshake

@@ -559,6 +559,10 @@ static void conn_go_active(struct smc_conn *c, bool wake)
 void conn_activate(struct smc_conn *c)
 {
 	conn_end_reservation(c);
+	/* the policy judges how long the connection is used, not how long its handshake
+	 * took (a slow one on a busy host would otherwise pass for a long connection) */
+	if (c->policy_key)
+		c->born_ns = hs_policy_now_ns();
 	conn_go_active(c, true);
 }
 

@@ -2,7 +2,6 @@
 /* Whether the process uses io_uring (io_uring_watch.h). */
 #include "core/io_uring_watch.h"
 
-#include <dirent.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -29,26 +28,13 @@ void io_uring_note_setup(void)
 }
 
 /* The kernel names an io_uring descriptor's file "anon_inode:[io_uring]". */
-void io_uring_scan_inherited(void)
+bool io_uring_fd_is_ring(int fd)
 {
 	static const char ring[] = "anon_inode:[io_uring]";
-	DIR *d = opendir("/proc/self/fd");
-	struct dirent *de;
+	char path[sizeof("/proc/self/fd/") + 3 * sizeof(int)], target[sizeof(ring) + 1];
+	ssize_t n;
 
-	if (!d)
-		return;
-	while ((de = readdir(d))) {
-		char path[sizeof("/proc/self/fd/") + sizeof(de->d_name)], target[sizeof(ring) + 1];
-		ssize_t n;
-
-		if (de->d_name[0] < '0' || de->d_name[0] > '9')
-			continue;
-		snprintf(path, sizeof(path), "/proc/self/fd/%s", de->d_name);
-		n = readlink(path, target, sizeof(target) - 1);
-		if (n == (ssize_t)sizeof(ring) - 1 && memcmp(target, ring, (size_t)n) == 0) {
-			io_uring_note_setup();
-			break;
-		}
-	}
-	closedir(d);
+	snprintf(path, sizeof(path), "/proc/self/fd/%d", fd);
+	n = readlink(path, target, sizeof(target) - 1);
+	return n == (ssize_t)sizeof(ring) - 1 && memcmp(target, ring, (size_t)n) == 0;
 }

@@ -9,7 +9,7 @@
  *
  * Seen: io_uring_setup through syscall() (preload/syscall.c), liburing's exported
  * setup functions (preload/io_uring.c), and a ring descriptor inherited across exec
- * (io_uring_scan_inherited). Not seen: rings set up by an inline system call outside
+ * (io_uring_fd_is_ring, asked by the walk of inherited fds, sock.c). Not seen: rings set up by an inline system call outside
  * liburing's exported functions (static binaries, Go), or a ring fd received over a
  * unix socket.
  */
@@ -22,7 +22,7 @@
 bool io_uring_in_use(void);
 /* An io_uring instance was created: from now on no connection is upgraded. */
 void io_uring_note_setup(void);
-/* At load: notes an io_uring descriptor among those the process started with. */
-void io_uring_scan_inherited(void);
+/* fd is an io_uring instance (at load, for the descriptors the process started with). */
+bool io_uring_fd_is_ring(int fd);
 
 #endif

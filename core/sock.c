@@ -643,6 +643,10 @@ void smc_sock_adopt_inherited(void)
 
 		if (*end || end == de->d_name || fd < 0 || fd == dirfd(d) || fd > INT32_MAX)
 			continue;
+		if (io_uring_fd_is_ring((int)fd)) {
+			io_uring_note_setup();
+			continue;
+		}
 		if (fdtab_kind((int)fd) != FD_NONE || !inherited_opted_in_listener((int)fd))
 			continue;
 		log_debug("fd %ld: inherited listener opted in for the SMC option: tracked", fd);

@@ -29,7 +29,8 @@ int smc_sock_listen(int fd, int backlog);
 /* At load: tracks the TCP listeners inherited across exec that the previous program
  * image opted in for the SMC option (the kernel keeps the opt-in, our table starts
  * empty): their clients propose in band, and those bytes must not reach the
- * application (preload/process.c calls it from the library's constructor). */
+ * application (preload/process.c calls it from the library's constructor). The same
+ * walk notes an io_uring instance among them (io_uring_watch.h). */
 void smc_sock_adopt_inherited(void);
 int smc_sock_accept(int fd, struct sockaddr *addr, socklen_t *len, int flags);
 /* Vectored receive/send behind read/readv/recv/recvfrom/recvmsg and write/writev/send/

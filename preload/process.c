@@ -4,7 +4,6 @@
  */
 #include "preload/wrap.h"
 #include "core/conn.h"
-#include "core/io_uring_watch.h"
 #include "core/sandbox.h"
 #include "core/sock.h"
 
@@ -21,7 +20,6 @@ __attribute__((constructor)) static void smc_preload_load(void)
 	real_init();
 	smc_init();
 	smc_sock_adopt_inherited();
-	io_uring_scan_inherited();
 }
 
 /* The core's pthread_atfork handlers (installed by smc_init) do the per-fork work. */

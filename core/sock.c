@@ -1171,9 +1171,9 @@ static struct smc_conn *conn_ready_for_io(struct smc_conn *c, int flags, int64_t
 
 /* One buffer (read, recv, write, send: nearly every call) goes through recv/send, which
  * the kernel serves without copying in a msghdr and an iovec array as recvmsg/sendmsg
- * make it do. */
-/* Without flags, recv and send are read and write (and the vectored forms): a seccomp
- * sandbox may allow only those (sandbox.h; OpenSSH's kills on recvfrom and sendto). */
+ * make it do. Without flags, under a seccomp sandbox, they are read and write (and the
+ * vectored forms): such a sandbox may allow only those (sandbox.h; OpenSSH's kills on
+ * recvfrom and sendto). */
 static ssize_t plain_recv(int fd, const struct iovec *iov, int iovcnt, int flags)
 {
 	struct msghdr m = { .msg_iov = (struct iovec *)iov, .msg_iovlen = (size_t)iovcnt };

@@ -45,6 +45,15 @@ http {
 EOF
 }
 
+# origin_start MODE SDIR DIR LABEL: the nginx (1 worker) behind a proxy, on a new port
+# (sets origin_port and origin_pid).
+origin_start() {
+	origin_port=$(free_port)
+	nginx_conf "$3" "$origin_port" 1
+	start_server "$1" "$2" "$OUT/logs/$4.log" -- -- nginx -p "$3" -c "$3/nginx.conf"
+	origin_pid=$SERVER_PID
+}
+
 # wrk_rps MODE SDIR URL LABEL: wrk's requests/s (empty on failure or errors).
 wrk_rps() {
 	local out
@@ -63,11 +72,8 @@ wl_proxy() {
 		for mode in $(modes_for_round "$r"); do
 			sdir=$(new_sdir nginx_proxy "$mode" "$r")
 			dir="$OUT/tmp/proxy-$mode-$r"
-			up=$(free_port)
-			nginx_conf "$dir/origin" "$up" 1
-			start_server "$mode" "$sdir" "$OUT/logs/proxy-origin-$mode-$r.log" -- -- \
-				nginx -p "$dir/origin" -c "$dir/origin/nginx.conf"
-			upid=$SERVER_PID
+			origin_start "$mode" "$sdir" "$dir/origin" "proxy-origin-$mode-$r"
+			up=$origin_port upid=$origin_pid
 			front=$(free_port)
 			proxy_conf "$dir/front" "$front" "$up"
 			start_server "$mode" "$sdir" "$OUT/logs/proxy-front-$mode-$r.log" -- -- \
@@ -286,11 +292,8 @@ wl_haproxy() {
 			for mode in $(modes_for_round "$r"); do
 				sdir=$(new_sdir "haproxy_$hmode" "$mode" "$r")
 				dir="$OUT/tmp/haproxy-$hmode-$mode-$r"
-				up=$(free_port)
-				nginx_conf "$dir/origin" "$up" 1
-				start_server "$mode" "$sdir" "$OUT/logs/haproxy-origin-$hmode-$mode-$r.log" -- -- \
-					nginx -p "$dir/origin" -c "$dir/origin/nginx.conf"
-				upid=$SERVER_PID
+				origin_start "$mode" "$sdir" "$dir/origin" "haproxy-origin-$hmode-$mode-$r"
+				up=$origin_port upid=$origin_pid
 				front=$(free_port)
 				haproxy_conf "$dir/haproxy.cfg" "$hmode" "$front" "$up"
 				start_server "$mode" "$sdir" "$OUT/logs/haproxy-$hmode-$mode-$r.log" -- -- \

@@ -503,6 +503,8 @@ enum pool_route pool_client_route(const struct sockaddr *dst, uint64_t key,
 			route = POOL_ROUTE_POOL;
 		} else if (r < 0 || now - d->since_ns > POOL_ANSWER_NS) {
 			dest_fail(d, now);
+		} else {
+			route = POOL_ROUTE_PENDING;
 		}
 		break;
 	}

@@ -58,6 +58,7 @@ enum pool_route {
 	POOL_ROUTE_FULL,     /* a setup request was sent: make this connection a full SMC one */
 	POOL_ROUTE_POOL,     /* *out is a ready pool (a reference): offer a slot of it */
 	POOL_ROUTE_FD_LIMIT, /* no pool for now: the descriptor budget refused one (fd_budget.h) */
+	POOL_ROUTE_PENDING,  /* a pool was asked for and its answer has not come: TCP for now */
 };
 
 /* Before a connect to dst (key: hs_policy_key) that hs_policy.h keeps off SMC. */

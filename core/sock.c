@@ -316,8 +316,16 @@ static struct smc_conn *connect_prepare_inband(int fd, enum smc_reason *why)
 /* A destination hs_policy.h keeps off the handshake: a connection through its pool
  * (pool.h), not yet connected; NULL otherwise, with *admit set when this connection
  * should make the full handshake that carries a pool's setup. */
+/* Why a connection that a pool would carry stays TCP for now (statistics). */
+enum pool_miss {
+	POOL_MISS_NONE = 0,
+	POOL_MISS_PENDING, /* the pool was asked for, its answer has not come */
+	POOL_MISS_FULL,    /* every slot was taken */
+};
+
 static struct smc_conn *connect_pooled(int fd, const struct sockaddr *dst, socklen_t dlen,
-				       uint64_t key, uint64_t now, bool *admit, bool *fd_limited)
+				       uint64_t key, uint64_t now, bool *admit, bool *fd_limited,
+				       enum pool_miss *miss)
 {
 	struct sockaddr_storage local;
 	struct smc_pool *p;
@@ -336,6 +344,9 @@ static struct smc_conn *connect_pooled(int fd, const struct sockaddr *dst, sockl
 		return NULL;
 	case POOL_ROUTE_NONE:
 		return NULL;
+	case POOL_ROUTE_PENDING:
+		*miss = POOL_MISS_PENDING;
+		return NULL;
 	case POOL_ROUTE_FD_LIMIT:
 		*fd_limited = true;
 		return NULL;
@@ -343,8 +354,12 @@ static struct smc_conn *connect_pooled(int fd, const struct sockaddr *dst, sockl
 		break;
 	}
 	/* the slot names our endpoint before the SYN does */
-	if (bind_local_end(fd, dst, dlen, &local) < 0 ||
-	    (slot = pool_client_offer(p, (struct sockaddr *)&local)) < 0) {
+	if (bind_local_end(fd, dst, dlen, &local) < 0) {
+		pool_put(p);
+		return NULL;
+	}
+	if ((slot = pool_client_offer(p, (struct sockaddr *)&local)) < 0) {
+		*miss = POOL_MISS_FULL;
 		pool_put(p);
 		return NULL;
 	}
@@ -420,6 +435,7 @@ int smc_sock_connect(int fd, const struct sockaddr *addr, socklen_t len)
 {
 	enum smc_reason why = SMC_REASON_DISABLED;
 	struct smc_conn *c = NULL;
+	enum pool_miss miss = POOL_MISS_NONE;
 	int r, e;
 
 	/* A connect() on a socket whose connection a first one started (a nonblocking
@@ -438,7 +454,7 @@ int smc_sock_connect(int fd, const struct sockaddr *addr, socklen_t len)
 		bool fd_limited = false;
 
 		if (!admit)
-			c = connect_pooled(fd, addr, len, key, now, &admit, &fd_limited);
+			c = connect_pooled(fd, addr, len, key, now, &admit, &fd_limited, &miss);
 		if (c) {
 			return connect_pooled_finish(c, fd, addr, len);
 		} else if (!admit) {
@@ -480,6 +496,8 @@ int smc_sock_connect(int fd, const struct sockaddr *addr, socklen_t len)
 		epoll_track_forget_fd(fd);
 	} else if (r == 0 || e == EINPROGRESS) {
 		connect_stays_tcp(fd, why);
+		if (miss != POOL_MISS_NONE)
+			stats_count_pool_miss(miss == POOL_MISS_FULL);
 	}
 	errno = e;
 	return r;

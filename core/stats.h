@@ -65,6 +65,8 @@ struct smc_stats_snapshot {
 	uint64_t stream_bytes;  /* shm payload stored with non-temporal stores */
 	uint64_t rewinds;       /* shm messages started at a ring's beginning (conn.c) */
 	uint64_t pooled;        /* shm connections that ran on a pool slot (pool.h) */
+	uint64_t pool_pending;  /* short-lived TCP connections made while their pool was set up */
+	uint64_t pool_full;     /* short-lived TCP connections made while every slot was taken */
 	uint64_t ib[SMC_IB_EVENT_MAX];
 };
 void stats_snapshot(struct smc_stats_snapshot *out);
@@ -74,6 +76,8 @@ void stats_count_wakeup(void);
 void stats_count_stream(size_t bytes);
 void stats_count_rewind(void);
 void stats_count_pooled(void);
+/* A short-lived connection stayed TCP: its pool not set up yet, or (full) out of slots. */
+void stats_count_pool_miss(bool full);
 
 /* Writes the JSON summary to `path` (already %p-expanded); 0 or -1 with errno. */
 int stats_write(const char *path);

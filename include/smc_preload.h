@@ -83,6 +83,8 @@
 #define SMC_STATS_KEY_SHM_STREAM_BYTES "shm_stream_bytes"
 #define SMC_STATS_KEY_SHM_REWINDS  "shm_rewinds"
 #define SMC_STATS_KEY_SHM_POOLED   "shm_pooled"
+#define SMC_STATS_KEY_POOL_PENDING "pool_pending"
+#define SMC_STATS_KEY_POOL_FULL    "pool_full"
 
 /* Mode names: keys inside "connections" and "bytes". */
 #define SMC_STATS_MODE_SHM "shm"

@@ -366,9 +366,10 @@ static void server_refuse(struct smc_conn *c, int ufd, const struct hs_auth *aut
 		hs_send_decline(ufd, diag);
 }
 
-/* The Proposal came from the client: under abstract names by its addresses and its
- * owner; by key, by the name the TCP Proposal gave (rdv_token_listen). */
-static bool server_trusts_proposal(struct smc_conn *c, int ufd, const struct hs_auth *auth,
+/* The Proposal came from the client: under abstract names by its addresses (its owner
+ * was checked before, see handshake_server); by key, by the name the TCP Proposal gave
+ * (rdv_token_listen). */
+static bool server_trusts_proposal(struct smc_conn *c, const struct hs_auth *auth,
 				   const struct clc_sh_proposal *p, uint32_t *diag)
 {
 	struct sockaddr_storage local, peer;
@@ -381,12 +382,6 @@ static bool server_trusts_proposal(struct smc_conn *c, int ufd, const struct hs_
 	    !clc_sh_addrs_match(p, (struct sockaddr *)&peer, plen, (struct sockaddr *)&local, llen)) {
 		log_warn("fd %d: invalid CLC Proposal from the client: staying TCP", c->fd);
 		*diag = CLC_DECL_SH_ADDR;
-		return false;
-	}
-	if (!rdv_peer_owns_tcp_peer(ufd, c->fd)) {
-		log_warn("fd %d: the process on the client's rendezvous name does not own the "
-			 "client's socket: staying TCP", c->fd);
-		*diag = CLC_DECL_SH_CRED;
 		return false;
 	}
 	return true;
@@ -438,7 +433,7 @@ int handshake_server(struct smc_conn *c, int ufd, const struct hs_auth *auth,
 		server_refuse(c, ufd, auth, CLC_DECL_MODEUNSUPP);
 		return -EPROTO;
 	}
-	if (!server_trusts_proposal(c, ufd, auth, p, &diag)) {
+	if (!server_trusts_proposal(c, auth, p, &diag)) {
 		close_fds(bells, 2);
 		server_refuse(c, ufd, auth, diag);
 		return -EPROTO;

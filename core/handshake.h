@@ -15,8 +15,8 @@
  *  - same-host rendezvous (abstract 4-tuple names, no TCP option): before handing
  *    anything over, each side checks that the process on the other end owns the other
  *    end of the TCP connection (rdv_peer_owns_tcp_peer, sock_diag: one network
- *    namespace), and the server that the Proposal's 4-tuple is its accepted
- *    connection's;
+ *    namespace; the server right after its connect, before it reads anything), and
+ *    the server that the Proposal's 4-tuple is its accepted connection's;
  *  - in-band negotiation (TCP option, struct hs_auth by_key): the client named its
  *    rendezvous socket and a secret key in the TCP Proposal, which only the TCP peer
  *    read. The server connects to that name (a socket nobody else can bind or replace,
@@ -50,7 +50,8 @@ void handshake_set_timeouts(int ufd);
  * it is the server: nothing was handed over nor decided, wait for the next one. */
 int handshake_client(struct smc_conn *c, int ufd, const struct hs_auth *auth);
 
-/* Server side. 0: c is ready to activate. Otherwise -errno and *why; -ECONNABORTED
+/* Server side; under abstract names (not by key) the caller has checked the process on
+ * ufd (rdv_peer_owns_tcp_peer) before calling. 0: c is ready to activate. Otherwise -errno and *why; -ECONNABORTED
  * means the client may already consider the connection upgraded, so the TCP connection
  * must be reset rather than used as plain TCP. */
 int handshake_server(struct smc_conn *c, int ufd, const struct hs_auth *auth,

@@ -259,7 +259,8 @@ int rdv_listener_sendmsg(const struct sockaddr *dst, struct msghdr *msg)
 	return (int)r;
 }
 
-/* How many 1 ms waits for a stale per-connection name to go (see rdv_conn_listen). */
+/* How many 1 ms waits for a stale per-connection name of our own to go (see
+ * rdv_conn_listen). */
 #define RDV_STALE_NAME_TRIES 50
 
 bool rdv_client_port_may_offer(const struct sockaddr *client)
@@ -267,6 +268,27 @@ bool rdv_client_port_may_offer(const struct sockaddr *client)
 	struct rdv_endpoint ep;
 
 	return rdv_endpoint_from(client, &ep) && (ep.port & 1);
+}
+
+static int connect_no_wait(const struct sockaddr_un *un, socklen_t ulen);
+
+/* Whether the listener on per-connection name un runs as our user: a name of one of our
+ * connections that just closed (see rdv_conn_listen). Its credentials are those of its
+ * listen(), known once connected; the probe sends nothing and goes at once. A name bound
+ * but not listened on, or with a full backlog, is nobody's connection of ours. */
+static bool name_held_by_our_user(const struct sockaddr_un *un, socklen_t ulen)
+{
+	struct ucred cred;
+	socklen_t cl = sizeof(cred);
+	int fd = connect_no_wait(un, ulen);
+	bool ours;
+
+	if (fd < 0)
+		return false;
+	ours = REAL(getsockopt)(fd, SOL_SOCKET, SO_PEERCRED, &cred, &cl) == 0 &&
+	       cred.uid == geteuid();
+	REAL(close)(fd);
+	return ours;
 }
 
 int rdv_conn_listen(const struct sockaddr *local, const struct sockaddr *peer)
@@ -284,12 +306,15 @@ int rdv_conn_listen(const struct sockaddr *local, const struct sockaddr *peer)
 		return -errno;
 	/* The kernel may hand out the local port of a connection that just closed (reset,
 	 * no TIME_WAIT) while that connection's name is still being released by its
-	 * progress thread: no live connection can hold this exact 4-tuple, so a holder is
-	 * stale and goes within moments. */
+	 * progress thread: no live connection can hold this exact 4-tuple, so such a holder
+	 * is stale and goes within moments. A holder of another user is not one of those
+	 * (or not one worth waiting for): it may be squatting names of connections not yet
+	 * made, so the connection stays TCP at once. */
 	for (int tries = 0; REAL(bind)(fd, (struct sockaddr *)&un, ulen) < 0; tries++) {
 		int e = errno;
 
-		if (e != EADDRINUSE || tries == RDV_STALE_NAME_TRIES) {
+		if (e != EADDRINUSE || tries == RDV_STALE_NAME_TRIES ||
+		    !name_held_by_our_user(&un, ulen)) {
 			REAL(close)(fd);
 			return -e;
 		}

@@ -48,7 +48,9 @@ bool rdv_listener_present(const struct sockaddr *dst);
  * application bound it) does not offer SMC on that connection. */
 bool rdv_client_port_may_offer(const struct sockaddr *client);
 
-/* Client side: per-connection seqpacket listener for the 4-tuple (local, peer). */
+/* Client side: per-connection seqpacket listener for the 4-tuple (local, peer).
+ * -EADDRINUSE: the name is held by a process of another user (or, for a moment too
+ * long, by one of ours). */
 int rdv_conn_listen(const struct sockaddr *local, const struct sockaddr *peer);
 /* Server side: connects to the client's per-connection name for the accepted socket's
  * 4-tuple (peer = client, local = server). -errno when there is none. */

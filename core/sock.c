@@ -282,7 +282,7 @@ static struct smc_conn *connect_prepare(int fd, const struct sockaddr *dst, sock
 	}
 	rfd = rdv_conn_listen((struct sockaddr *)&local, dst);
 	if (rfd < 0) {
-		*why = fd_budget_reason_for(rfd);
+		*why = rfd == -EADDRINUSE ? SMC_REASON_RDV_TAKEN : fd_budget_reason_for(rfd);
 		conn_put(c);
 		return NULL;
 	}
@@ -1038,6 +1038,17 @@ static int accept_rendezvous(int lfd, int nfd, const struct sockaddr *peer, int 
 			*why = SMC_REASON_PEER_CLOSED;
 		else if (ufd == -EMFILE || ufd == -ENFILE)
 			*why = SMC_REASON_FD_LIMIT;
+		return 0;
+	}
+	/* Any local user can bind the name of a connection not yet made and then stay
+	 * silent: who holds it (the credentials of its listen(), known since our connect)
+	 * is checked before anything is read from or sent to it, or every such connection
+	 * would cost this accept() a handshake timeout. */
+	if (!rdv_peer_owns_tcp_peer(ufd, nfd)) {
+		log_warn("fd %d: the client's rendezvous name is held by a process that does "
+			 "not own the client's socket: staying TCP", nfd);
+		REAL(close)(ufd);
+		*why = SMC_REASON_RDV_TAKEN;
 		return 0;
 	}
 	return accept_handshake(nfd, ufd, flags, &by_owner, why);

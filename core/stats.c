@@ -68,6 +68,7 @@ static const char *const reason_names[SMC_REASON_MAX] = {
 	[SMC_REASON_READINESS] = SMC_STATS_REASON_READINESS,
 	[SMC_REASON_IO_URING] = SMC_STATS_REASON_IO_URING,
 	[SMC_REASON_FD_LIMIT] = SMC_STATS_REASON_FD_LIMIT,
+	[SMC_REASON_RDV_TAKEN] = SMC_STATS_REASON_RDV_TAKEN,
 };
 
 /* Order of modes in the JSON objects, as documented. */

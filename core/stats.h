@@ -28,6 +28,7 @@ enum smc_reason {
 	SMC_REASON_READINESS,       /* in a readiness set (epoll...) the emulation cannot take over */
 	SMC_REASON_IO_URING,        /* the process uses io_uring, which bypasses the library */
 	SMC_REASON_FD_LIMIT,        /* the library's descriptors would crowd RLIMIT_NOFILE */
+	SMC_REASON_RDV_TAKEN,       /* the connection's rendezvous name is held by another user */
 	SMC_REASON_MAX
 };
 

@@ -106,5 +106,6 @@
 #define SMC_STATS_REASON_READINESS     "readiness"        /* in an epoll/readiness set the library cannot take over */
 #define SMC_STATS_REASON_IO_URING      "io-uring"         /* the process uses io_uring */
 #define SMC_STATS_REASON_FD_LIMIT      "fd-limit"         /* descriptors near RLIMIT_NOFILE */
+#define SMC_STATS_REASON_RDV_TAKEN     "rendezvous-taken" /* another user holds the connection's rendezvous name */
 
 #endif

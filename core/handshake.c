@@ -31,6 +31,28 @@ void handshake_set_timeouts(int ufd)
 	REAL(setsockopt)(ufd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
 }
 
+/*
+ * How long a server waits for the client's Proposal inside the application's accept():
+ * an event loop's every other client waits with it. The client's progress thread sits
+ * in epoll on its name and answers our connect in microseconds; 200 ms leaves a busy
+ * host room to schedule it (a few of the scheduler's periods with dozens of runnable
+ * threads per CPU) while a client that owns its socket and stays silent holds the loop
+ * a tenth of the default handshake timeout instead of all of it. Past it nothing was
+ * handed over, so the connection stays TCP (the client sees our close and does too).
+ * Never longer than SMC_HANDSHAKE_TIMEOUT_MS.
+ */
+#define HS_ACCEPT_PROPOSAL_MS 200u
+
+/* Bounds the next read on ufd by the Proposal's wait inside accept(). */
+static void hs_set_accept_wait(int ufd)
+{
+	unsigned ms = smc_cfg.handshake_timeout_ms < HS_ACCEPT_PROPOSAL_MS
+			      ? smc_cfg.handshake_timeout_ms : HS_ACCEPT_PROPOSAL_MS;
+	struct timeval tv = { .tv_sec = ms / 1000, .tv_usec = (ms % 1000) * 1000 };
+
+	REAL(setsockopt)(ufd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+}
+
 static int hs_send(int ufd, const struct clc_msg *m, const int *fds, int nfds)
 {
 	uint8_t buf[CLC_MAX_LEN];
@@ -350,6 +372,7 @@ void handshake_server_decline(int tcp_fd, int ufd, const struct hs_auth *auth, u
 	 * handshake; its doorbells are closed unused. One that could not be read (its
 	 * doorbells found no free descriptor here) is declined all the same. */
 	handshake_set_timeouts(ufd);
+	hs_set_accept_wait(ufd);
 	if (hs_recv(ufd, &prop, CLC_PROPOSAL, bells, 2) == 0 && prop.type == CLC_DECLINE)
 		return;
 	close_fds(bells, 2);
@@ -387,7 +410,7 @@ static bool server_trusts_proposal(struct smc_conn *c, const struct hs_auth *aut
 	return true;
 }
 
-int handshake_server(struct smc_conn *c, int ufd, const struct hs_auth *auth,
+int handshake_server(struct smc_conn *c, int ufd, const struct hs_auth *auth, bool in_accept,
 		     enum smc_reason *why)
 {
 	struct clc_msg prop, acc = { .variant = CLC_SAMEHOST, .type = CLC_ACCEPT }, conf;
@@ -400,7 +423,11 @@ int handshake_server(struct smc_conn *c, int ufd, const struct hs_auth *auth,
 
 	*why = SMC_REASON_HANDSHAKE;
 	handshake_set_timeouts(ufd);
+	if (in_accept)
+		hs_set_accept_wait(ufd);
 	r = hs_recv(ufd, &prop, CLC_PROPOSAL, bells, nbells);
+	if (in_accept)
+		handshake_set_timeouts(ufd); /* the rest as in any handshake */
 	if (r == -EMFILE) {
 		/* the client's doorbells found no free slot here */
 		*why = SMC_REASON_FD_LIMIT;

@@ -762,7 +762,7 @@ static int accept_handshake(int nfd, int ufd, int flags, const struct hs_auth *a
 	}
 	c->nonblock = (flags & SOCK_NONBLOCK) != 0;
 	conn_load_sockopts(c);
-	r = handshake_server(c, ufd, auth, why);
+	r = handshake_server(c, ufd, auth, true, why);
 	REAL(close)(ufd);
 	return accept_finish(c, nfd, r, false);
 }
@@ -843,7 +843,7 @@ static void deferred_decide(struct smc_conn *c, enum neg_offer o, const struct c
 				why = SMC_REASON_PEER_CLOSED;
 			break;
 		}
-		r = handshake_server(c, ufd, &auth, &why);
+		r = handshake_server(c, ufd, &auth, false, &why);
 		REAL(close)(ufd);
 		break;
 	case NEG_OFFER_ABORT:

@@ -45,7 +45,7 @@ static void *server_main(void *arg)
 {
 	struct server_run *s = arg;
 
-	s->r = handshake_server(s->c, s->ufd, &s->auth, &s->why);
+	s->r = handshake_server(s->c, s->ufd, &s->auth, false, &s->why);
 	return NULL;
 }
 

@@ -68,6 +68,7 @@ ASAN_TESTS=(tests/integration/fallback.sh tests/integration/stream.sh
 	tests/integration/fd_headroom.sh)
 # fork() while threads are busy (locks inherited by children), per-process counts
 ASAN_TESTS+=(tests/integration/fork.sh tests/integration/fork_counts.sh)
+ASAN_TESTS+=(tests/integration/rdv_squat.sh)
 # Not under the sanitizers: the Soft-RoCE tests (ASan inside the emulated VM slows the
 # peers enough for an RC retry timeout to fail the link now and then).
 

@@ -51,11 +51,12 @@ void handshake_set_timeouts(int ufd);
 int handshake_client(struct smc_conn *c, int ufd, const struct hs_auth *auth);
 
 /* Server side; under abstract names (not by key) the caller has checked the process on
- * ufd (rdv_peer_owns_tcp_peer) before calling. 0: c is ready to activate. Otherwise -errno and *why; -ECONNABORTED
- * means the client may already consider the connection upgraded, so the TCP connection
- * must be reset rather than used as plain TCP. in_accept: run inside the application's
- * accept(), so the client's Proposal is waited for only HS_ACCEPT_PROPOSAL_MS
- * (handshake.c), then the connection stays TCP (SMC_REASON_HANDSHAKE). */
+ * ufd (rdv_peer_owns_tcp_peer) before calling. 0: c is ready to activate. Otherwise
+ * -errno and *why; -ECONNABORTED means the client may already consider the connection
+ * upgraded, so the TCP connection must be reset rather than used as plain TCP.
+ * in_accept: run inside the application's accept(), so the client's Proposal is waited
+ * for only HS_ACCEPT_PROPOSAL_MS (handshake.c), then the connection stays TCP
+ * (SMC_REASON_HANDSHAKE). */
 int handshake_server(struct smc_conn *c, int ufd, const struct hs_auth *auth, bool in_accept,
 		     enum smc_reason *why);
 

@@ -283,6 +283,9 @@ static struct smc_conn *connect_prepare(int fd, const struct sockaddr *dst, sock
 	rfd = rdv_conn_listen((struct sockaddr *)&local, dst);
 	if (rfd < 0) {
 		*why = rfd == -EADDRINUSE ? SMC_REASON_RDV_TAKEN : fd_budget_reason_for(rfd);
+		if (rfd == -EADDRINUSE)
+			log_warn("fd %d: our rendezvous name is held by another user's process: "
+				 "staying TCP", fd);
 		conn_put(c);
 		return NULL;
 	}

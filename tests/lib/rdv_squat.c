@@ -114,7 +114,8 @@ static int squat(uint16_t server_port, uint16_t first, int count)
 			if (!(pfd[i].revents & (POLLIN | POLLHUP | POLLERR)))
 				continue;
 			if (i < count) {
-				int fd = accept4(pfd[i].fd, NULL, NULL, SOCK_CLOEXEC | SOCK_NONBLOCK);
+				int fd = accept4(pfd[i].fd, NULL, NULL,
+						 SOCK_CLOEXEC | SOCK_NONBLOCK);
 
 				if (fd < 0)
 					continue;

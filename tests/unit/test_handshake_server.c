@@ -5,7 +5,8 @@
  * load generator does when its run ends) and a client that answers with garbage both
  * get the connection reset, but only the garbage is logged as a warning; a client
  * whose Confirm comes late (held up, alive) gets its connection upgraded, one that
- * stays silent for good is reset in the end. The client
+ * stays silent for good is reset in the end; inside accept() the Proposal alone is
+ * waited for a short while (HS_ACCEPT_PROPOSAL_MS). The client
  * here is the test itself on the other end of a unix SEQPACKET pair, speaking CLC with
  * the library's own encoder; the in-band flavour (struct hs_auth by_key) spares it the
  * address and credential checks, which tests/integration covers.
@@ -35,6 +36,7 @@ struct server_run {
 	struct smc_conn *c;
 	int ufd;
 	struct hs_auth auth;
+	bool in_accept;
 	enum smc_reason why;
 	int r;
 	pthread_t tid;
@@ -45,7 +47,7 @@ static void *server_main(void *arg)
 {
 	struct server_run *s = arg;
 
-	s->r = handshake_server(s->c, s->ufd, &s->auth, false, &s->why);
+	s->r = handshake_server(s->c, s->ufd, &s->auth, s->in_accept, &s->why);
 	return NULL;
 }
 
@@ -136,10 +138,10 @@ static void sleep_ms(long ms)
 		;
 }
 
-/* Starts handshake_server for a fresh server connection; *cfd is the client's end of
- * the rendezvous pair, fds the TCP pair (fds[1] the server's). What the library logs
- * until server_finish is kept. */
-static void server_start(struct server_run *s, int fds[2], int *cfd)
+/* Starts handshake_server for a fresh server connection (inside accept() when
+ * in_accept); *cfd is the client's end of the rendezvous pair, fds the TCP pair (fds[1]
+ * the server's). What the library logs until server_finish is kept. */
+static void server_start_in(struct server_run *s, int fds[2], int *cfd, bool in_accept)
 {
 	int sp[2];
 
@@ -151,9 +153,15 @@ static void server_start(struct server_run *s, int fds[2], int *cfd)
 	s->ufd = sp[0];
 	s->auth.by_key = true;
 	s->auth.key = 0xabcdef;
+	s->in_accept = in_accept;
 	*cfd = sp[1];
 	log_capture_begin(&s->lc);
 	ck_assert_int_eq(pthread_create(&s->tid, NULL, server_main, s), 0);
+}
+
+static void server_start(struct server_run *s, int fds[2], int *cfd)
+{
+	server_start_in(s, fds, cfd, false);
 }
 
 /* Joins the server and puts its log into log[cap]. */
@@ -302,6 +310,75 @@ START_TEST(client_tcp_gone_ends_the_wait)
 }
 END_TEST
 
+/* Inside accept(), a client that sends no Proposal is not waited for a whole handshake
+ * timeout (a minute here: the test's own timeout ends first): the connection stays TCP
+ * and, by key, the client hears a Decline on TCP. */
+START_TEST(silent_client_in_accept_is_not_waited_for)
+{
+	struct server_run s;
+	int fds[2], cfd;
+	char log[8192], b[64];
+
+	smc_cfg.handshake_timeout_ms = 60000;
+	server_start_in(&s, fds, &cfd, true);
+	server_finish(&s, log, sizeof(log));
+	ck_assert_int_eq(s.r, -EPROTO);
+	ck_assert_int_eq(s.why, SMC_REASON_HANDSHAKE);
+	ck_assert_int_gt(recv(fds[0], b, sizeof(b), MSG_DONTWAIT), 0); /* the Decline */
+	close(cfd);
+	conn_put(s.c);
+	close(fds[0]);
+	close(fds[1]);
+}
+END_TEST
+
+/* Outside accept() (the progress thread's deferred handshake) the Proposal is waited for
+ * the whole handshake timeout: one that comes after accept()'s short wait is taken. */
+START_TEST(late_proposal_outside_accept_is_taken)
+{
+	struct server_run s;
+	int fds[2], cfd;
+	char log[8192];
+
+	smc_cfg.handshake_timeout_ms = 2000;
+	server_start(&s, fds, &cfd);
+	sleep_ms(400);
+	send_proposal(cfd);
+	send_confirm(cfd, recv_accept(cfd));
+	server_finish(&s, log, sizeof(log));
+	close(cfd);
+	ck_assert_msg(s.r == 0, "handshake_server: %d, log: %s", s.r, log);
+	conn_put(s.c);
+	close(fds[0]);
+	close(fds[1]);
+}
+END_TEST
+
+/* Inside accept() only the Proposal's wait is short: the Confirm after it is waited for
+ * the handshake timeout as anywhere (no "waiting on" past a first timeout either). */
+START_TEST(confirm_in_accept_waits_the_handshake_timeout)
+{
+	struct server_run s;
+	int fds[2], cfd;
+	char log[8192];
+	uint64_t token;
+
+	smc_cfg.handshake_timeout_ms = 2000;
+	server_start_in(&s, fds, &cfd, true);
+	send_proposal(cfd);
+	token = recv_accept(cfd);
+	sleep_ms(400);
+	send_confirm(cfd, token);
+	server_finish(&s, log, sizeof(log));
+	close(cfd);
+	ck_assert_msg(s.r == 0, "handshake_server: %d, log: %s", s.r, log);
+	ck_assert_msg(!strstr(log, "waiting on while the client lives"), "log: %s", log);
+	conn_put(s.c);
+	close(fds[0]);
+	close(fds[1]);
+}
+END_TEST
+
 int main(void)
 {
 	Suite *s = suite_create("handshake_server");
@@ -315,6 +392,9 @@ int main(void)
 	tcase_add_test(tc, late_confirm_is_taken);
 	tcase_add_test(tc, silent_client_is_reset_in_the_end);
 	tcase_add_test(tc, client_tcp_gone_ends_the_wait);
+	tcase_add_test(tc, silent_client_in_accept_is_not_waited_for);
+	tcase_add_test(tc, late_proposal_outside_accept_is_taken);
+	tcase_add_test(tc, confirm_in_accept_waits_the_handshake_timeout);
 	suite_add_tcase(s, tc);
 	sr = srunner_create(s);
 	srunner_run_all(sr, CK_NORMAL);

@@ -274,8 +274,10 @@ static int connect_no_wait(const struct sockaddr_un *un, socklen_t ulen);
 
 /* Whether the listener on per-connection name un runs as our user: a name of one of our
  * connections that just closed (see rdv_conn_listen). Its credentials are those of its
- * listen(), known once connected; the probe sends nothing and goes at once. A name bound
- * but not listened on, or with a full backlog, is nobody's connection of ours. */
+ * listen(), known once connected; the probe sends nothing and is closed at once (the
+ * holder may still find it in its backlog: the client's progress thread then reads
+ * the close). A name bound but not listened on, or with a full backlog, is nobody's
+ * connection of ours. */
 static bool name_held_by_our_user(const struct sockaddr_un *un, socklen_t ulen)
 {
 	struct ucred cred;
@@ -313,8 +315,9 @@ int rdv_conn_listen(const struct sockaddr *local, const struct sockaddr *peer)
 	for (int tries = 0; REAL(bind)(fd, (struct sockaddr *)&un, ulen) < 0; tries++) {
 		int e = errno;
 
+		/* asked once: each probe stays in the holder's backlog until it closes */
 		if (e != EADDRINUSE || tries == RDV_STALE_NAME_TRIES ||
-		    !name_held_by_our_user(&un, ulen)) {
+		    (tries == 0 && !name_held_by_our_user(&un, ulen))) {
 			REAL(close)(fd);
 			return -e;
 		}

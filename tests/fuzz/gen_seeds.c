@@ -1,0 +1,274 @@
+/* SPDX-License-Identifier: GPL-2.0-only OR BSD-2-Clause */
+/*
+ * Writes the seed corpora of the fuzz harnesses, every message made by the encoders the
+ * harnesses' decoders mirror: gen_seeds DIR writes DIR/<harness>/<name>. The seeds are
+ * checked in under tests/fuzz/corpus (`make fuzz-seeds` regenerates them).
+ */
+#include <errno.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "core/cdc.h"
+#include "core/clc.h"
+#include "core/config.h"
+#include "core/ib_proto.h"
+#include "core/pool_slot.h"
+
+static const char *top;
+
+static void put(const char *harness, const char *name, const void *a, size_t alen,
+		const void *b, size_t blen)
+{
+	char path[4096];
+	FILE *f;
+
+	snprintf(path, sizeof(path), "%s/%s", top, harness);
+	if (mkdir(path, 0755) < 0 && errno != EEXIST) {
+		perror(path);
+		exit(1);
+	}
+	snprintf(path, sizeof(path), "%s/%s/%s", top, harness, name);
+	f = fopen(path, "wb");
+	if (!f || fwrite(a, 1, alen, f) != alen || (blen && fwrite(b, 1, blen, f) != blen) ||
+	    fclose(f) != 0) {
+		perror(path);
+		exit(1);
+	}
+}
+
+static void fill(uint8_t *p, size_t n, uint8_t start)
+{
+	for (size_t i = 0; i < n; i++)
+		p[i] = (uint8_t)(start + i);
+}
+
+static size_t encode(const struct clc_msg *m, uint8_t *buf)
+{
+	ssize_t n = clc_encode(m, buf, CLC_MAX_LEN);
+
+	if (n < 0) {
+		fprintf(stderr, "gen_seeds: clc_encode: %s\n", strerror((int)-n));
+		exit(1);
+	}
+	return (size_t)n;
+}
+
+static struct clc_msg r_proposal(unsigned v6, bool block, bool ib)
+{
+	struct clc_msg m = { .variant = CLC_SMCR, .type = CLC_PROPOSAL, .flags = CLC_PATH_SMCR };
+	struct clc_smcr_proposal *p = &m.u.r_prop;
+
+	fill(p->lcl.peer_id, sizeof(p->lcl.peer_id), 0x10);
+	if (ib) {
+		fill(p->lcl.gid, sizeof(p->lcl.gid), 0x20);
+		fill(p->lcl.mac, sizeof(p->lcl.mac), 0x40);
+	}
+	memcpy(p->ipv4_subnet, (uint8_t[]){ 192, 168, 7, 0 }, 4);
+	p->ipv4_prefix_len = 24;
+	p->ipv6_count = (uint8_t)v6;
+	for (unsigned i = 0; i < v6; i++) {
+		fill(p->ipv6[i].prefix, 16, (uint8_t)(0xA0 + i));
+		p->ipv6[i].len = (uint8_t)(64 + i);
+	}
+	if (block) {
+		struct clc_block b = { .version = CLC_BLOCK_VERSION, .flags = ib ? CLC_BLOCK_NO_SHM : 0,
+				       .host_id = 0x0102030405060708ULL,
+				       .rdv_name = ib ? 0 : 0x1111222233334444ULL,
+				       .rdv_key = ib ? 0 : 0x5555666677778888ULL };
+
+		clc_block_put(p, &b);
+	}
+	return m;
+}
+
+static struct clc_msg r_accept(uint8_t type)
+{
+	struct ib_link_params l = { .qpn = 0x123456, .psn = 0xABCDEF, .mtu = CLC_MTU_1024 };
+	struct ib_rmb_params r = { .token = 0x0BADF00D, .rkey = 0xCAFEBABE,
+				   .vaddr = 0x7f0000100000ULL, .size = 65536 };
+	struct clc_msg m;
+
+	fill(l.peer_id, sizeof(l.peer_id), 0x11);
+	fill(l.gid, sizeof(l.gid), 0x21);
+	fill(l.mac, sizeof(l.mac), 0x41);
+	ib_params_to_clc(&l, &r, type, type == CLC_ACCEPT, &m);
+	return m;
+}
+
+static struct clc_msg r_decline(void)
+{
+	struct clc_msg m = { .variant = CLC_SMCR, .type = CLC_DECLINE };
+
+	fill(m.u.r_decl.peer_id, CLC_PEER_ID_LEN, 0x70);
+	m.u.r_decl.diag = CLC_DECL_NOSMCRDEV;
+	return m;
+}
+
+static struct clc_msg sh(uint8_t type)
+{
+	struct clc_msg m = { .variant = CLC_SAMEHOST, .type = type };
+
+	switch (type) {
+	case CLC_PROPOSAL:
+		m.u.s_prop = (struct clc_sh_proposal){
+			.proto = CLC_SAMEHOST_PROTO, .c2s_size = 1u << 16, .s2c_size = 1u << 20,
+			.client_token = 0x1122334455667788ULL, .family = AF_INET,
+			.client_addr = { 127, 0, 0, 1 }, .server_addr = { 127, 0, 0, 2 },
+			.client_port = 40001, .server_port = 6379 };
+		break;
+	case CLC_ACCEPT:
+		m.u.s_acc = (struct clc_sh_accept){ .proto = CLC_SAMEHOST_PROTO,
+			.c2s_size = 1u << 16, .s2c_size = 1u << 20,
+			.server_token = 0x99AABBCCDDEEFF01ULL, .proof = 0x0BADC0DE12345678ULL };
+		break;
+	case CLC_CONFIRM:
+		m.u.s_conf = (struct clc_sh_confirm){ 0x1122334455667788ULL, 0x99AABBCCDDEEFF01ULL };
+		break;
+	default:
+		m.u.s_decl.diag = CLC_DECL_SH_ADDR;
+		break;
+	}
+	return m;
+}
+
+static void clc_seeds(void)
+{
+	uint8_t buf[CLC_MAX_LEN], ext[IB_CREDITS_EXT_LEN], fd0 = 0x05, fd1 = 0x01;
+	struct clc_msg m;
+	size_t n;
+
+	m = r_proposal(0, false, true);
+	n = encode(&m, buf);
+	put("clc", "smcr_proposal_kernel", buf, n, NULL, 0);
+	put("rendezvous", "smcr_proposal_kernel", &fd0, 1, buf, n);
+	m = r_proposal(2, true, false);
+	n = encode(&m, buf);
+	put("clc", "smcr_proposal_block", buf, n, NULL, 0);
+	put("rendezvous", "smcr_proposal_block", &fd0, 1, buf, n);
+	m = r_proposal(1, true, true);
+	n = encode(&m, buf);
+	put("clc", "smcr_proposal_block_ib", buf, n, NULL, 0);
+	put("rendezvous", "smcr_proposal_block_ib", &fd0, 1, buf, n);
+
+	ib_link_credits_encode(16, ext);
+	m = r_accept(CLC_ACCEPT);
+	n = encode(&m, buf);
+	put("clc", "smcr_accept", buf, n, NULL, 0);
+	put("ib_proto", "smcr_accept_credits", buf, n, ext, sizeof(ext));
+	put("rendezvous", "smcr_accept", &fd0, 1, buf, n);
+	memcpy(buf + n, ext, sizeof(ext));
+	put("rendezvous", "smcr_accept_credits", &fd0, 1, buf, n + sizeof(ext));
+	m = r_accept(CLC_CONFIRM);
+	n = encode(&m, buf);
+	put("clc", "smcr_confirm", buf, n, NULL, 0);
+	put("ib_proto", "smcr_confirm_credits", buf, n, ext, sizeof(ext));
+	/* no CLC header: token table operations (op, token low, token high) */
+	put("ib_proto", "tokens", (uint8_t[]){ 0, 1, 0, 0, 2, 0, 1, 1, 0, 2, 1, 0, 1, 1, 0 }, 15,
+	    NULL, 0);
+	m = r_decline();
+	n = encode(&m, buf);
+	put("clc", "smcr_decline", buf, n, NULL, 0);
+	put("rendezvous", "smcr_decline", &fd0, 1, buf, n);
+
+	m = sh(CLC_PROPOSAL);
+	n = encode(&m, buf);
+	put("clc", "sh_proposal", buf, n, NULL, 0);
+	put("rendezvous", "sh_proposal_fds", &fd1, 1, buf, n);
+	m = sh(CLC_ACCEPT);
+	n = encode(&m, buf);
+	put("clc", "sh_accept", buf, n, NULL, 0);
+	put("rendezvous", "sh_accept_fds", (uint8_t[]){ 0x0f }, 1, buf, n);
+	m = sh(CLC_CONFIRM);
+	n = encode(&m, buf);
+	put("clc", "sh_confirm", buf, n, NULL, 0);
+	m = sh(CLC_DECLINE);
+	n = encode(&m, buf);
+	put("clc", "sh_decline", buf, n, NULL, 0);
+	put("rendezvous", "sh_decline", &fd0, 1, buf, n);
+}
+
+static void cdc_seeds(void)
+{
+	struct { const char *name; struct cdc_msg m; uint8_t ring_shift; } s[] = {
+		{ "data", { 7, 0x0BADF00D, { cursor_make(0, 4096), cursor_make(0, 0), 0 }, 4 }, 4 },
+		{ "wrapped", { 65535, 1, { cursor_make(3, 100), cursor_make(3, 50),
+					   CDC_WRITE_BLOCKED | CDC_CONS_UPDATE_REQ }, 0 }, 0 },
+		{ "closed", { 1, 2, { cursor_make(0xffff, 0), cursor_make(0xfffe, 65000),
+				      CDC_DONE_WRITING | CDC_CONN_CLOSED }, 255 }, 4 },
+	};
+
+	for (size_t i = 0; i < sizeof(s) / sizeof(s[0]); i++) {
+		uint8_t buf[CDC_MSG_LEN], state[1 + 4 * 8];
+
+		if (cdc_encode(&s[i].m, buf) != 0) {
+			fprintf(stderr, "gen_seeds: cdc_encode %s\n", s[i].name);
+			exit(1);
+		}
+		memset(state, 0, sizeof(state));
+		state[0] = s[i].ring_shift;
+		/* last prod and my cons at the message's cons, the peer read up to its prod */
+		memcpy(state + 1, &s[i].m.st.cons, 8);
+		memcpy(state + 9, &s[i].m.st.cons, 8);
+		memcpy(state + 17, &s[i].m.st.cons, 8);
+		memcpy(state + 25, &s[i].m.st.prod, 8);
+		put("cdc", s[i].name, buf, sizeof(buf), state, sizeof(state));
+	}
+}
+
+static void pool_seeds(void)
+{
+	/* 2 slots, 2 offers from 10.0.0.1:40001; no peer write; claim 40001 then 40002 */
+	static const uint8_t claim[] = {
+		1, 2, 10, 0, 0, 1, 0x41, 0x9c,
+		0xff, 0, 0, 0, 0, 0, /* ends the writes */
+		10, 0, 0, 1, 0x41, 0x9c, 10, 0, 0, 1, 0x42, 0x9c,
+	};
+	/* 1 slot, 1 offer, the peer rewrites the slot's endpoint and word, then a claim */
+	static const uint8_t forged[] = {
+		0, 1, 10, 0, 0, 1, 0x41, 0x9c,
+		1, 1, 10, 0, 0, 2,     /* slot 0: port and the first address bytes */
+		1, 0, 0x02, 0x01, 0, 0, /* slot 0: word OFFERED, generation 1 */
+		0xff, 0, 0, 0, 0, 0,
+		10, 0, 0, 1, 0x41, 0x9c,
+	};
+
+	put("pool_slot", "claim", claim, sizeof(claim), NULL, 0);
+	put("pool_slot", "forged", forged, sizeof(forged), NULL, 0);
+}
+
+static void config_seeds(void)
+{
+	static const char *const extra[] = { "256k", "1G", "0", "yes", "off", "debug", "4",
+					     "18446744073709551615", "9999999999999999999999k" };
+
+	for (size_t i = 0; i < smc_cfg_nvars; i++) {
+		uint8_t idx = (uint8_t)i;
+		const char *def = smc_cfg_vars[i].def ? smc_cfg_vars[i].def : "";
+
+		put("config", smc_cfg_vars[i].name, &idx, 1, def, strlen(def));
+	}
+	for (size_t i = 0; i < sizeof(extra) / sizeof(extra[0]); i++) {
+		uint8_t idx = (uint8_t)(i * 3 % smc_cfg_nvars);
+		char name[32];
+
+		snprintf(name, sizeof(name), "extra%zu", i);
+		put("config", name, &idx, 1, extra[i], strlen(extra[i]));
+	}
+}
+
+int main(int argc, char **argv)
+{
+	if (argc != 2) {
+		fprintf(stderr, "usage: gen_seeds DIR\n");
+		return 2;
+	}
+	top = argv[1];
+	clc_seeds();
+	cdc_seeds();
+	pool_seeds();
+	config_seeds();
+	return 0;
+}

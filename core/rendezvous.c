@@ -544,7 +544,9 @@ ssize_t rdv_recv(int ufd, void *buf, size_t cap, int *fds, int *nfds, int maxfds
 			}
 		}
 	}
-	if (bad || (msg.msg_flags & (MSG_TRUNC | MSG_CTRUNC))) {
+	/* An empty message is the end of the stream for a seqpacket socket, whatever came
+	 * with it: its descriptors are closed like those of a rejected message. */
+	if (bad || r == 0 || (msg.msg_flags & (MSG_TRUNC | MSG_CTRUNC))) {
 		/* closed here, so no caller may close the numbers again: by then another
 		 * thread may hold them (the application's sockets, our own doorbells) */
 		for (int i = 0; i < *nfds; i++) {
@@ -552,10 +554,10 @@ ssize_t rdv_recv(int ufd, void *buf, size_t cap, int *fds, int *nfds, int maxfds
 			fds[i] = -1;
 		}
 		*nfds = 0;
+		if (r == 0 && !bad && !(msg.msg_flags & MSG_CTRUNC))
+			return -ECONNRESET;
 		return !bad && !(msg.msg_flags & MSG_TRUNC) && no_fd_free(ufd) ? -EMFILE : -EPROTO;
 	}
-	if (r == 0)
-		return -ECONNRESET;
 	return r;
 }
 

@@ -75,7 +75,8 @@ int rdv_token_connect(uint64_t token, bool path);
 int rdv_send(int ufd, const void *buf, size_t len, const int *fds, int nfds);
 /* Receives one message; fills fds[0..*nfds) (CLOEXEC). Returns its length or -errno;
  * descriptors beyond maxfds are closed and the message rejected; -EMFILE when the
- * kernel dropped its descriptors for want of a free one (the message is lost too). */
+ * kernel dropped its descriptors for want of a free one (the message is lost too). On
+ * any error no descriptor is handed over (those that came with it are closed). */
 ssize_t rdv_recv(int ufd, void *buf, size_t cap, int *fds, int *nfds, int maxfds);
 
 /* The process on the other end of rendezvous socket ufd (SO_PEERCRED) is root, runs as

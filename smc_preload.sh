@@ -46,7 +46,9 @@ SIZE: bytes, or with a k, m or g suffix (1k = 1024). Other settings are read
 from SMC_* environment variables: see libsmc_preload(7) or --print-config.
 Library: \$SMC_PRELOAD_LIB, else the build tree, else $SMC_INSTALLED_LIB.
 eBPF object: \$SMC_BPF_OBJ, else the build tree, else $SMC_INSTALLED_BPF_OBJ;
-pinned under \$SMC_BPF_DIR (default /sys/fs/bpf/smc_preload).
+pinned under \$SMC_BPF_DIR (default /sys/fs/bpf/smc_preload), the map again
+under \$SMC_RDV_DIR/bpf (default /run/smc-preload/bpf) for ip netns exec and
+containers (bind-mount /run/smc-preload into them).
 EOF
 }
 

@@ -46,7 +46,9 @@ SIZE: bytes, or with a k, m or g suffix (1k = 1024). Other settings are read
 from SMC_* environment variables: see libsmc_preload(7) or --print-config.
 Library: \$SMC_PRELOAD_LIB, else the build tree, else $SMC_INSTALLED_LIB.
 eBPF object: \$SMC_BPF_OBJ, else the build tree, else $SMC_INSTALLED_BPF_OBJ;
-pinned under \$SMC_BPF_DIR (default /sys/fs/bpf/smc_preload).
+pinned under \$SMC_BPF_DIR (default /sys/fs/bpf/smc_preload), the map again
+under \$SMC_RDV_DIR/bpf (default /run/smc-preload/bpf) for ip netns exec and
+containers (bind-mount /run/smc-preload into them).
 EOF
 }
 
@@ -59,6 +61,10 @@ die_usage() {
 die() {
 	printf '%s: %s\n' "$prog" "$1" >&2
 	exit 1
+}
+
+warn() {
+	printf '%s: warning: %s\n' "$prog" "$1" >&2
 }
 
 say() {
@@ -82,8 +88,12 @@ bpf_init_paths() {
 	case $bpf_dir in /?*) ;; *) die "SMC_BPF_DIR=$bpf_dir: not an absolute path" ;; esac
 	case $rdv_dir in /?*) ;; *) die "SMC_RDV_DIR=$rdv_dir: not an absolute path" ;; esac
 	bpf_dir=${bpf_dir%/}
+	rdv_dir=${rdv_dir%/}
 	prog_pin=$bpf_dir/smc_tcpopt
 	map_pin=$bpf_dir/smc_peer
+	# the map's second pin, for processes that do not see this /sys (TCPOPT_RDV_SUBDIR)
+	rdv_bpf=$rdv_dir/bpf
+	rdv_map_pin=$rdv_bpf/smc_peer
 }
 
 find_bpf_obj() {
@@ -147,8 +157,9 @@ pinned_prog_id() {
 	bpftool prog show pinned "$prog_pin" 2>/dev/null | sed -n '1s/^\([0-9][0-9]*\):.*/\1/p'
 }
 
-pinned_map_id() {
-	bpftool map show pinned "$map_pin" 2>/dev/null | sed -n '1s/^\([0-9][0-9]*\):.*/\1/p'
+pinned_map_id() { # [PIN]
+	bpftool map show pinned "${1:-$map_pin}" 2>/dev/null |
+		sed -n '1s/^\([0-9][0-9]*\):.*/\1/p'
 }
 
 # The ids of the maps the pinned program uses, space separated.
@@ -204,9 +215,64 @@ progs_using_map() {
 	done
 }
 
+# The map's second place: a bpf file system of its own mounted inside the rendezvous
+# directory, holding only the map (core/tcpopt.c looks there when $map_pin is not
+# visible). `ip netns exec` mounts a fresh sysfs over /sys and a container brings its
+# own, so neither sees $bpf_dir; both keep the rendezvous directory, the container
+# through the one bind mount that the rendezvous between namespaces needs anyway. The
+# mount is root's with mode 0755 (nobody else can pin, create or remove anything in
+# it), nosuid, nodev and noexec. A failure here leaves the host's setup working, so it is
+# a warning: only processes without the host's /sys then go without the option.
+rdv_map_expose() { # rdv_map_expose MAP-ID
+	local mid=$1
+	if [ "$(fs_type "$rdv_bpf")" != bpf_fs ]; then
+		# the rendezvous directory is writable by all: an entry of that name that is
+		# not root's own directory is someone else's, and is left alone
+		if [ -L "$rdv_bpf" ] || { [ -e "$rdv_bpf" ] && [ ! -d "$rdv_bpf" ]; }; then
+			warn "$rdv_bpf exists and is not a directory: the map is not exposed there"
+			return 0
+		fi
+		mkdir -p -- "$rdv_bpf" || { warn "cannot create $rdv_bpf"; return 0; }
+		if [ -L "$rdv_bpf" ] || [ "$(stat -c %u -- "$rdv_bpf")" != 0 ]; then
+			warn "$rdv_bpf is not root's: the map is not exposed there"
+			return 0
+		fi
+		if ! { chmod 0755 -- "$rdv_bpf" &&
+			mount -t bpf -o mode=0755,nosuid,nodev,noexec bpf "$rdv_bpf"; }; then
+			warn "cannot mount a bpf file system at $rdv_bpf: processes that do not see $bpf_dir (ip netns exec, containers) get no TCP option"
+			return 0
+		fi
+		say "mounted a bpf file system at $rdv_bpf"
+	fi
+	if [ "$(pinned_map_id "$rdv_map_pin")" != "$mid" ]; then
+		rm -f -- "$rdv_map_pin"
+		bpftool map pin id "$mid" "$rdv_map_pin" || {
+			warn "cannot pin map $mid at $rdv_map_pin"
+			return 0
+		}
+		say "pinned map $mid at $rdv_map_pin too"
+	fi
+	chmod 0666 -- "$rdv_map_pin" || warn "cannot set the mode of $rdv_map_pin"
+	return 0
+}
+
+# Removes the second pin, then the mount. The pin first: a mount namespace copied while
+# the mount was there (a process under `ip netns exec`, a container) keeps its copy of
+# the mount after the umount here, but the file system is the same, so the unlinked pin
+# is gone there too and nobody opts sockets in to a map whose program is detached.
+rdv_map_remove() {
+	[ "$(fs_type "$rdv_bpf")" = bpf_fs ] || return 0
+	rm -f -- "$rdv_map_pin" || die "cannot remove $rdv_map_pin"
+	umount -- "$rdv_bpf" 2>/dev/null || umount -l -- "$rdv_bpf" ||
+		die "cannot unmount $rdv_bpf"
+	rmdir -- "$rdv_bpf" 2>/dev/null
+	say "unmounted $rdv_bpf"
+	return 0
+}
+
 # Detaches our program (the pinned one, and any attached program using the pinned map)
-# and removes our two pins; anything else in the directory stays, and so does the
-# directory unless it is empty.
+# and removes our two pins, and the map's second pin with its mount; anything else in the
+# directory stays, and so does the directory unless it is empty.
 bpf_unpin_all() {
 	local pid mid id ids=""
 	pid=$(pinned_prog_id)
@@ -221,6 +287,7 @@ bpf_unpin_all() {
 			die "cannot detach program $id from $cg"
 		say "detached program $id from $cg"
 	done
+	rdv_map_remove
 	rm -f -- "$prog_pin" "$map_pin" || die "cannot remove the pins under $bpf_dir"
 	rmdir -- "$bpf_dir" 2>/dev/null
 	return 0
@@ -298,8 +365,11 @@ do_setup() {
 	if [ -L "$rdv_dir" ] || { [ -e "$rdv_dir" ] && [ ! -d "$rdv_dir" ]; }; then
 		die "$rdv_dir exists and is not a directory"
 	fi
-	mkdir -p -- "$rdv_dir" && chmod 1777 -- "$rdv_dir" || die "cannot create $rdv_dir"
+	# 1733: anyone may create a rendezvous socket, nobody but its owner remove it
+	# (sticky), and nobody but root list the names of the negotiations in progress
+	mkdir -p -- "$rdv_dir" && chmod 1733 -- "$rdv_dir" || die "cannot create $rdv_dir"
 	rdv_sweep
+	rdv_map_expose "$(pinned_map_id)"
 	printf '%s: SMC TCP option set up: program %s attached to %s, map %s\n' \
 		"$prog" "$prog_pin" "$cg" "$map_pin"
 }
@@ -310,6 +380,7 @@ do_teardown() {
 	bpf_init_paths
 	bpf_lock
 	if [ ! -e "$prog_pin" ] && [ ! -e "$map_pin" ]; then
+		rdv_map_remove
 		printf '%s: SMC TCP option: nothing set up under %s\n' "$prog" "$bpf_dir"
 		return 0
 	fi
@@ -318,11 +389,57 @@ do_teardown() {
 	printf '%s: SMC TCP option removed from %s\n' "$prog" "$bpf_dir"
 }
 
-map_access() {
+map_access() { # [PIN]
 	local mode unpriv
-	mode=$(stat -c %a -- "$map_pin" 2>/dev/null)
+	mode=$(stat -c %a -- "${1:-$map_pin}" 2>/dev/null)
 	unpriv=$(cat /proc/sys/kernel/unprivileged_bpf_disabled 2>/dev/null)
 	printf 'mode %s, kernel.unprivileged_bpf_disabled=%s' "${mode:-?}" "${unpriv:-?}"
+}
+
+# The lines of --status about the map's second pin and the one a library started here
+# would open (core/tcpopt.c: $map_pin, else $rdv_map_pin).
+status_map_places() {
+	local id
+	if [ -e "$rdv_map_pin" ]; then
+		id=$(pinned_map_id "$rdv_map_pin")
+		printf '  map        %s (for ip netns exec and containers: %s%s)\n' "$rdv_map_pin" \
+			"${id:+id $id, }" "$(map_access "$rdv_map_pin")"
+	else
+		printf '  map        %s missing (processes that do not see %s get no TCP option)\n' \
+			"$rdv_map_pin" "$bpf_dir"
+	fi
+	if [ -e "$map_pin" ]; then
+		printf '  used here  %s\n' "$map_pin"
+	elif [ -e "$rdv_map_pin" ]; then
+		printf '  used here  %s\n' "$rdv_map_pin"
+	else
+		printf '  used here  none\n'
+	fi
+}
+
+# --status where only the map's second pin is visible: a network namespace entered with
+# `ip netns exec`, a container. The attachment is seen from where --setup ran (this
+# /sys has no cgroup-v2 root of the host's); here, as root, only that a loaded program
+# uses the map.
+status_rdv_only() {
+	local mid id found=0
+	if [ "$(id -u)" = 0 ] && command -v bpftool >/dev/null 2>&1; then
+		mid=$(pinned_map_id "$rdv_map_pin")
+		for id in $(bpftool prog show 2>/dev/null | sed -n 's/^\([0-9][0-9]*\): sock_ops .*/\1/p'); do
+			case " $(bpftool prog show id "$id" 2>/dev/null |
+				sed -n 's/.*map_ids \([0-9,]*\).*/\1/p' | tr ',' ' ') " in
+			*" $mid "*) found=1 ;;
+			esac
+		done
+		if [ "$found" = 0 ]; then
+			printf 'SMC TCP option: set up partly: %s (map %s) is used by no loaded program; run --setup or --teardown where it was set up\n' \
+				"$rdv_map_pin" "${mid:-unreadable}"
+			exit 4
+		fi
+	fi
+	printf 'SMC TCP option: loaded (%s is not visible here; the map is reached through the rendezvous directory; the attachment is checked where --setup ran)\n' "$bpf_dir"
+	status_map_places
+	exit 0
 }
 
 # Exit 0: loaded and attached; 3: nothing set up; 4: set up partly, or not attached.
@@ -330,7 +447,8 @@ do_status() {
 	local pid mid
 	bpf_init_paths
 	if [ ! -e "$prog_pin" ] && [ ! -e "$map_pin" ]; then
-		printf 'SMC TCP option: not loaded (nothing pinned under %s)\n' "$bpf_dir"
+		[ -e "$rdv_map_pin" ] && status_rdv_only
+		printf 'SMC TCP option: not loaded (nothing pinned under %s or %s)\n' "$bpf_dir" "$rdv_bpf"
 		exit 3
 	fi
 	if [ "$(id -u)" != 0 ] || ! command -v bpftool >/dev/null 2>&1; then
@@ -338,6 +456,7 @@ do_status() {
 		if [ -e "$prog_pin" ] && [ -e "$map_pin" ]; then
 			printf 'SMC TCP option: loaded (pinned under %s; the attachment is only checked as root with bpftool)\n' "$bpf_dir"
 			printf '  map        %s (%s)\n' "$map_pin" "$(map_access)"
+			status_map_places
 			exit 0
 		fi
 		printf 'SMC TCP option: set up partly under %s; run --setup or --teardown as root\n' "$bpf_dir"
@@ -357,6 +476,7 @@ do_status() {
 	printf 'SMC TCP option: loaded and attached\n'
 	printf '  program    %s (id %s), sock_ops at %s\n' "$prog_pin" "$pid" "$cg"
 	printf '  map        %s (id %s, %s)\n' "$map_pin" "$mid" "$(map_access)"
+	status_map_places
 	if [ -d "$rdv_dir" ]; then
 		printf '  rendezvous %s (mode %s)\n' "$rdv_dir" "$(stat -c %a -- "$rdv_dir")"
 	else

@@ -3,6 +3,13 @@
  * The library's side of the SMC TCP option: the pinned sk_storage map "smc_peer" that
  * bpf/smc_tcpopt.bpf.c reads and writes, keyed by socket fd.
  *
+ * The map is looked for where `smc_preload.sh --setup` pins it, SMC_BPF_DIR, and then in
+ * the bpf file system that --setup mounts inside the rendezvous directory
+ * (SMC_RDV_DIR/bpf, TCPOPT_RDV_SUBDIR). A process whose /sys is not the host's does not
+ * see the first: `ip netns exec` mounts a fresh sysfs over /sys, and a container has a
+ * mount namespace of its own. It reaches the second through the one bind mount of the
+ * rendezvous directory that the path rendezvous between namespaces needs anyway.
+ *
  * The map is used through the raw bpf(2) system call, so a preloaded application does
  * not load libbpf. It is opened once per process, lazily; the fd is close-on-exec and
  * parked high (fd_park) so the application's own fd numbers stay as the kernel hands
@@ -70,23 +77,18 @@ static int map_info(int fd, uint32_t *id, uint32_t *type)
 	return 0;
 }
 
-/* Opens the pinned map: a parked, close-on-exec fd, or -errno. */
-static int map_open(void)
+/* The map pinned at path: a close-on-exec fd, or -errno. */
+static int map_get(const char *path)
 {
-	char path[PATH_MAX];
 	union bpf_attr attr;
 	uint32_t id = 0, type = 0;
 	int fd, r;
 
-	if (snprintf(path, sizeof(path), "%s/" TCPOPT_MAP_NAME, smc_cfg.bpf_dir) >=
-	    (int)sizeof(path))
-		return -ENAMETOOLONG;
 	memset(&attr, 0, sizeof(attr));
 	attr.pathname = ptr_u64(path);
 	fd = sys_bpf(BPF_OBJ_GET, &attr); /* bpf fds are always O_CLOEXEC */
 	if (fd < 0) {
-		log_debug("tcpopt: %s: %s (no SMC TCP option; run smc_preload.sh --setup)",
-			  path, strerror(-fd));
+		log_debug("tcpopt: %s: %s", path, strerror(-fd));
 		return fd;
 	}
 	/* Some other object pinned under our name would take any key: refuse it. An
@@ -98,6 +100,30 @@ static int map_open(void)
 		return -EINVAL;
 	}
 	atomic_store(&map_id, r == 0 ? id : 0);
+	return fd;
+}
+
+/* Opens the pinned map, in SMC_BPF_DIR or else in the rendezvous directory's bpf file
+ * system: a parked, close-on-exec fd, or -errno (the first place's). */
+static int map_open(void)
+{
+	char path[PATH_MAX];
+	int fd = -ENAMETOOLONG, r;
+
+	if (snprintf(path, sizeof(path), "%s/" TCPOPT_MAP_NAME, smc_cfg.bpf_dir) <
+	    (int)sizeof(path))
+		fd = map_get(path);
+	if (fd < 0 && smc_cfg.rdv_dir && smc_cfg.rdv_dir[0] == '/' &&
+	    snprintf(path, sizeof(path), "%s/" TCPOPT_RDV_SUBDIR "/" TCPOPT_MAP_NAME,
+		     smc_cfg.rdv_dir) < (int)sizeof(path)) {
+		r = map_get(path);
+		if (r >= 0)
+			fd = r;
+	}
+	if (fd < 0) {
+		log_debug("tcpopt: no map (no SMC TCP option; run smc_preload.sh --setup)");
+		return fd;
+	}
 	fd = fd_park(fd);
 	fd_budget_take(1);
 	log_debug("tcpopt: using %s (fd %d)", path, fd);
@@ -106,7 +132,7 @@ static int map_open(void)
 
 static void map_open_once(void)
 {
-	smc_init(); /* smc_cfg.bpf_dir */
+	smc_init(); /* smc_cfg.bpf_dir, smc_cfg.rdv_dir */
 	atomic_store(&map_fd, map_open());
 }
 

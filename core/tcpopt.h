@@ -5,11 +5,19 @@
  * smc_cfg.bpf_dir (bpf/smc_tcpopt.bpf.c). The program only touches sockets that were
  * opted in through its sk_storage map "smc_peer" (key: socket fd, value bits below), so
  * every other socket of the host is untouched.
+ *
+ * --setup pins the map a second time in a bpf file system mounted at
+ * SMC_RDV_DIR/TCPOPT_RDV_SUBDIR, for processes that do not see the host's /sys (network
+ * namespaces entered with `ip netns exec`, containers that bind-mount the rendezvous
+ * directory); the library opens whichever it finds first, SMC_BPF_DIR before it.
  */
 #ifndef SMC_TCPOPT_H
 #define SMC_TCPOPT_H
 
 #include <stdbool.h>
+
+/* The rendezvous directory's bpf mount, a name smc_preload.sh shares. */
+#define TCPOPT_RDV_SUBDIR "bpf"
 
 /* Bits of the map value. */
 #define TCPOPT_PEER_SENT 1u /* set by the program: the peer's SYN / SYN-ACK carried it */

@@ -176,7 +176,8 @@ esac
 smc_assert_eq "client's TCP payload length (the Proposal's length field)" \
 	"$((${#proposal} / 2))" "$((16#${proposal:10:4}))"
 smc_assert_eq "server's TCP payload" "$(smc_pcap_stream "$pcap" "$port")" ""
-ls -A "$SMC_RDV_DIR" | grep -q . && smc_fail "rendezvous sockets left in $SMC_RDV_DIR: $(ls -A "$SMC_RDV_DIR")"
+left=$(find "$SMC_RDV_DIR" -maxdepth 1 -type s)
+[ -z "$left" ] || smc_fail "rendezvous sockets left in $SMC_RDV_DIR: $left"
 
 # plain LABEL SERVER-STATS CLIENT-STATS: the fixed request/response across the namespaces
 # ("-" = not preloaded), checked byte for byte on the wire.

@@ -105,6 +105,7 @@
 #include "core/forklock.h"
 #include "core/log.h"
 #include "core/real.h"
+#include "core/sock.h"
 #include "core/wait.h"
 
 #define TAG_RX     CONN_BELL_RX  /* 1 */
@@ -1699,17 +1700,27 @@ int epoll_emul_ctl(int epfd, int op, int fd, struct epoll_event *ev)
 		}
 	}
 
-	c = wait_conn_of(fd);
-	if (c && (wait_conn_mask(c) & CONN_MASK_FALLBACK))
+	c = sock_fd_conn(fd);
+	if (c && (wait_conn_mask(c) & CONN_MASK_FALLBACK)) {
+		conn_put(c);
 		c = NULL;
+	}
 	if (!c && fd != epfd)
 		inner = ep_get(fd);
 	if ((!c && !inner) || op != EPOLL_CTL_ADD) {
+		if (c)
+			conn_put(c);
 		ep_put(inner);
 		ep_put(ep);
 		return kernel_ctl(epfd, op, fd, ev);
 	}
-	return ctl_add(ep, epfd, fd, c, inner, ev, false);
+	rc = ctl_add(ep, epfd, fd, c, inner, ev, false); /* its watch takes its own reference */
+	if (c) {
+		saved = errno;
+		conn_put(c);
+		errno = saved;
+	}
+	return rc;
 }
 
 /* Adds fd (connection c, or nested set inner) to the emulation of epfd; consumes the
@@ -1831,16 +1842,16 @@ void epoll_emul_forget_fd(int fd)
 
 	if (__atomic_load_n(&eps_count, __ATOMIC_ACQUIRE) == 0 || fd < 0)
 		return;
-	c = wait_conn_of(fd);
+	c = sock_fd_conn(fd);
 	arr = eps_snapshot(stack, 16, &n);
-	if (!arr)
-		return;
-	for (int i = 0; i < n; i++) {
+	for (int i = 0; arr && i < n; i++) {
 		ep_forget_in(arr[i], fd, c);
 		ep_put(arr[i]);
 	}
-	if (arr != stack)
+	if (arr && arr != stack)
 		free(arr);
+	if (c)
+		conn_put(c);
 }
 
 void epoll_emul_close_epfd(int epfd)

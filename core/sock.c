@@ -80,8 +80,7 @@ bool sock_fork_lock(void)
 	return true;
 }
 
-/* The connection of fd with a reference (conn_put it), or NULL. */
-static struct smc_conn *fd_conn(int fd)
+struct smc_conn *sock_fd_conn(int fd)
 {
 	struct fd_entry *e = fdtab_peek(fd);
 	struct smc_conn *c = NULL;
@@ -1228,7 +1227,7 @@ static ssize_t plain_send(int fd, const struct iovec *iov, int iovcnt, int flags
 
 ssize_t smc_sock_recv(int fd, const struct iovec *iov, int iovcnt, int flags)
 {
-	struct smc_conn *c = fd_conn(fd);
+	struct smc_conn *c = sock_fd_conn(fd);
 	ssize_t r;
 	int err;
 
@@ -1297,7 +1296,7 @@ static ssize_t conn_sock_send(struct smc_conn *c, int fd, const struct iovec *io
 
 ssize_t smc_sock_send(int fd, const struct iovec *iov, int iovcnt, int flags)
 {
-	struct smc_conn *c = fd_conn(fd);
+	struct smc_conn *c = sock_fd_conn(fd);
 	ssize_t r;
 	int err;
 
@@ -1312,7 +1311,7 @@ ssize_t smc_sock_send(int fd, const struct iovec *iov, int iovcnt, int flags)
 
 int smc_sock_shutdown(int fd, int how)
 {
-	struct smc_conn *c = fd_conn(fd);
+	struct smc_conn *c = sock_fd_conn(fd);
 	int r, err = 0;
 
 	if (!c)
@@ -1432,15 +1431,23 @@ void smc_sock_dup(int oldfd, int newfd)
 	fdtab_flags_reset(newfd, __atomic_load_n(&e->flags, __ATOMIC_RELAXED));
 	switch (e->kind) {
 	case FD_SMC: {
-		struct smc_conn *c = e->obj;
+		struct smc_conn *c;
 
-		pthread_mutex_lock(&c->lock);
-		c->fd_refs++;
-		if (c->ndups < (int)(sizeof(c->dup_fds) / sizeof(c->dup_fds[0])))
-			c->dup_fds[c->ndups++] = newfd;
-		pthread_mutex_unlock(&c->lock);
-		conn_get(c);
-		fdtab_set(newfd, FD_SMC, c);
+		/* under oldfd's stripe: a close of oldfd in another thread clears the entry
+		 * under it before it drops that fd's count, so c is either still counted
+		 * when newfd is added, or no longer in the table */
+		pthread_mutex_lock(fd_lock(oldfd));
+		c = e->kind == FD_SMC ? e->obj : NULL;
+		if (c) {
+			pthread_mutex_lock(&c->lock);
+			c->fd_refs++;
+			if (c->ndups < (int)(sizeof(c->dup_fds) / sizeof(c->dup_fds[0])))
+				c->dup_fds[c->ndups++] = newfd;
+			pthread_mutex_unlock(&c->lock);
+			conn_get(c);
+			fdtab_set(newfd, FD_SMC, c);
+		}
+		pthread_mutex_unlock(fd_lock(oldfd));
 		break;
 	}
 	case FD_LISTEN:
@@ -1459,7 +1466,7 @@ void smc_sock_dup(int oldfd, int newfd)
 
 void smc_sock_set_nonblock(int fd, bool on)
 {
-	struct smc_conn *c = fd_conn(fd);
+	struct smc_conn *c = sock_fd_conn(fd);
 
 	if (c) {
 		c->nonblock = on;
@@ -1469,7 +1476,7 @@ void smc_sock_set_nonblock(int fd, bool on)
 
 int smc_sock_ioctl(int fd, unsigned long req, void *arg)
 {
-	struct smc_conn *c = fd_conn(fd);
+	struct smc_conn *c = sock_fd_conn(fd);
 	int err, r = 0;
 
 	if (c && (req == FIONREAD || req == SIOCOUTQ) && arg &&
@@ -1491,7 +1498,7 @@ int smc_sock_getsockopt(int fd, int level, int name, void *val, socklen_t *len)
 
 	if (level == IPPROTO_TCP && name == TCP_DEFER_ACCEPT && len)
 		return listener_defer_get(fd, val, len);
-	c = fd_conn(fd);
+	c = sock_fd_conn(fd);
 
 	if (c && level == SOL_SOCKET && name == SO_ERROR && c->aborted &&
 	    __atomic_load_n(&c->state, __ATOMIC_ACQUIRE) == CONN_ACTIVE && val && len &&
@@ -1522,7 +1529,7 @@ int smc_sock_setsockopt(int fd, int level, int name, const void *val, socklen_t 
 	    (name != SO_RCVTIMEO && name != SO_SNDTIMEO && name != SO_LINGER))
 		return r;
 	fdtab_flags_set(fd, FDF_SOCKOPTS);
-	if ((c = fd_conn(fd))) {
+	if ((c = sock_fd_conn(fd))) {
 		if (!conn_take_sockopt(c, name, val, len))
 			conn_load_sockopt(c, name);
 		conn_put(c);

@@ -428,7 +428,13 @@ static int client_rendezvous(struct neg_client *nc)
 		nc->rdv_path = false;
 		nc->listen_fd = rdv_token_listen(nc->rdv_name, false);
 	}
-	return nc->listen_fd < 0 ? nc->listen_fd : 0;
+	if (nc->listen_fd < 0) {
+		int r = nc->listen_fd;
+
+		nc->listen_fd = -1; /* a descriptor or -1: the caller keeps and closes it */
+		return r;
+	}
+	return 0;
 }
 
 /* Our SMC-R identity for the Proposal when we offer SMC-R (SMC_TRANSPORT auto or ib and

@@ -385,6 +385,37 @@ static void connect_abandon(struct smc_conn *c, enum smc_reason why)
 	pthread_mutex_unlock(&c->lock);
 }
 
+/*
+ * An in-band client that cannot negotiate after its SYN carried the option: a server
+ * that answered the option reads our first bytes as CLC, so they must be a Decline
+ * (negotiate.h: both ends are plain TCP after it), as the progress thread sends when it
+ * has nothing to offer. Whether the server answered is known once the TCP handshake is
+ * over: waited for here, at most the handshake timeout (this happens only when the
+ * library ran out of resources). A connection whose handshake does not end in time, or
+ * whose Decline cannot be sent, is reset: an error for the application rather than its
+ * bytes parsed as CLC by the server.
+ */
+static void connect_inband_decline(int fd)
+{
+	struct timeval tv = smc_cfg_handshake_timeout();
+	struct pollfd pfd = { .fd = fd, .events = POLLOUT };
+	int ms = (int)(tv.tv_sec * 1000 + tv.tv_usec / 1000), r, sent;
+
+	do
+		r = REAL(poll)(&pfd, 1, ms);
+	while (r < 0 && errno == EINTR);
+	if (r == 1 && (pfd.revents & (POLLERR | POLLHUP | POLLNVAL)))
+		return; /* the connect failed: no stream, its error stays for SO_ERROR */
+	sent = r == 1 ? tcpopt_peer_sent(fd) : -ETIMEDOUT;
+	if (sent == 0)
+		return; /* the server did not answer the option: it expects no CLC */
+	if (sent < 0 || neg_send_decline(fd, CLC_DECL_INTERR) < 0) {
+		log_debug("fd %d: cannot decline in band after the SMC option: reset", fd);
+		neg_reset(fd);
+		stats_count_abort();
+	}
+}
+
 /* connect() of fd went ahead as plain TCP for `why`: counted, and the socket is never
  * upgraded after (its epoll registrations need no record any more). */
 static void connect_stays_tcp(int fd, enum smc_reason why)
@@ -435,6 +466,7 @@ int smc_sock_connect(int fd, const struct sockaddr *addr, socklen_t len)
 	enum smc_reason why = SMC_REASON_DISABLED;
 	struct smc_conn *c = NULL;
 	enum pool_miss miss = POOL_MISS_NONE;
+	bool inband = false; /* c was opted in for the SMC TCP option */
 	int r, e;
 
 	/* A connect() on a socket whose connection a first one started (a nonblocking
@@ -463,7 +495,7 @@ int smc_sock_connect(int fd, const struct sockaddr *addr, socklen_t len)
 			why = SMC_REASON_FD_LIMIT;
 		} else {
 			if (tcpopt_available())
-				c = connect_prepare_inband(fd, &why);
+				inband = (c = connect_prepare_inband(fd, &why)) != NULL;
 			if (!c && rdv_listener_present(addr))
 				c = connect_prepare(fd, addr, len, &why);
 			else if (!c)
@@ -485,11 +517,15 @@ int smc_sock_connect(int fd, const struct sockaddr *addr, socklen_t len)
 		/* its epoll registrations are the kernel's again: the handshake must not
 		 * start (nobody would see the connection's readiness) */
 		epoll_track_forget_fd(fd);
+		if (inband)
+			connect_inband_decline(fd);
 		connect_abandon(c, SMC_REASON_READINESS);
 	} else if (c && progress_watch_pending(c) < 0) {
 		/* Nobody would answer the server: closing our rendezvous name makes it
-		 * stay TCP too. */
+		 * stay TCP too; in band, our Decline does. */
 		epoll_track_forget_fd(fd);
+		if (inband)
+			connect_inband_decline(fd);
 		connect_abandon(c, SMC_REASON_RESOURCES);
 	} else if (c) {
 		epoll_track_forget_fd(fd);

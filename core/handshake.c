@@ -21,6 +21,7 @@
 #include "core/real.h"
 #include "core/rendezvous.h"
 #include "core/shm.h"
+#include "core/statsrv.h"
 
 
 void handshake_set_timeouts(int ufd)
@@ -279,6 +280,7 @@ int handshake_client(struct smc_conn *c, int ufd, const struct hs_auth *auth)
 	in[1] = in[2] = -1;
 	conn_activate(c);
 	pthread_mutex_unlock(&c->lock);
+	statsrv_ensure();
 	close_fds(in, 1);
 	conf.u.s_conf.client_token = p->client_token;
 	conf.u.s_conf.server_token = acc.u.s_acc.server_token;

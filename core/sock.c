@@ -45,6 +45,7 @@
 #include "core/shm.h"
 #include "core/sock.h"
 #include "core/stats.h"
+#include "core/statsrv.h"
 #include "core/tcpopt.h"
 #include "core/upgrade_rule.h"
 #include "core/wait.h"
@@ -457,6 +458,7 @@ static int connect_pooled_finish(struct smc_conn *c, int fd, const struct sockad
 	epoll_track_forget_fd(fd);
 	conn_activate_pooled(c, adopted > 0);
 	fdtab_set(fd, FD_SMC, c);
+	statsrv_ensure();
 	errno = e;
 	return r;
 }
@@ -763,6 +765,7 @@ static int accept_finish(struct smc_conn *c, int nfd, int r, bool count_abort)
 	if (r == 0) {
 		fdtab_set(nfd, FD_SMC, c);
 		conn_activate(c);
+		statsrv_ensure();
 		return 1;
 	}
 	conn_put(c);
@@ -917,6 +920,8 @@ static bool deferred_step(struct smc_conn *c, bool final)
 	if (o != NEG_OFFER_WAIT)
 		deferred_decide(c, o, &blk, &prop, why);
 	pthread_mutex_unlock(&c->lock);
+	if (__atomic_load_n(&c->state, __ATOMIC_ACQUIRE) == CONN_ACTIVE)
+		statsrv_ensure();
 	return o != NEG_OFFER_WAIT;
 }
 
@@ -1044,6 +1049,7 @@ static int accept_pooled(int lfd, int nfd, const struct sockaddr *peer, int flag
 	conn_load_sockopts(c);
 	conn_activate_pooled(c, false); /* a new fd: nothing watches it yet */
 	fdtab_set(nfd, FD_SMC, c);
+	statsrv_ensure();
 	return 1;
 }
 

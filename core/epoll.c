@@ -94,7 +94,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/eventfd.h>
-#include <sys/random.h>
 #include <unistd.h>
 
 #include "core/conn.h"
@@ -104,6 +103,7 @@
 #include "core/fdtab.h"
 #include "core/forklock.h"
 #include "core/log.h"
+#include "core/random.h"
 #include "core/real.h"
 #include "core/sock.h"
 #include "core/wait.h"
@@ -230,13 +230,11 @@ static void ep_convert_watch(struct smc_epoll *ep, struct smc_ep_reg *w);
 
 /* ------------------------------------------------------------------ small helpers */
 
+/* Not a secret: the cookie only has to differ from what applications put in their
+ * events' data (random.h: a weak value will do). */
 static void cookie_init(void)
 {
-	uint64_t v = 0;
-
-	if (getrandom(&v, sizeof(v), GRND_NONBLOCK) != (ssize_t)sizeof(v))
-		v = wait_now_ns() ^ ((uint64_t)getpid() << 32) ^ (uint64_t)(uintptr_t)&v;
-	ep_cookie = v ? v : 0x534d43636f6f6b69ull;
+	ep_cookie = random_weak64();
 	ep_owner = (uint8_t)(ep_cookie >> 56);
 }
 

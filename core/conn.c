@@ -36,7 +36,6 @@
 #include "core/real.h"
 #include "core/sandbox.h"
 #include "core/stats.h"
-#include "core/statsrv.h"
 #include "core/wait.h"
 
 /* ------------------------------------------------------------------ registry */
@@ -553,7 +552,6 @@ static void conn_go_active(struct smc_conn *c, bool wake)
 		  c->pool ? ", pooled" : "");
 	if (wake)
 		conn_wake_local(c);
-	statsrv_ensure();
 }
 
 void conn_activate(struct smc_conn *c)

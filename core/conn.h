@@ -130,7 +130,9 @@ void conn_set_rdv(struct smc_conn *c, int fd);
 void conn_close_rdv(struct smc_conn *c);
 void conn_get(struct smc_conn *c);
 void conn_put(struct smc_conn *c);
-/* Transitions; both ring our own bells so every waiter re-evaluates. */
+/* Transitions; both ring our own bells so every waiter re-evaluates. Activation
+ * runs under c->lock in the handshakes, so it does not start the stats server (a
+ * thread and a socket): its caller calls statsrv_ensure once it holds no lock. */
 void conn_activate(struct smc_conn *c);
 void conn_fallback(struct smc_conn *c, enum smc_reason why);
 /* Waits while the handshake runs: -EAGAIN when nonblock or after timeo_ns (the socket's

@@ -24,6 +24,7 @@
 #include "core/real.h"
 #include "core/rendezvous.h"
 #include "core/shm.h"
+#include "core/statsrv.h"
 
 /* Largest peer RMB we register a mirror for (SMC_MEM_CAP bounds the total anyway). */
 #define CONN_IB_MAX_PEER_RMB (64u << 20)
@@ -550,6 +551,7 @@ static bool client_activate(struct smc_conn *c, const struct hs_chan *ch, struct
 	/* If this is lost the server resets the TCP connection: both see it fail. */
 	(void)chan_send(ch, conf, s->mine.credits);
 	pthread_mutex_unlock(&c->lock);
+	statsrv_ensure();
 	return true;
 }
 

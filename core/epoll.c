@@ -94,7 +94,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/eventfd.h>
-#include <sys/random.h>
 #include <unistd.h>
 
 #include "core/conn.h"
@@ -104,7 +103,9 @@
 #include "core/fdtab.h"
 #include "core/forklock.h"
 #include "core/log.h"
+#include "core/random.h"
 #include "core/real.h"
+#include "core/sock.h"
 #include "core/wait.h"
 
 #define TAG_RX     CONN_BELL_RX  /* 1 */
@@ -229,13 +230,11 @@ static void ep_convert_watch(struct smc_epoll *ep, struct smc_ep_reg *w);
 
 /* ------------------------------------------------------------------ small helpers */
 
+/* Not a secret: the cookie only has to differ from what applications put in their
+ * events' data (random.h: a weak value will do). */
 static void cookie_init(void)
 {
-	uint64_t v = 0;
-
-	if (getrandom(&v, sizeof(v), GRND_NONBLOCK) != (ssize_t)sizeof(v))
-		v = wait_now_ns() ^ ((uint64_t)getpid() << 32) ^ (uint64_t)(uintptr_t)&v;
-	ep_cookie = v ? v : 0x534d43636f6f6b69ull;
+	ep_cookie = random_weak64();
 	ep_owner = (uint8_t)(ep_cookie >> 56);
 }
 
@@ -1699,17 +1698,27 @@ int epoll_emul_ctl(int epfd, int op, int fd, struct epoll_event *ev)
 		}
 	}
 
-	c = wait_conn_of(fd);
-	if (c && (wait_conn_mask(c) & CONN_MASK_FALLBACK))
+	c = sock_fd_conn(fd);
+	if (c && (wait_conn_mask(c) & CONN_MASK_FALLBACK)) {
+		conn_put(c);
 		c = NULL;
+	}
 	if (!c && fd != epfd)
 		inner = ep_get(fd);
 	if ((!c && !inner) || op != EPOLL_CTL_ADD) {
+		if (c)
+			conn_put(c);
 		ep_put(inner);
 		ep_put(ep);
 		return kernel_ctl(epfd, op, fd, ev);
 	}
-	return ctl_add(ep, epfd, fd, c, inner, ev, false);
+	rc = ctl_add(ep, epfd, fd, c, inner, ev, false); /* its watch takes its own reference */
+	if (c) {
+		saved = errno;
+		conn_put(c);
+		errno = saved;
+	}
+	return rc;
 }
 
 /* Adds fd (connection c, or nested set inner) to the emulation of epfd; consumes the
@@ -1831,16 +1840,16 @@ void epoll_emul_forget_fd(int fd)
 
 	if (__atomic_load_n(&eps_count, __ATOMIC_ACQUIRE) == 0 || fd < 0)
 		return;
-	c = wait_conn_of(fd);
+	c = sock_fd_conn(fd);
 	arr = eps_snapshot(stack, 16, &n);
-	if (!arr)
-		return;
-	for (int i = 0; i < n; i++) {
+	for (int i = 0; arr && i < n; i++) {
 		ep_forget_in(arr[i], fd, c);
 		ep_put(arr[i]);
 	}
-	if (arr != stack)
+	if (arr && arr != stack)
 		free(arr);
+	if (c)
+		conn_put(c);
 }
 
 void epoll_emul_close_epfd(int epfd)

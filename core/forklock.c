@@ -14,9 +14,8 @@
  *      TCP option map's reopen (tcpopt.c), the stats server's start (statsrv.c), the
  *      epoll registrations recorded before connect() (epoll_track.c).
  * This follows the code's own nestings where they are fixed (an epoll set locks a
- * connection, a stripe a pool set, a pool set starts the progress thread, a connection
- * going active starts the stats server), so a lock is rarely found held by a thread
- * that waits for one taken before it. Rarely is not never: an outer epoll set locks an
+ * connection, a stripe a pool set, a pool set starts the progress thread), so a lock
+ * is rarely found held by a thread that waits for one taken before it. Rarely is not never: an outer epoll set locks an
  * inner one and then the list of sets, and sets nest in any order the application
  * chooses. So every lock is only tried: one that is busy makes the handler release all
  * it took, give the holder time, and start over. The handler never waits while it

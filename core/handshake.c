@@ -3,7 +3,6 @@
 #include <fcntl.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/random.h>
 #include <sys/socket.h>
 #include <sys/time.h>
 #include <unistd.h>
@@ -18,9 +17,11 @@
 #include "core/io_uring_watch.h"
 #include "core/log.h"
 #include "core/negotiate.h"
+#include "core/random.h"
 #include "core/real.h"
 #include "core/rendezvous.h"
 #include "core/shm.h"
+#include "core/statsrv.h"
 
 
 void handshake_set_timeouts(int ufd)
@@ -135,15 +136,6 @@ static uint32_t rmb_size_from(size_t want)
 	return s;
 }
 
-static uint64_t random_token(void)
-{
-	uint64_t t = 0;
-
-	while (t == 0)
-		if (getrandom(&t, sizeof(t), 0) != sizeof(t))
-			t = (uint64_t)(uintptr_t)&t ^ (uint64_t)getpid() << 32;
-	return t;
-}
 
 /* ------------------------------------------------------------ client */
 
@@ -226,7 +218,13 @@ int handshake_client(struct smc_conn *c, int ufd, const struct hs_auth *auth)
 	p->proto = CLC_SAMEHOST_PROTO;
 	p->c2s_size = rmb_size_from(smc_cfg.sndbuf);
 	p->s2c_size = rmb_size_from(smc_cfg.rcvbuf);
-	p->client_token = random_token();
+	/* a secret (random.h): without one, no SMC for this connection */
+	p->client_token = random_secret64();
+	if (!p->client_token) {
+		why = SMC_REASON_RESOURCES;
+		diag = CLC_DECL_INTERR;
+		goto decline;
+	}
 	diag = client_propose(c, ufd, auth, &prop);
 	if (diag == UINT32_MAX) {
 		diag = CLC_DECL_PEERDECL; /* the application closed it: nothing to decide */
@@ -301,6 +299,7 @@ int handshake_client(struct smc_conn *c, int ufd, const struct hs_auth *auth)
 	in[1] = in[2] = -1;
 	conn_activate(c);
 	pthread_mutex_unlock(&c->lock);
+	statsrv_ensure();
 	close_fds(in, 1);
 	conf.u.s_conf.client_token = p->client_token;
 	conf.u.s_conf.server_token = acc.u.s_acc.server_token;
@@ -465,6 +464,14 @@ int handshake_server(struct smc_conn *c, int ufd, const struct hs_auth *auth, bo
 		server_refuse(c, ufd, auth, diag);
 		return -EPROTO;
 	}
+	/* a secret (random.h): without one, no SMC for this connection */
+	acc.u.s_acc.server_token = random_secret64();
+	if (!acc.u.s_acc.server_token) {
+		*why = SMC_REASON_RESOURCES;
+		close_fds(bells, 2);
+		server_refuse(c, ufd, auth, CLC_DECL_INTERR);
+		return -EIO;
+	}
 	/* the region holds both rings: all of it counts against our cap */
 	reserve = (size_t)p->c2s_size + p->s2c_size;
 	if (shm_reserve(reserve) < 0) {
@@ -486,7 +493,6 @@ int handshake_server(struct smc_conn *c, int ufd, const struct hs_auth *auth, bo
 	acc.u.s_acc.proto = CLC_SAMEHOST_PROTO;
 	acc.u.s_acc.c2s_size = p->c2s_size;
 	acc.u.s_acc.s2c_size = p->s2c_size;
-	acc.u.s_acc.server_token = random_token();
 	acc.u.s_acc.proof = auth->by_key ? auth->key : 0;
 	{
 		int out[3] = { memfd, c->rx_bell, c->tx_bell };

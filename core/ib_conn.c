@@ -8,22 +8,23 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/random.h>
 #include <sys/resource.h>
 
 #include "core/log.h"
+#include "core/random.h"
 #include "core/shm.h"
 
 #define RMB_ALIGN 4096u
 
+/* Random, so a peer cannot guess another connection's token: a secret (random.h), 0
+ * when the source failed. */
 static uint32_t new_token(const struct ib_link *l)
 {
 	for (;;) {
 		uint32_t t = 0;
 
-		if (getrandom(&t, sizeof(t), 0) != sizeof(t))
-			t = (uint32_t)rand() * 2654435761u;
-		/* random, so a peer cannot guess another connection's token */
+		if (random_secret(&t, sizeof(t)) < 0)
+			return 0;
 		if (t != 0 && !ib_tokens_find(&l->tokens, t))
 			return t;
 	}
@@ -107,7 +108,7 @@ int ib_conn_create(struct ib_link *l, uint32_t rmb_size, ib_conn_notify_fn notif
 	cdc_policy_init(&c->policy, rmb_size);
 	pthread_mutex_lock(&l->lock);
 	c->token = new_token(l);
-	rc = l->failed ? -EIO : ib_tokens_add(&l->tokens, c->token, c);
+	rc = l->failed || !c->token ? -EIO : ib_tokens_add(&l->tokens, c->token, c);
 	if (rc == 0)
 		l->nconns++;
 	pthread_mutex_unlock(&l->lock);

@@ -10,13 +10,13 @@
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/random.h>
 #include <time.h>
 #include <unistd.h>
 
 #include "core/config.h"
 #include "core/ib_int.h"
 #include "core/log.h"
+#include "core/random.h"
 #include "core/real.h"
 
 #define MS 1000000ull
@@ -79,11 +79,11 @@ void ib_lgr_set_link_opts(const struct ib_link_opts *o)
 /* A peer id per process, not per host: links join processes (see ib_lgr_book.h). */
 static void draw_peer_id_locked(void)
 {
-	if (getrandom(peer_id, sizeof(peer_id), 0) != sizeof(peer_id)) {
-		uint64_t v = now_ns() ^ ((uint64_t)getpid() << 32) ^ (uint64_t)(uintptr_t)&v;
+	/* an identity that only has to differ between processes: a weak value will do
+	 * (random.h) */
+	uint64_t v = random_weak64();
 
-		memcpy(peer_id, &v, sizeof(peer_id));
-	}
+	memcpy(peer_id, &v, sizeof(peer_id) < sizeof(v) ? sizeof(peer_id) : sizeof(v));
 	peer_id_set = true;
 }
 

@@ -9,7 +9,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/random.h>
 #include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
@@ -20,6 +19,7 @@
 #include "core/ib_proto.h"
 #include "core/log.h"
 #include "core/negotiate.h"
+#include "core/random.h"
 #include "core/real.h"
 #include "core/rendezvous.h"
 
@@ -80,15 +80,6 @@ uint64_t neg_host_id(void)
 	return host_id;
 }
 
-static uint64_t random64(void)
-{
-	uint64_t v = 0;
-
-	while (v == 0)
-		if (getrandom(&v, sizeof(v), 0) != sizeof(v))
-			return 0;
-	return v;
-}
 
 /* ------------------------------------------------------------ stream I/O */
 
@@ -412,8 +403,8 @@ static void exit_untrack(struct neg_client *nc)
 
 static int client_rendezvous(struct neg_client *nc)
 {
-	nc->rdv_name = random64();
-	nc->key = random64();
+	nc->rdv_name = random_secret64();
+	nc->key = random_secret64();
 	if (!nc->rdv_name || !nc->key)
 		return -EIO;
 	/* a directory both namespaces share, else this network namespace only */
@@ -428,7 +419,13 @@ static int client_rendezvous(struct neg_client *nc)
 		nc->rdv_path = false;
 		nc->listen_fd = rdv_token_listen(nc->rdv_name, false);
 	}
-	return nc->listen_fd < 0 ? nc->listen_fd : 0;
+	if (nc->listen_fd < 0) {
+		int r = nc->listen_fd;
+
+		nc->listen_fd = -1; /* a descriptor or -1: the caller keeps and closes it */
+		return r;
+	}
+	return 0;
 }
 
 /* Our SMC-R identity for the Proposal when we offer SMC-R (SMC_TRANSPORT auto or ib and

@@ -12,6 +12,7 @@
 
 #include "core/config.h"
 #include "core/fd_budget.h"
+#include "core/fd_pass.h"
 #include "core/fdpark.h"
 #include "core/forklock.h"
 #include "core/log.h"
@@ -226,17 +227,8 @@ static void fd_msg_init(struct fd_msg *m, void *buf, size_t len, const int *fds,
 	m->iov.iov_len = len;
 	m->msg.msg_iov = &m->iov;
 	m->msg.msg_iovlen = 1;
-	if (nfds > 0) {
-		struct cmsghdr *cm;
-
-		m->msg.msg_control = m->ctl.space;
-		m->msg.msg_controllen = CMSG_SPACE(sizeof(int) * (size_t)nfds);
-		cm = CMSG_FIRSTHDR(&m->msg);
-		cm->cmsg_level = SOL_SOCKET;
-		cm->cmsg_type = SCM_RIGHTS;
-		cm->cmsg_len = CMSG_LEN(sizeof(int) * (size_t)nfds);
-		memcpy(CMSG_DATA(cm), fds, sizeof(int) * (size_t)nfds);
-	}
+	if (nfds > 0)
+		fd_pass_pack(&m->msg, m->ctl.space, fds, nfds);
 }
 
 /* Receives one message without waiting: its length, the descriptors (CLOEXEC) and, when
@@ -245,7 +237,6 @@ static void fd_msg_init(struct fd_msg *m, void *buf, size_t len, const int *fds,
 static ssize_t fd_msg_recv(int fd, void *buf, size_t cap, int *fds, int *nfds, struct ucred *cred)
 {
 	struct fd_msg m;
-	struct cmsghdr *cm;
 	ssize_t r;
 
 	fd_msg_init(&m, buf, cap, NULL, 0);
@@ -259,26 +250,8 @@ static ssize_t fd_msg_recv(int fd, void *buf, size_t cap, int *fds, int *nfds, s
 	while (r < 0 && errno == EINTR);
 	if (r < 0)
 		return -errno;
-	for (cm = CMSG_FIRSTHDR(&m.msg); cm; cm = CMSG_NXTHDR(&m.msg, cm)) {
-		if (cm->cmsg_level != SOL_SOCKET)
-			continue;
-		if (cm->cmsg_type == SCM_RIGHTS) {
-			int n = (int)((cm->cmsg_len - CMSG_LEN(0)) / sizeof(int));
-
-			for (int i = 0; i < n; i++) {
-				int got;
-
-				memcpy(&got, CMSG_DATA(cm) + (size_t)i * sizeof(int), sizeof(int));
-				if (*nfds < (int)POOL_MAX_FDS)
-					fds[(*nfds)++] = got;
-				else
-					REAL(close)(got); /* more than any valid message has */
-			}
-		} else if (cm->cmsg_type == SCM_CREDENTIALS && cred &&
-			   cm->cmsg_len >= CMSG_LEN(sizeof(*cred))) {
-			memcpy(cred, CMSG_DATA(cm), sizeof(*cred));
-		}
-	}
+	/* more than any valid message has: closed */
+	(void)fd_pass_unpack(&m.msg, fds, nfds, (int)POOL_MAX_FDS, cred);
 	if (m.msg.msg_flags & (MSG_TRUNC | MSG_CTRUNC)) {
 		close_fds(fds, *nfds);
 		*nfds = 0;

@@ -17,6 +17,7 @@
 #include <unistd.h>
 
 #include "core/config.h"
+#include "core/fd_pass.h"
 #include "core/fdpark.h"
 #include "core/forklock.h"
 #include "core/real.h"
@@ -473,18 +474,8 @@ int rdv_send(int ufd, const void *buf, size_t len, const int *fds, int nfds)
 
 	if (nfds > RDV_MAX_FDS)
 		return -EINVAL;
-	if (nfds > 0) {
-		struct cmsghdr *cm;
-
-		memset(&ctl, 0, sizeof(ctl));
-		msg.msg_control = ctl.space;
-		msg.msg_controllen = CMSG_SPACE(sizeof(int) * (size_t)nfds);
-		cm = CMSG_FIRSTHDR(&msg);
-		cm->cmsg_level = SOL_SOCKET;
-		cm->cmsg_type = SCM_RIGHTS;
-		cm->cmsg_len = CMSG_LEN(sizeof(int) * (size_t)nfds);
-		memcpy(CMSG_DATA(cm), fds, sizeof(int) * (size_t)nfds);
-	}
+	if (nfds > 0)
+		fd_pass_pack(&msg, ctl.space, fds, nfds);
 	do
 		r = REAL(sendmsg)(ufd, &msg, MSG_NOSIGNAL);
 	while (r < 0 && errno == EINTR);
@@ -515,9 +506,8 @@ ssize_t rdv_recv(int ufd, void *buf, size_t cap, int *fds, int *nfds, int maxfds
 	struct iovec iov = { .iov_base = buf, .iov_len = cap };
 	struct msghdr msg = { .msg_iov = &iov, .msg_iovlen = 1,
 			      .msg_control = ctl.space, .msg_controllen = sizeof(ctl.space) };
-	struct cmsghdr *cm;
 	ssize_t r;
-	bool bad = false;
+	bool bad;
 
 	*nfds = 0;
 	do
@@ -525,25 +515,7 @@ ssize_t rdv_recv(int ufd, void *buf, size_t cap, int *fds, int *nfds, int maxfds
 	while (r < 0 && errno == EINTR);
 	if (r < 0)
 		return -errno;
-	for (cm = CMSG_FIRSTHDR(&msg); cm; cm = CMSG_NXTHDR(&msg, cm)) {
-		int n, *p;
-
-		if (cm->cmsg_level != SOL_SOCKET || cm->cmsg_type != SCM_RIGHTS)
-			continue;
-		n = (int)((cm->cmsg_len - CMSG_LEN(0)) / sizeof(int));
-		p = (int *)CMSG_DATA(cm);
-		for (int i = 0; i < n; i++) {
-			int fd;
-
-			memcpy(&fd, &p[i], sizeof(fd));
-			if (*nfds < maxfds)
-				fds[(*nfds)++] = fd;
-			else {
-				REAL(close)(fd);
-				bad = true;
-			}
-		}
-	}
+	bad = fd_pass_unpack(&msg, fds, nfds, maxfds, NULL);
 	/* An empty message is the end of the stream for a seqpacket socket, whatever came
 	 * with it: its descriptors are closed like those of a rejected message. */
 	if (bad || r == 0 || (msg.msg_flags & (MSG_TRUNC | MSG_CTRUNC))) {

@@ -42,7 +42,7 @@ int shm_memfd_new(const char *name, size_t len)
 		return -errno;
 	/* Sealed size: the peer cannot shrink the file under our mapping (SIGBUS). */
 	if (ftruncate(fd, (off_t)len) < 0 ||
-	    fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL) < 0) {
+	    REAL(fcntl)(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL) < 0) {
 		rc = -errno;
 		REAL(close)(fd);
 		return rc;
@@ -53,7 +53,7 @@ int shm_memfd_new(const char *name, size_t len)
 int shm_memfd_check(int memfd, size_t len)
 {
 	struct stat st;
-	int seals = fcntl(memfd, F_GET_SEALS);
+	int seals = REAL(fcntl)(memfd, F_GET_SEALS);
 
 	if (seals < 0)
 		return -errno;

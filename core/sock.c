@@ -45,6 +45,7 @@
 #include "core/shm.h"
 #include "core/sock.h"
 #include "core/stats.h"
+#include "core/statsrv.h"
 #include "core/tcpopt.h"
 #include "core/upgrade_rule.h"
 #include "core/wait.h"
@@ -80,8 +81,7 @@ bool sock_fork_lock(void)
 	return true;
 }
 
-/* The connection of fd with a reference (conn_put it), or NULL. */
-static struct smc_conn *fd_conn(int fd)
+struct smc_conn *sock_fd_conn(int fd)
 {
 	struct fd_entry *e = fdtab_peek(fd);
 	struct smc_conn *c = NULL;
@@ -389,6 +389,37 @@ static void connect_abandon(struct smc_conn *c, enum smc_reason why)
 	pthread_mutex_unlock(&c->lock);
 }
 
+/*
+ * An in-band client that cannot negotiate after its SYN carried the option: a server
+ * that answered the option reads our first bytes as CLC, so they must be a Decline
+ * (negotiate.h: both ends are plain TCP after it), as the progress thread sends when it
+ * has nothing to offer. Whether the server answered is known once the TCP handshake is
+ * over: waited for here, at most the handshake timeout (this happens only when the
+ * library ran out of resources). A connection whose handshake does not end in time, or
+ * whose Decline cannot be sent, is reset: an error for the application rather than its
+ * bytes parsed as CLC by the server.
+ */
+static void connect_inband_decline(int fd)
+{
+	struct timeval tv = smc_cfg_handshake_timeout();
+	struct pollfd pfd = { .fd = fd, .events = POLLOUT };
+	int ms = (int)(tv.tv_sec * 1000 + tv.tv_usec / 1000), r, sent;
+
+	do
+		r = REAL(poll)(&pfd, 1, ms);
+	while (r < 0 && errno == EINTR);
+	if (r == 1 && (pfd.revents & (POLLERR | POLLHUP | POLLNVAL)))
+		return; /* the connect failed: no stream, its error stays for SO_ERROR */
+	sent = r == 1 ? tcpopt_peer_sent(fd) : -ETIMEDOUT;
+	if (sent == 0)
+		return; /* the server did not answer the option: it expects no CLC */
+	if (sent < 0 || neg_send_decline(fd, CLC_DECL_INTERR) < 0) {
+		log_debug("fd %d: cannot decline in band after the SMC option: reset", fd);
+		neg_reset(fd);
+		stats_count_abort();
+	}
+}
+
 /* connect() of fd went ahead as plain TCP for `why`: counted, and the socket is never
  * upgraded after (its epoll registrations need no record any more). */
 static void connect_stays_tcp(int fd, enum smc_reason why)
@@ -430,6 +461,7 @@ static int connect_pooled_finish(struct smc_conn *c, int fd, const struct sockad
 	epoll_track_forget_fd(fd);
 	conn_activate_pooled(c, adopted > 0);
 	fdtab_set(fd, FD_SMC, c);
+	statsrv_ensure();
 	errno = e;
 	return r;
 }
@@ -439,6 +471,7 @@ int smc_sock_connect(int fd, const struct sockaddr *addr, socklen_t len)
 	enum smc_reason why = SMC_REASON_DISABLED;
 	struct smc_conn *c = NULL;
 	enum pool_miss miss = POOL_MISS_NONE;
+	bool inband = false; /* c was opted in for the SMC TCP option */
 	int r, e;
 
 	/* A connect() on a socket whose connection a first one started (a nonblocking
@@ -467,7 +500,7 @@ int smc_sock_connect(int fd, const struct sockaddr *addr, socklen_t len)
 			why = SMC_REASON_FD_LIMIT;
 		} else {
 			if (tcpopt_available())
-				c = connect_prepare_inband(fd, &why);
+				inband = (c = connect_prepare_inband(fd, &why)) != NULL;
 			if (!c && rdv_listener_present(addr))
 				c = connect_prepare(fd, addr, len, &why);
 			else if (!c)
@@ -489,11 +522,15 @@ int smc_sock_connect(int fd, const struct sockaddr *addr, socklen_t len)
 		/* its epoll registrations are the kernel's again: the handshake must not
 		 * start (nobody would see the connection's readiness) */
 		epoll_track_forget_fd(fd);
+		if (inband)
+			connect_inband_decline(fd);
 		connect_abandon(c, SMC_REASON_READINESS);
 	} else if (c && progress_watch_pending(c) < 0) {
 		/* Nobody would answer the server: closing our rendezvous name makes it
-		 * stay TCP too. */
+		 * stay TCP too; in band, our Decline does. */
 		epoll_track_forget_fd(fd);
+		if (inband)
+			connect_inband_decline(fd);
 		connect_abandon(c, SMC_REASON_RESOURCES);
 	} else if (c) {
 		epoll_track_forget_fd(fd);
@@ -731,6 +768,7 @@ static int accept_finish(struct smc_conn *c, int nfd, int r, bool count_abort)
 	if (r == 0) {
 		fdtab_set(nfd, FD_SMC, c);
 		conn_activate(c);
+		statsrv_ensure();
 		return 1;
 	}
 	conn_put(c);
@@ -885,6 +923,8 @@ static bool deferred_step(struct smc_conn *c, bool final)
 	if (o != NEG_OFFER_WAIT)
 		deferred_decide(c, o, &blk, &prop, why);
 	pthread_mutex_unlock(&c->lock);
+	if (__atomic_load_n(&c->state, __ATOMIC_ACQUIRE) == CONN_ACTIVE)
+		statsrv_ensure();
 	return o != NEG_OFFER_WAIT;
 }
 
@@ -1012,6 +1052,7 @@ static int accept_pooled(int lfd, int nfd, const struct sockaddr *peer, int flag
 	conn_load_sockopts(c);
 	conn_activate_pooled(c, false); /* a new fd: nothing watches it yet */
 	fdtab_set(nfd, FD_SMC, c);
+	statsrv_ensure();
 	return 1;
 }
 
@@ -1242,7 +1283,7 @@ static ssize_t plain_send(int fd, const struct iovec *iov, int iovcnt, int flags
 
 ssize_t smc_sock_recv(int fd, const struct iovec *iov, int iovcnt, int flags)
 {
-	struct smc_conn *c = fd_conn(fd);
+	struct smc_conn *c = sock_fd_conn(fd);
 	ssize_t r;
 	int err;
 
@@ -1311,7 +1352,7 @@ static ssize_t conn_sock_send(struct smc_conn *c, int fd, const struct iovec *io
 
 ssize_t smc_sock_send(int fd, const struct iovec *iov, int iovcnt, int flags)
 {
-	struct smc_conn *c = fd_conn(fd);
+	struct smc_conn *c = sock_fd_conn(fd);
 	ssize_t r;
 	int err;
 
@@ -1326,7 +1367,7 @@ ssize_t smc_sock_send(int fd, const struct iovec *iov, int iovcnt, int flags)
 
 int smc_sock_shutdown(int fd, int how)
 {
-	struct smc_conn *c = fd_conn(fd);
+	struct smc_conn *c = sock_fd_conn(fd);
 	int r, err = 0;
 
 	if (!c)
@@ -1446,15 +1487,23 @@ void smc_sock_dup(int oldfd, int newfd)
 	fdtab_flags_reset(newfd, __atomic_load_n(&e->flags, __ATOMIC_RELAXED));
 	switch (e->kind) {
 	case FD_SMC: {
-		struct smc_conn *c = e->obj;
+		struct smc_conn *c;
 
-		pthread_mutex_lock(&c->lock);
-		c->fd_refs++;
-		if (c->ndups < (int)(sizeof(c->dup_fds) / sizeof(c->dup_fds[0])))
-			c->dup_fds[c->ndups++] = newfd;
-		pthread_mutex_unlock(&c->lock);
-		conn_get(c);
-		fdtab_set(newfd, FD_SMC, c);
+		/* under oldfd's stripe: a close of oldfd in another thread clears the entry
+		 * under it before it drops that fd's count, so c is either still counted
+		 * when newfd is added, or no longer in the table */
+		pthread_mutex_lock(fd_lock(oldfd));
+		c = e->kind == FD_SMC ? e->obj : NULL;
+		if (c) {
+			pthread_mutex_lock(&c->lock);
+			c->fd_refs++;
+			if (c->ndups < (int)(sizeof(c->dup_fds) / sizeof(c->dup_fds[0])))
+				c->dup_fds[c->ndups++] = newfd;
+			pthread_mutex_unlock(&c->lock);
+			conn_get(c);
+			fdtab_set(newfd, FD_SMC, c);
+		}
+		pthread_mutex_unlock(fd_lock(oldfd));
 		break;
 	}
 	case FD_LISTEN:
@@ -1473,7 +1522,7 @@ void smc_sock_dup(int oldfd, int newfd)
 
 void smc_sock_set_nonblock(int fd, bool on)
 {
-	struct smc_conn *c = fd_conn(fd);
+	struct smc_conn *c = sock_fd_conn(fd);
 
 	if (c) {
 		c->nonblock = on;
@@ -1483,7 +1532,7 @@ void smc_sock_set_nonblock(int fd, bool on)
 
 int smc_sock_ioctl(int fd, unsigned long req, void *arg)
 {
-	struct smc_conn *c = fd_conn(fd);
+	struct smc_conn *c = sock_fd_conn(fd);
 	int err, r = 0;
 
 	if (c && (req == FIONREAD || req == SIOCOUTQ) && arg &&
@@ -1505,7 +1554,7 @@ int smc_sock_getsockopt(int fd, int level, int name, void *val, socklen_t *len)
 
 	if (level == IPPROTO_TCP && name == TCP_DEFER_ACCEPT && len)
 		return listener_defer_get(fd, val, len);
-	c = fd_conn(fd);
+	c = sock_fd_conn(fd);
 
 	if (c && level == SOL_SOCKET && name == SO_ERROR && c->aborted &&
 	    __atomic_load_n(&c->state, __ATOMIC_ACQUIRE) == CONN_ACTIVE && val && len &&
@@ -1536,7 +1585,7 @@ int smc_sock_setsockopt(int fd, int level, int name, const void *val, socklen_t 
 	    (name != SO_RCVTIMEO && name != SO_SNDTIMEO && name != SO_LINGER))
 		return r;
 	fdtab_flags_set(fd, FDF_SOCKOPTS);
-	if ((c = fd_conn(fd))) {
+	if ((c = sock_fd_conn(fd))) {
 		if (!conn_take_sockopt(c, name, val, len))
 			conn_load_sockopt(c, name);
 		conn_put(c);

@@ -65,6 +65,13 @@ int smc_epoll_after_kernel(int epfd, struct epoll_event *ev, int n, int max,
 extern bool smc_epoll_cookies;
 /* epoll_create*: the epoll fd itself is tracked lazily, on its first SMC registration. */
 
+/* The connection of fd with a reference (conn_put it), or NULL when fd is not FD_SMC.
+ * The only way to reach a connection from an fd number: the lookup and the reference
+ * are taken under fd's stripe lock, which a close() takes to clear the entry before it
+ * drops the table's reference, so the connection cannot be freed in between. */
+struct smc_conn;
+struct smc_conn *sock_fd_conn(int fd);
+
 /* fork handling is installed with pthread_atfork by the core's init (forklock.h). */
 /* Takes every fd stripe; false when one is busy. */
 bool sock_fork_lock(void);

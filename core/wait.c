@@ -28,6 +28,7 @@
 #include "core/fdtab.h"
 #include "core/real.h"
 #include "core/sandbox.h"
+#include "core/sock.h"
 #include "core/wait.h"
 
 /* Zero-timeout kernel check every this many spin rounds. */
@@ -38,15 +39,6 @@
 #define WAIT_FDS_PER_CONN 3
 
 /* ------------------------------------------------------------------ shared helpers */
-
-struct smc_conn *wait_conn_of(int fd)
-{
-	struct fd_entry *e = fdtab_peek(fd);
-
-	if (!e || __atomic_load_n(&e->kind, __ATOMIC_ACQUIRE) != FD_SMC)
-		return NULL;
-	return (struct smc_conn *)__atomic_load_n(&e->obj, __ATOMIC_ACQUIRE);
-}
 
 uint32_t wait_expand_mask(uint32_t m)
 {
@@ -555,16 +547,17 @@ static int wait_poll_masked(struct pollfd *fds, nfds_t n, const struct timespec 
 	for (nfds_t i = 0; i < n; i++) {
 		struct entry *e = &pc.ent[i];
 		enum fd_kind k = fds[i].fd >= 0 ? fdtab_kind(fds[i].fd) : FD_NONE;
-		struct smc_conn *c = k == FD_SMC ? wait_conn_of(fds[i].fd) : NULL;
+		struct smc_conn *c = k == FD_SMC ? sock_fd_conn(fds[i].fd) : NULL;
 
 		memset(e, 0, sizeof(*e));
 		e->report = report ? report[i]
 				   : (short)((unsigned short)fds[i].events | POLLERR | POLLHUP | POLLNVAL);
 		if (c && !(wait_conn_mask(c) & CONN_MASK_FALLBACK)) {
-			conn_get(c);
 			e->kind = ENTRY_SMC;
-			e->c = c;
+			e->c = c; /* sock_fd_conn's reference, dropped at the end of the call */
 		} else {
+			if (c)
+				conn_put(c);
 			e->kind = k == FD_EPOLL ? ENTRY_EPOLL : ENTRY_KERNEL;
 			if (fds[i].fd >= 0)
 				pc.nkernel++;

@@ -37,8 +37,6 @@ bool wait_poll_involved(const struct pollfd *fds, nfds_t n);
 
 /* ---- shared with epoll.c ---- */
 
-/* The SMC connection behind fd, or NULL (not FD_SMC). */
-struct smc_conn *wait_conn_of(int fd);
 /* conn_poll_mask() with TCP's companion bits added (POLLRDNORM with POLLIN, POLLWRNORM
  * with POLLOUT), or CONN_MASK_FALLBACK. */
 uint32_t wait_conn_mask(struct smc_conn *c);

@@ -1678,6 +1678,87 @@ static void test_epoll_first_conn_race(void)
 	      "%d of %d rounds missed it", missed, RACE_ROUNDS);
 }
 
+/* One thread closes a connection's fd while another polls it and adds it to (and
+ * removes it from) an epoll set in a loop: the lookups of the fd's connection must hold
+ * it against the close (under ASan a use after free aborts the run). The waiter sees
+ * the fd open (nothing ready, the peer sends nothing) and then closed, never anything
+ * else. Each connection lives longer than SMC_SHORT_CONN_US, so all are upgraded. */
+#define CLOSE_RACE_ROUNDS 60
+
+struct close_racer {
+	pthread_t t;
+	int fd, ep;
+	int stop;          /* atomic: the main thread closed fd and saw it closed */
+	int odd;           /* answers that are neither "open, nothing ready" nor "closed" */
+	int what;          /* the last of them: 1000 + revents, or 2000/3000 + errno */
+	bool saw_closed;
+};
+
+static void *close_racer_main(void *arg)
+{
+	struct close_racer *r = arg;
+	struct epoll_event ev = { .events = EPOLLIN };
+
+	while (!__atomic_load_n(&r->stop, __ATOMIC_ACQUIRE)) {
+		struct pollfd pfd = { .fd = r->fd, .events = POLLIN };
+		int n = poll(&pfd, 1, 0);
+
+		if (n == 1 && pfd.revents == POLLNVAL)
+			r->saw_closed = true;
+		else if (n != 0)
+			r->odd++, r->what = 1000 + pfd.revents;
+		if (epoll_ctl(r->ep, EPOLL_CTL_ADD, r->fd, &ev) == 0) {
+			(void)epoll_wait(r->ep, &ev, 1, 0);
+			/* ENOENT: the close took the registration out of the set before the
+			 * fd number was gone (the library forgets an fd before the real
+			 * close) */
+			if (epoll_ctl(r->ep, EPOLL_CTL_DEL, r->fd, NULL) < 0 && errno != EBADF &&
+			    errno != ENOENT)
+				r->odd++, r->what = 2000 + errno;
+		} else if (errno == EBADF) {
+			r->saw_closed = true;
+		} else {
+			r->odd++, r->what = 3000 + errno;
+		}
+	}
+	return NULL;
+}
+
+static void test_close_race(void)
+{
+	int odd = 0, unseen = 0, what = 0;
+
+	for (int round = 0; round < CLOSE_RACE_ROUNDS; round++) {
+		struct close_racer r = { .fd = new_conn(), .ep = new_epoll() };
+		struct pollfd pfd;
+
+		if (pthread_create(&r.t, NULL, close_racer_main, &r) != 0)
+			die("pthread_create");
+		sleep_ms(12 + round % 5);
+		close(r.fd);
+		/* the racer stops once it has met the closed fd (or after LONG_MS) */
+		for (uint64_t end = mono_ms() + LONG_MS; mono_ms() < end;) {
+			pfd = (struct pollfd){ .fd = r.fd, .events = POLLIN };
+			if (poll(&pfd, 1, 0) != 1 || pfd.revents != POLLNVAL)
+				break; /* the number was reused: stop now */
+			sleep_ms(1);
+			if (__atomic_load_n(&r.saw_closed, __ATOMIC_RELAXED))
+				break;
+		}
+		__atomic_store_n(&r.stop, 1, __ATOMIC_RELEASE);
+		pthread_join(r.t, NULL);
+		odd += r.odd;
+		if (r.odd)
+			what = r.what;
+		unseen += !r.saw_closed;
+		close(r.ep);
+	}
+	check(odd == 0, "close race: the waiter sees the fd open and idle, then closed",
+	      "%d other answers, e.g. %d", odd, what);
+	check(unseen == 0, "close race: the waiter sees the close",
+	      "%d of %d rounds never saw it", unseen, CLOSE_RACE_ROUNDS);
+}
+
 /* A set created before a fork is shared with the child; the child adds an upgraded
  * connection of its own (both ends in the child) and makes it ready: the parent,
  * asleep on the same set, must never be handed the library's event for it. */
@@ -1802,6 +1883,7 @@ static const struct {
 	{ "epoll_preconnect", test_epoll_preconnect },
 	{ "epoll_first_conn_race", test_epoll_first_conn_race },
 	{ "epoll_fork_shared_set", test_epoll_fork_shared_set },
+	{ "close_race", test_close_race },
 	/* only when asked for by name (--only): its connections stay TCP */
 	{ "preconnect_fallback", test_epoll_preconnect_fallback },
 };

@@ -35,22 +35,27 @@ void handshake_set_timeouts(int ufd)
 /*
  * How long a server waits for the client's Proposal inside the application's accept():
  * an event loop's every other client waits with it. The client's progress thread sits
- * in epoll on its name and answers our connect in microseconds; 200 ms leaves a busy
+ * in epoll on its name and answers our connect in microseconds; 500 ms leaves a busy
  * host room to schedule it (a few of the scheduler's periods with dozens of runnable
  * threads per CPU) while a client that owns its socket and stays silent holds the loop
- * a tenth of the default handshake timeout instead of all of it. Past it nothing was
+ * a quarter of the default handshake timeout instead of all of it. Past it nothing was
  * handed over, so the connection stays TCP (the client sees our close and does too).
  * Never longer than SMC_HANDSHAKE_TIMEOUT_MS.
  */
-#define HS_ACCEPT_PROPOSAL_MS 200u
+#define HS_ACCEPT_PROPOSAL_MS 500u
 
-/* Bounds the next read on ufd by the Proposal's wait inside accept(). */
+/* Bounds the next read on ufd by the Proposal's wait inside accept(). Not under
+ * SMC_TRANSPORT=ib: a client that proposes SMC-R opens its RDMA device and queries its
+ * GIDs before its Proposal (conn_ib_local_offer), which can take longer than the whole
+ * budget on a slow host; such a server waits as any handshake does. */
 static void hs_set_accept_wait(int ufd)
 {
 	unsigned ms = smc_cfg.handshake_timeout_ms < HS_ACCEPT_PROPOSAL_MS
 			      ? smc_cfg.handshake_timeout_ms : HS_ACCEPT_PROPOSAL_MS;
 	struct timeval tv = { .tv_sec = ms / 1000, .tv_usec = (ms % 1000) * 1000 };
 
+	if (conn_ib_wanted())
+		return;
 	REAL(setsockopt)(ufd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
 }
 

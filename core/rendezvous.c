@@ -273,25 +273,26 @@ bool rdv_client_port_may_offer(const struct sockaddr *client)
 
 static int connect_no_wait(const struct sockaddr_un *un, socklen_t ulen);
 
-/* Whether the listener on per-connection name un runs as our user: a name of one of our
- * connections that just closed (see rdv_conn_listen). Its credentials are those of its
- * listen(), known once connected; the probe sends nothing and is closed at once (the
- * holder may still find it in its backlog: the client's progress thread then reads
- * the close). A name bound but not listened on, or with a full backlog, is nobody's
- * connection of ours. */
-static bool name_held_by_our_user(const struct sockaddr_un *un, socklen_t ulen)
+/* Whether the listener on per-connection name un is known to run as another user than
+ * ours (not a name of one of our connections that just closed, see rdv_conn_listen). Its
+ * credentials are those of its listen(), known once connected; the probe sends nothing
+ * and is closed at once (the holder may still find it in its backlog: the client's
+ * progress thread then reads the close). A holder the probe cannot reach (bound but not
+ * listening, a full backlog, one going away) is not known to be another user's: the
+ * caller waits for it as for a stale name of its own, a bounded wait. */
+static bool name_held_by_other_user(const struct sockaddr_un *un, socklen_t ulen)
 {
 	struct ucred cred;
 	socklen_t cl = sizeof(cred);
 	int fd = connect_no_wait(un, ulen);
-	bool ours;
+	bool other;
 
 	if (fd < 0)
 		return false;
-	ours = REAL(getsockopt)(fd, SOL_SOCKET, SO_PEERCRED, &cred, &cl) == 0 &&
-	       cred.uid == geteuid();
+	other = REAL(getsockopt)(fd, SOL_SOCKET, SO_PEERCRED, &cred, &cl) == 0 &&
+		cred.uid != geteuid();
 	REAL(close)(fd);
-	return ours;
+	return other;
 }
 
 int rdv_conn_listen(const struct sockaddr *local, const struct sockaddr *peer)
@@ -318,7 +319,7 @@ int rdv_conn_listen(const struct sockaddr *local, const struct sockaddr *peer)
 
 		/* asked once: each probe stays in the holder's backlog until it closes */
 		if (e != EADDRINUSE || tries == RDV_STALE_NAME_TRIES ||
-		    (tries == 0 && !name_held_by_our_user(&un, ulen))) {
+		    (tries == 0 && name_held_by_other_user(&un, ulen))) {
 			REAL(close)(fd);
 			return -e;
 		}

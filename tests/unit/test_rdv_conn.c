@@ -63,7 +63,8 @@ START_TEST(own_name_being_released_is_waited_for)
 END_TEST
 
 /* The name rdv_conn_listen uses for (local, peer), learnt from a first call, then held
- * by a socket that never listens. */
+ * by a socket that never listens: whose it is cannot be asked, so it is waited for as a
+ * stale name of our own is, then given up. */
 START_TEST(foreign_holder_is_given_up)
 {
 	struct sockaddr_in local = endpoint(41003), peer = endpoint(41004);
@@ -74,7 +75,7 @@ START_TEST(foreign_holder_is_given_up)
 	ck_assert_int_ge(fd, 0);
 	ck_assert_int_eq(getsockname(fd, (struct sockaddr *)&un, &len), 0);
 	close(fd);
-	/* the same name held by a socket that never listens: nobody's connection */
+	/* the same name held by a socket that never listens */
 	holder = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
 	ck_assert_int_ge(holder, 0);
 	ck_assert_int_eq(bind(holder, (struct sockaddr *)&un, len), 0);

@@ -603,6 +603,11 @@ smc_capture_stop() {
 	smc_log "capture: $(smc_pcap_packets "$pcap" | wc -l) TCP packets"
 }
 
+# smc_hex_of TEXT: TEXT and a newline as the hex digits smc_pcap_stream prints.
+smc_hex_of() {
+	printf '%s\n' "$1" | od -An -v -tx1 | tr -d ' \n'
+}
+
 # smc_pcap_stream FILE SPORT: the TCP payload sent from port SPORT, in order, as hex.
 # Reassembled by sequence number: a retransmitted segment (seen under emulation in the
 # VM) is counted once.

@@ -90,51 +90,9 @@ wait_port_ns() { # wait_port_ns NAME NS PORT
 capture_start() { smc_capture_start "$1" "$2" "$VETH_A" nsenter "--net=/run/netns/$NS_A"; }
 capture_stop() { smc_capture_stop; }
 
+REQRESP=$top_srcdir/tests/integration/reqresp.py
 REQ='smc-netns request: 0123456789 abcdefghijklmnopqrstuvwxyz'
 RESP='smc-netns response: ZYXWVUTSRQPONMLKJIHGFEDCBA 9876543210'
-cat >"$SMC_TMP/reqresp.py" <<'PY'
-import socket, sys
-mode, host, port, req, resp = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4], sys.argv[5]
-req, resp = (req + "\n").encode(), (resp + "\n").encode()
-
-def read_all(s, until_nl):
-    data = b""
-    while not (until_nl and data.endswith(b"\n")):
-        d = s.recv(4096)
-        if not d:
-            break
-        data += d
-    return data
-
-if mode == "server":
-    l = socket.socket()
-    l.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    l.bind((host, port))
-    l.listen(4)
-    while True:
-        try:
-            c, _ = l.accept()
-            break
-        except ConnectionAbortedError:  # a connection reset during negotiation
-            print("accept: connection aborted")
-    got = read_all(c, True)
-    c.sendall(resp)
-    c.shutdown(socket.SHUT_WR)
-    read_all(c, False)
-    c.close()
-else:
-    c = socket.create_connection((host, port))
-    c.sendall(req)
-    got = read_all(c, False)
-    c.close()
-want = req if mode == "server" else resp
-print("OK" if got == want else "BAD %r" % got)
-sys.exit(0 if got == want else 1)
-PY
-
-hex_of() {
-	printf '%s\n' "$1" | od -An -v -tx1 | tr -d ' \n'
-}
 
 # ------------------------------------------------------------------ cases
 
@@ -185,10 +143,10 @@ plain() {
 	local label=$1 sdir=$2 cdir=$3 rc
 	smc_free_port port
 	capture_start "$label" "$port"
-	smc_start_server "$label" "$sdir" "${NSA[@]}" python3 "$SMC_TMP/reqresp.py" server \
+	smc_start_server "$label" "$sdir" "${NSA[@]}" python3 "$REQRESP" server \
 		"$ADDR_A" "$port" "$REQ" "$RESP"
 	wait_port_ns "$label" "$NS_A" "$port"
-	smc_run "$cdir" "${NSB[@]}" python3 "$SMC_TMP/reqresp.py" client "$ADDR_A" "$port" \
+	smc_run "$cdir" "${NSB[@]}" python3 "$REQRESP" client "$ADDR_A" "$port" \
 		"$REQ" "$RESP" >"$SMC_TMP/$label-client.out" 2>&1
 	rc=$?
 	cat "$SMC_TMP/$label-client.out"
@@ -199,10 +157,10 @@ plain() {
 	smc_assert_eq "$label: server exit status" "${SMC_SERVER_RC[$label]}" 0
 	# exactly the application's bytes in each direction: no CLC byte
 	smc_assert_eq "$label: server's bytes on the wire" "$(smc_pcap_stream "$pcap" "$port")" \
-		"$(hex_of "$RESP")"
+		"$(smc_hex_of "$RESP")"
 	smc_assert_eq "$label: client's bytes on the wire" \
 		"$(smc_pcap_stream "$pcap" "$(smc_pcap_packets "$pcap" | awk '$3 == "02" { print $1; exit }')")" \
-		"$(hex_of "$REQ")"
+		"$(smc_hex_of "$REQ")"
 }
 
 # 2: server not preloaded
@@ -225,7 +183,7 @@ smc_expect_fallback "$srv" peer-not-smc 1 "preloaded server, plain client"
 for mode in bad v2 v1d; do
 	srv=$(smc_stats_dir "kclient-$mode")
 	smc_free_port port
-	smc_start_server "kclient-$mode" "$srv" "${NSA[@]}" python3 "$SMC_TMP/reqresp.py" server \
+	smc_start_server "kclient-$mode" "$srv" "${NSA[@]}" python3 "$REQRESP" server \
 		"$ADDR_A" "$port" "clc_peer request" "clc_peer response"
 	wait_port_ns "kclient-$mode" "$NS_A" "$port"
 	out=$("${NSB[@]}" "$CLC_PEER" client "$ADDR_A" "$port" "$mode" 2>&1)
@@ -253,7 +211,7 @@ for mode in decline accept; do
 	smc_free_port port
 	smc_start_server "kserver-$mode" - "${NSA[@]}" "$CLC_PEER" server "$port" "$mode"
 	wait_port_ns "kserver-$mode" "$NS_A" "$port"
-	smc_run "$cli" "${NSB[@]}" python3 "$SMC_TMP/reqresp.py" client "$ADDR_A" "$port" \
+	smc_run "$cli" "${NSB[@]}" python3 "$REQRESP" client "$ADDR_A" "$port" \
 		"clc_peer request" "clc_peer response" >"$SMC_TMP/kserver-$mode.out" 2>&1
 	rc=$?
 	cat "$SMC_TMP/kserver-$mode.out"

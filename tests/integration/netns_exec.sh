@@ -116,10 +116,6 @@ no_sockets_left() {
 	[ -z "$left" ] || smc_fail "$1: rendezvous sockets left in $SMC_RDV_DIR: $left"
 }
 
-hex_of() {
-	printf '%s\n' "$1" | od -An -v -tx1 | tr -d ' \n'
-}
-
 # ------------------------------------------------------------------ 1. the second pin
 smc_log "1. the map's pin in the rendezvous directory, its modes and --status"
 smc_assert_eq "owner and mode of $SMC_RDV_DIR" "$(stat -c '%u %a' "$SMC_RDV_DIR")" "0 1733"
@@ -196,42 +192,9 @@ smc_assert_eq "SMC option in the SYN-ACK" "$(smc_pcap_syn_opt "$pcap" 12)" yes
 no_sockets_left "both preloaded"
 
 # ------------------------------------------------------------------ 3. a plain peer
+REQRESP=$top_srcdir/tests/integration/reqresp.py
 REQ='smc-netns-exec request: 0123456789 abcdefghijklmnopqrstuvwxyz'
 RESP='smc-netns-exec response: ZYXWVUTSRQPONMLKJIHGFEDCBA 9876543210'
-cat >"$SMC_TMP/reqresp.py" <<'PY'
-import socket, sys
-mode, host, port, req, resp = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4], sys.argv[5]
-req, resp = (req + "\n").encode(), (resp + "\n").encode()
-
-def read_all(s, until_nl):
-    data = b""
-    while not (until_nl and data.endswith(b"\n")):
-        d = s.recv(4096)
-        if not d:
-            break
-        data += d
-    return data
-
-if mode == "server":
-    l = socket.socket()
-    l.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    l.bind((host, port))
-    l.listen(4)
-    c, _ = l.accept()
-    got = read_all(c, True)
-    c.sendall(resp)
-    c.shutdown(socket.SHUT_WR)
-    read_all(c, False)
-    c.close()
-else:
-    c = socket.create_connection((host, port))
-    c.sendall(req)
-    got = read_all(c, False)
-    c.close()
-want = req if mode == "server" else resp
-print("OK" if got == want else "BAD %r" % got)
-sys.exit(0 if got == want else 1)
-PY
 
 # reqresp LABEL SERVER-STATS CLIENT-STATS: the fixed request and response between a
 # server in $NS_A and a client in $NS_B, both under ip netns exec ("-": not preloaded),
@@ -240,10 +203,10 @@ reqresp() {
 	local label=$1 sdir=$2 cdir=$3 rc
 	smc_free_port port
 	capture_start "$label" "$port"
-	smc_start_server "$label" "$sdir" ip netns exec "$NS_A" python3 "$SMC_TMP/reqresp.py" \
+	smc_start_server "$label" "$sdir" ip netns exec "$NS_A" python3 "$REQRESP" \
 		server "$ADDR_A" "$port" "$REQ" "$RESP"
 	wait_port_ns "$label" "$NS_A" "$port"
-	smc_run "$cdir" ip netns exec "$NS_B" python3 "$SMC_TMP/reqresp.py" client "$ADDR_A" \
+	smc_run "$cdir" ip netns exec "$NS_B" python3 "$REQRESP" client "$ADDR_A" \
 		"$port" "$REQ" "$RESP" >"$SMC_TMP/$label-client.out" 2>&1
 	rc=$?
 	cat "$SMC_TMP/$label-client.out"
@@ -253,10 +216,10 @@ reqresp() {
 	smc_assert_eq "$label: client exit status" "$rc" 0
 	smc_assert_eq "$label: server exit status" "${SMC_SERVER_RC[$label]}" 0
 	smc_assert_eq "$label: server's bytes on the wire" "$(smc_pcap_stream "$pcap" "$port")" \
-		"$(hex_of "$RESP")"
+		"$(smc_hex_of "$RESP")"
 	smc_assert_eq "$label: client's bytes on the wire" \
 		"$(smc_pcap_stream "$pcap" "$(smc_pcap_packets "$pcap" | awk '$3 == "02" { print $1; exit }')")" \
-		"$(hex_of "$REQ")"
+		"$(smc_hex_of "$REQ")"
 }
 
 smc_log "3. a plain server, then a plain client"

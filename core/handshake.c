@@ -1,10 +1,12 @@
 /* SPDX-License-Identifier: GPL-2.0-only OR BSD-2-Clause */
 #include <errno.h>
 #include <fcntl.h>
+#include <poll.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
 #include <sys/time.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "core/clc.h"
@@ -33,30 +35,32 @@ void handshake_set_timeouts(int ufd)
 }
 
 /*
- * How long a server waits for the client's Proposal inside the application's accept():
- * an event loop's every other client waits with it. The client's progress thread sits
- * in epoll on its name and answers our connect in microseconds; 500 ms leaves a busy
- * host room to schedule it (a few of the scheduler's periods with dozens of runnable
- * threads per CPU) while a client that owns its socket and stays silent holds the loop
- * a quarter of the default handshake timeout instead of all of it. Past it nothing was
- * handed over, so the connection stays TCP (the client sees our close and does too).
- * Never longer than SMC_HANDSHAKE_TIMEOUT_MS.
+ * How long a server's accept() waits for the client's next message before the rest of the
+ * handshake goes to the progress thread (the connection then reaches the application
+ * PENDING: its reads wait for the decision, its writes are staged, conn.h). An event
+ * loop's every other client waits with accept(), and any local user can open a
+ * connection whose rendezvous it answers slowly or never: a silent peer costs this much
+ * and no more. The client's progress thread answers in microseconds on an idle host.
  */
-#define HS_ACCEPT_PROPOSAL_MS 500u
+#define HS_INLINE_WAIT_US 2000u
 
-/* Bounds the next read on ufd by the Proposal's wait inside accept(). Not under
- * SMC_TRANSPORT=ib: a client that proposes SMC-R opens its RDMA device and queries its
- * GIDs before its Proposal (conn_ib_local_offer), which can take longer than the whole
- * budget on a slow host; such a server waits as any handshake does. */
-static void hs_set_accept_wait(int ufd)
+/* The Confirm is waited for while the client lives (see hs_flow_ticks). */
+#define HS_CONFIRM_TICKS 15u
+
+static void fd_nonblock(int fd)
 {
-	unsigned ms = smc_cfg.handshake_timeout_ms < HS_ACCEPT_PROPOSAL_MS
-			      ? smc_cfg.handshake_timeout_ms : HS_ACCEPT_PROPOSAL_MS;
-	struct timeval tv = { .tv_sec = ms / 1000, .tv_usec = (ms % 1000) * 1000 };
+	int fl = REAL(fcntl)(fd, F_GETFL);
 
-	if (conn_ib_wanted())
-		return;
-	REAL(setsockopt)(ufd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+	if (fl >= 0 && !(fl & O_NONBLOCK))
+		REAL(fcntl)(fd, F_SETFL, fl | O_NONBLOCK);
+}
+
+static void fd_block(int fd)
+{
+	int fl = REAL(fcntl)(fd, F_GETFL);
+
+	if (fl >= 0 && (fl & O_NONBLOCK))
+		REAL(fcntl)(fd, F_SETFL, fl & ~O_NONBLOCK);
 }
 
 static int hs_send(int ufd, const struct clc_msg *m, const int *fds, int nfds)
@@ -124,10 +128,7 @@ static int hs_recv(int ufd, struct clc_msg *m, uint8_t want_type, int *fds, int 
  * nonblocking: a peer passing a pipe that fills up must not block our writes. */
 static int bell_take(int fd)
 {
-	int fl = REAL(fcntl)(fd, F_GETFL);
-
-	if (fl >= 0 && !(fl & O_NONBLOCK))
-		REAL(fcntl)(fd, F_SETFL, fl | O_NONBLOCK);
+	fd_nonblock(fd);
 	return fd_park(fd);
 }
 
@@ -205,97 +206,150 @@ static uint32_t client_propose(struct smc_conn *c, int ufd, const struct hs_auth
 	return 0;
 }
 
-int handshake_client(struct smc_conn *c, int ufd, const struct hs_auth *auth)
+void hs_flow_init(struct hs_flow *f, struct smc_conn *c, int ufd, const struct hs_auth *auth)
 {
-	struct clc_msg prop = { .variant = CLC_SAMEHOST, .type = CLC_PROPOSAL }, acc;
-	struct clc_msg conf = { .variant = CLC_SAMEHOST, .type = CLC_CONFIRM };
-	struct clc_sh_proposal *p = &prop.u.s_prop;
-	int bells[2] = { c->rx_bell, c->tx_bell };
-	int in[3] = { -1, -1, -1 }; /* memfd, the server's rx and tx bells */
-	struct shm_map map = { 0 };
-	enum smc_reason why = SMC_REASON_HANDSHAKE;
-	uint32_t diag;
+	memset(f, 0, sizeof(*f));
+	f->c = c;
+	f->ufd = ufd;
+	f->auth = *auth;
+	f->bells[0] = f->bells[1] = -1;
+	f->in[0] = f->in[1] = f->in[2] = -1;
+	f->why = SMC_REASON_HANDSHAKE;
+	f->result = -EPROTO;
+}
+
+void hs_flow_abandon(struct hs_flow *f)
+{
+	close_fds(f->bells, 2);
+	close_fds(f->in, 3);
+}
+
+unsigned hs_flow_ticks(const struct hs_flow *f)
+{
+	return f->phase == HS_PHASE_CONFIRM ? HS_CONFIRM_TICKS : 1u;
+}
+
+/* Waits up to ms for ufd to become readable (data, EOF or an error): false when not. */
+static bool hs_wait_readable(int ufd, unsigned ms)
+{
+	struct pollfd pfd = { .fd = ufd, .events = POLLIN };
 	int r;
 
+	do
+		r = REAL(poll)(&pfd, 1, (int)ms);
+	while (r < 0 && errno == EINTR);
+	return r != 0;
+}
+
+/* The client's end when nothing more will be exchanged: c stays TCP for why (unless
+ * something decided first). */
+static int client_fail(struct hs_flow *f, enum smc_reason why)
+{
+	struct smc_conn *c = f->c;
+
+	close_fds(f->in, 3);
+	pthread_mutex_lock(&c->lock);
+	if (__atomic_load_n(&c->state, __ATOMIC_ACQUIRE) == CONN_PENDING)
+		conn_fallback(c, why);
+	pthread_mutex_unlock(&c->lock);
+	return 0;
+}
+
+static int client_decline(struct hs_flow *f, uint32_t diag, enum smc_reason why)
+{
+	hs_send_decline(f->ufd, diag);
+	return client_fail(f, why);
+}
+
+int hs_client_start(struct hs_flow *f, struct smc_conn *c, int ufd, const struct hs_auth *auth)
+{
+	struct clc_sh_proposal *p = &f->prop.u.s_prop;
+	uint32_t diag;
+
+	hs_flow_init(f, c, ufd, auth);
+	f->phase = HS_PHASE_ACCEPT;
 	if (conn_ib_wanted() && !auth->by_key)
-		return conn_ib_client_rdv(c, ufd);
+		return conn_ib_client_rdv(c, ufd); /* SMC-R: its own exchange, blocking */
 	handshake_set_timeouts(ufd);
+	fd_nonblock(ufd);
+	f->prop.variant = CLC_SAMEHOST;
+	f->prop.type = CLC_PROPOSAL;
 	p->proto = CLC_SAMEHOST_PROTO;
 	p->c2s_size = rmb_size_from(smc_cfg.sndbuf);
 	p->s2c_size = rmb_size_from(smc_cfg.rcvbuf);
 	/* a secret (random.h): without one, no SMC for this connection */
 	p->client_token = random_secret64();
-	if (!p->client_token) {
-		why = SMC_REASON_RESOURCES;
-		diag = CLC_DECL_INTERR;
-		goto decline;
-	}
-	diag = client_propose(c, ufd, auth, &prop);
-	if (diag == UINT32_MAX) {
-		diag = CLC_DECL_PEERDECL; /* the application closed it: nothing to decide */
-		goto decline;
-	}
+	if (!p->client_token)
+		return client_decline(f, CLC_DECL_INTERR, SMC_REASON_RESOURCES);
+	diag = client_propose(c, ufd, auth, &f->prop);
+	if (diag == UINT32_MAX) /* the application closed it: nothing to decide */
+		return client_decline(f, CLC_DECL_PEERDECL, SMC_REASON_HANDSHAKE);
 	if (diag == CLC_DECL_SYNCERR && auth->by_key)
-		goto not_the_server; /* nobody listens on ufd any more */
-	if (diag) {
-		why = diag == CLC_DECL_MEM ? SMC_REASON_MEM_CAP : SMC_REASON_HANDSHAKE;
-		goto decline;
-	}
-	r = hs_recv(ufd, &acc, CLC_ACCEPT, in, 3);
-	if (r == -EMFILE) {
+		return -EACCES; /* nobody listens on ufd any more */
+	if (diag)
+		return client_decline(f, diag, diag == CLC_DECL_MEM ? SMC_REASON_MEM_CAP
+								    : SMC_REASON_HANDSHAKE);
+	return HS_WAIT;
+}
+
+int hs_client_step(struct hs_flow *f, bool final)
+{
+	struct smc_conn *c = f->c;
+	const struct hs_auth *auth = &f->auth;
+	struct clc_sh_proposal *p = &f->prop.u.s_prop;
+	struct clc_msg acc, conf = { .variant = CLC_SAMEHOST, .type = CLC_CONFIRM };
+	int bells[2] = { c->rx_bell, c->tx_bell };
+	int *in = f->in; /* memfd, the server's rx and tx bells */
+	struct shm_map map = { 0 };
+	uint32_t diag;
+	int r;
+
+	r = hs_recv(f->ufd, &acc, CLC_ACCEPT, in, 3);
+	if (r == -EAGAIN && !final)
+		return HS_WAIT;
+	if (r == -EMFILE)
 		/* the Accept's descriptors found no free slot here: declined, whoever sent
 		 * it (nothing of ours was handed over), and the server stays TCP too */
-		why = SMC_REASON_FD_LIMIT;
-		diag = CLC_DECL_SH_FDLIMIT;
-		goto decline;
-	}
+		return client_decline(f, CLC_DECL_SH_FDLIMIT, SMC_REASON_FD_LIMIT);
 	/* by key, only an Accept with the proof comes from the server: a failure or a
 	 * Decline here may be anybody's, and the server will answer on TCP */
 	if (auth->by_key && (r < 0 || acc.type != CLC_ACCEPT || acc.u.s_acc.proof != auth->key)) {
 		if (r == 0 && acc.type == CLC_ACCEPT)
 			log_warn("fd %d: a process that did not read our TCP Proposal answered on "
 				 "our rendezvous socket: ignored", c->fd);
-		goto not_the_server;
+		close_fds(in, 3);
+		return -EACCES;
 	}
-	if (r < 0) {
+	if (r < 0)
 		/* The server may still send its Accept and then wait for our Confirm: without
 		 * a word from us it would take our close for a client that went away after
 		 * upgrading and reset a connection we go on with as plain TCP. */
-		diag = r == -EAGAIN ? CLC_DECL_TIMEOUT : CLC_DECL_SYNCERR;
-		goto decline;
-	}
+		return client_decline(f, r == -EAGAIN ? CLC_DECL_TIMEOUT : CLC_DECL_SYNCERR,
+				      SMC_REASON_HANDSHAKE);
 	if (acc.type == CLC_DECLINE) {
-		why = reason_from_code(acc.u.s_decl.diag);
 		log_debug("fd %d: server declined SMC: %s", c->fd,
 			  clc_decline_reason_str(acc.u.s_decl.diag));
-		goto fail;
+		return client_fail(f, reason_from_code(acc.u.s_decl.diag));
 	}
-	if (auth->by_key && (diag = client_reserve(c, p)) != 0) {
-		why = SMC_REASON_MEM_CAP;
-		goto decline;
-	}
+	if (auth->by_key && (diag = client_reserve(c, p)) != 0)
+		return client_decline(f, diag, SMC_REASON_MEM_CAP);
 	diag = clc_sh_check_accept(p, &acc.u.s_acc);
 	if (diag) {
 		log_warn("fd %d: invalid CLC Accept from the server: staying TCP", c->fd);
-		goto decline;
+		return client_decline(f, diag, SMC_REASON_HANDSHAKE);
 	}
 	r = shm_attach(in[0], p->c2s_size, p->s2c_size, &map);
-	if (r == -ENOMEM) {
-		why = SMC_REASON_RESOURCES; /* no room to map it */
-		diag = CLC_DECL_MEM;
-		goto decline;
-	}
+	if (r == -ENOMEM) /* no room to map it */
+		return client_decline(f, CLC_DECL_MEM, SMC_REASON_RESOURCES);
 	if (r < 0) {
 		log_warn("fd %d: server's RMB region rejected (%s)", c->fd, strerror(-r));
-		diag = CLC_DECL_SH_FDS;
-		goto decline;
+		return client_decline(f, CLC_DECL_SH_FDS, SMC_REASON_HANDSHAKE);
 	}
 	pthread_mutex_lock(&c->lock);
 	if (__atomic_load_n(&c->state, __ATOMIC_ACQUIRE) != CONN_PENDING) {
 		pthread_mutex_unlock(&c->lock);
 		shm_detach(&map);
-		diag = CLC_DECL_PEERDECL;
-		goto decline;
+		return client_decline(f, CLC_DECL_PEERDECL, SMC_REASON_HANDSHAKE);
 	}
 	c->map = map;
 	c->peer_rx_bell = bell_take(in[1]);
@@ -309,20 +363,19 @@ int handshake_client(struct smc_conn *c, int ufd, const struct hs_auth *auth)
 	conf.u.s_conf.client_token = p->client_token;
 	conf.u.s_conf.server_token = acc.u.s_acc.server_token;
 	/* If this is lost the server resets the TCP connection: both see it fail. */
-	(void)hs_send(ufd, &conf, auth->by_key ? bells : NULL, auth->by_key ? 2 : 0);
+	(void)hs_send(f->ufd, &conf, auth->by_key ? bells : NULL, auth->by_key ? 2 : 0);
 	return 0;
-not_the_server:
-	close_fds(in, 3);
-	return -EACCES;
-decline:
-	hs_send_decline(ufd, diag);
-fail:
-	close_fds(in, 3);
-	pthread_mutex_lock(&c->lock);
-	if (__atomic_load_n(&c->state, __ATOMIC_ACQUIRE) == CONN_PENDING)
-		conn_fallback(c, why);
-	pthread_mutex_unlock(&c->lock);
-	return 0;
+}
+
+int handshake_client(struct smc_conn *c, int ufd, const struct hs_auth *auth)
+{
+	struct hs_flow f;
+	int r = hs_client_start(&f, c, ufd, auth);
+
+	while (r == HS_WAIT)
+		r = hs_client_step(&f, !hs_wait_readable(ufd, smc_cfg.handshake_timeout_ms));
+	hs_flow_abandon(&f);
+	return r;
 }
 
 /* ------------------------------------------------------------ server */
@@ -333,11 +386,10 @@ fail:
  * on a loaded host, a debugger). Giving up after one handshake timeout would then reset
  * a connection TCP would have served, so the Confirm is waited for while the client
  * lives: its close or exit ends the wait at once (EOF on the rendezvous socket, FIN or
- * RST on the TCP connection), and only a client that keeps both open and never answers
- * is reset, after HS_CONFIRM_TICKS handshake timeouts (the scale of the watchdog a
- * waiting call applies to an undecided handshake, conn.c).
+ * RST on the TCP connection, looked at each step), and only a client that keeps both
+ * open and never answers is reset, after HS_CONFIRM_TICKS handshake timeouts (the scale
+ * of the watchdog a waiting call applies to an undecided handshake, conn.c).
  */
-#define HS_CONFIRM_TICKS 15u
 
 /* The TCP peer closed or reset: nobody will send a Confirm. */
 static bool tcp_peer_closed(int fd)
@@ -346,21 +398,6 @@ static bool tcp_peer_closed(int fd)
 	ssize_t r = REAL(recv)(fd, &b, 1, MSG_PEEK | MSG_DONTWAIT);
 
 	return r == 0 || (r < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR);
-}
-
-static int server_recv_confirm(struct smc_conn *c, int ufd, const struct hs_auth *auth,
-			       struct clc_msg *conf, int *bells)
-{
-	for (unsigned tick = 1;; tick++) {
-		int r = hs_recv(ufd, conf, CLC_CONFIRM, auth->by_key ? bells : NULL,
-				auth->by_key ? 2 : 0);
-
-		if (r != -EAGAIN || tick >= HS_CONFIRM_TICKS || tcp_peer_closed(c->fd))
-			return r;
-		if (tick == 1)
-			log_info("fd %d: no CLC Confirm within %u ms of our Accept: waiting on "
-				 "while the client lives", c->fd, smc_cfg.handshake_timeout_ms);
-	}
 }
 
 void handshake_server_decline(int tcp_fd, int ufd, const struct hs_auth *auth, uint32_t diag)
@@ -374,9 +411,12 @@ void handshake_server_decline(int tcp_fd, int ufd, const struct hs_auth *auth, u
 	}
 	/* the Proposal first: a Decline before it would end the client's send, not its
 	 * handshake; its doorbells are closed unused. One that could not be read (its
-	 * doorbells found no free descriptor here) is declined all the same. */
+	 * doorbells found no free descriptor here) is declined all the same; one that does
+	 * not come within accept()'s wait is answered by our close (the client stays TCP). */
 	handshake_set_timeouts(ufd);
-	hs_set_accept_wait(ufd);
+	fd_nonblock(ufd);
+	if (!hs_wait_readable(ufd, HS_INLINE_WAIT_US / 1000u))
+		return;
 	if (hs_recv(ufd, &prop, CLC_PROPOSAL, bells, 2) == 0 && prop.type == CLC_DECLINE)
 		return;
 	close_fds(bells, 2);
@@ -414,86 +454,86 @@ static bool server_trusts_proposal(struct smc_conn *c, const struct hs_auth *aut
 	return true;
 }
 
-int handshake_server(struct smc_conn *c, int ufd, const struct hs_auth *auth, bool in_accept,
-		     enum smc_reason *why)
+/* The server's handshake ends with result r (f->why set). */
+static int server_done(struct hs_flow *f, int r)
 {
-	struct clc_msg prop, acc = { .variant = CLC_SAMEHOST, .type = CLC_ACCEPT }, conf;
-	struct clc_sh_proposal *p = &prop.u.s_prop;
-	int bells[2] = { -1, -1 }; /* the client's rx and tx bells */
+	if (r != 0)
+		close_fds(f->bells, 2);
+	f->result = r;
+	return 0;
+}
+
+/* A refusal before our Accept: r, with why and the Decline for diag. */
+static int server_refused(struct hs_flow *f, int r, enum smc_reason why, uint32_t diag)
+{
+	f->why = why;
+	server_refuse(f->c, f->ufd, &f->auth, diag);
+	return server_done(f, r);
+}
+
+static int server_on_confirm(struct hs_flow *f, bool final);
+
+/* Waits for the Proposal, answers it with our Accept (then waits for the Confirm) or a
+ * Decline. */
+static int server_on_proposal(struct hs_flow *f, bool final)
+{
+	struct smc_conn *c = f->c;
+	const struct hs_auth *auth = &f->auth;
+	struct clc_msg acc = { .variant = CLC_SAMEHOST, .type = CLC_ACCEPT };
+	struct clc_sh_proposal *p = &f->prop.u.s_prop;
 	int nbells = auth->by_key ? 0 : 2; /* with the Proposal; by key with the Confirm */
 	uint32_t diag = CLC_DECL_INTERR;
 	int memfd, r;
 	size_t reserve;
 
-	*why = SMC_REASON_HANDSHAKE;
-	handshake_set_timeouts(ufd);
-	if (in_accept)
-		hs_set_accept_wait(ufd);
-	r = hs_recv(ufd, &prop, CLC_PROPOSAL, bells, nbells);
-	if (in_accept)
-		handshake_set_timeouts(ufd); /* the rest as in any handshake */
-	if (r == -EMFILE) {
-		/* the client's doorbells found no free slot here */
-		*why = SMC_REASON_FD_LIMIT;
-		server_refuse(c, ufd, auth, CLC_DECL_SH_FDLIMIT);
-		return -ECONNREFUSED;
-	}
+	r = hs_recv(f->ufd, &f->prop, CLC_PROPOSAL, f->bells, nbells);
+	if (r == -EAGAIN && !final)
+		return HS_WAIT;
+	if (r == -EMFILE) /* the client's doorbells found no free slot here */
+		return server_refused(f, -ECONNREFUSED, SMC_REASON_FD_LIMIT, CLC_DECL_SH_FDLIMIT);
 	if (r < 0) {
-		/* EOF: the client went away (it closed or exited) before answering */
+		/* EOF: the client went away (it closed or exited) before answering; a
+		 * timeout: it never did (the connection stays TCP) */
 		if (r == -ECONNRESET)
-			*why = SMC_REASON_PEER_CLOSED;
+			f->why = SMC_REASON_PEER_CLOSED;
 		if (auth->by_key)
 			(void)neg_send_decline(c->fd, CLC_DECL_SYNCERR);
-		return -EPROTO;
+		else if (r == -EAGAIN)
+			hs_send_decline(f->ufd, CLC_DECL_TIMEOUT);
+		return server_done(f, -EPROTO);
 	}
-	if (prop.type == CLC_DECLINE) {
-		*why = reason_from_code(prop.u.s_decl.diag);
+	if (f->prop.type == CLC_DECLINE) {
+		f->why = reason_from_code(f->prop.u.s_decl.diag);
 		log_info("fd %d: client declined SMC: %s", c->fd,
-			 clc_decline_reason_str(prop.u.s_decl.diag));
-		return -ECONNREFUSED;
+			 clc_decline_reason_str(f->prop.u.s_decl.diag));
+		return server_done(f, -ECONNREFUSED);
 	}
-	if (io_uring_in_use()) { /* io_uring_watch.h: no new upgrade */
-		*why = SMC_REASON_IO_URING;
-		close_fds(bells, 2);
-		server_refuse(c, ufd, auth, CLC_DECL_MODEUNSUPP);
-		return -EPROTO;
+	if (io_uring_in_use()) /* io_uring_watch.h: no new upgrade */
+		return server_refused(f, -EPROTO, SMC_REASON_IO_URING, CLC_DECL_MODEUNSUPP);
+	if (f->prop.variant == CLC_SMCR) {
+		if (auth->by_key)
+			return server_refused(f, -EPROTO, SMC_REASON_HANDSHAKE, CLC_DECL_MODEUNSUPP);
+		fd_block(f->ufd); /* its own exchange, bounded by the socket's timeouts */
+		return server_done(f, conn_ib_server_rdv(c, f->ufd, &f->prop, &f->why));
 	}
-	if (prop.variant == CLC_SMCR) {
-		if (!auth->by_key)
-			return conn_ib_server_rdv(c, ufd, &prop, why);
-		server_refuse(c, ufd, auth, CLC_DECL_MODEUNSUPP);
-		return -EPROTO;
-	}
-	if (!server_trusts_proposal(c, auth, p, &diag)) {
-		close_fds(bells, 2);
-		server_refuse(c, ufd, auth, diag);
-		return -EPROTO;
-	}
+	if (!server_trusts_proposal(c, auth, p, &diag))
+		return server_refused(f, -EPROTO, SMC_REASON_HANDSHAKE, diag);
 	/* a secret (random.h): without one, no SMC for this connection */
 	acc.u.s_acc.server_token = random_secret64();
-	if (!acc.u.s_acc.server_token) {
-		*why = SMC_REASON_RESOURCES;
-		close_fds(bells, 2);
-		server_refuse(c, ufd, auth, CLC_DECL_INTERR);
-		return -EIO;
-	}
+	if (!acc.u.s_acc.server_token)
+		return server_refused(f, -EIO, SMC_REASON_RESOURCES, CLC_DECL_INTERR);
 	/* the region holds both rings: all of it counts against our cap */
 	reserve = (size_t)p->c2s_size + p->s2c_size;
-	if (shm_reserve(reserve) < 0) {
-		*why = SMC_REASON_MEM_CAP;
-		close_fds(bells, 2);
-		server_refuse(c, ufd, auth, CLC_DECL_MEM);
-		return -ENOMEM;
-	}
+	if (shm_reserve(reserve) < 0)
+		return server_refused(f, -ENOMEM, SMC_REASON_MEM_CAP, CLC_DECL_MEM);
 	c->reserved = reserve;
 	/* dir[0] (client->server) is the server's RMB */
 	memfd = shm_create(p->c2s_size, p->s2c_size, &c->map);
 	if (memfd < 0) {
-		*why = fd_budget_reason_for(memfd);
-		close_fds(bells, 2);
-		server_refuse(c, ufd, auth, *why == SMC_REASON_FD_LIMIT ? CLC_DECL_SH_FDLIMIT
-									: CLC_DECL_INTERR);
-		return memfd;
+		enum smc_reason why = fd_budget_reason_for(memfd);
+
+		return server_refused(f, memfd, why, why == SMC_REASON_FD_LIMIT ? CLC_DECL_SH_FDLIMIT
+										: CLC_DECL_INTERR);
 	}
 	acc.u.s_acc.proto = CLC_SAMEHOST_PROTO;
 	acc.u.s_acc.c2s_size = p->c2s_size;
@@ -502,45 +542,126 @@ int handshake_server(struct smc_conn *c, int ufd, const struct hs_auth *auth, bo
 	{
 		int out[3] = { memfd, c->rx_bell, c->tx_bell };
 
-		r = hs_send(ufd, &acc, out, 3);
+		r = hs_send(f->ufd, &acc, out, 3);
 	}
 	REAL(close)(memfd);
 	if (r < 0) {
 		/* the client closed (or exited) while we prepared the Accept */
 		if (r == -EPIPE || r == -ECONNRESET)
-			*why = SMC_REASON_PEER_CLOSED;
-		close_fds(bells, 2);
+			f->why = SMC_REASON_PEER_CLOSED;
 		if (auth->by_key)
 			(void)neg_send_decline(c->fd, CLC_DECL_SYNCERR);
-		return -ECONNREFUSED; /* the client never saw the Accept: plain TCP */
+		return server_done(f, -ECONNREFUSED); /* the client never saw it: plain TCP */
 	}
-	r = server_recv_confirm(c, ufd, auth, &conf, bells);
+	f->acc = acc;
+	f->phase = HS_PHASE_CONFIRM;
+	return server_on_confirm(f, false);
+}
+
+/* Waits for the Confirm: our Accept is out, so from here the only way back is a reset
+ * (-ECONNABORTED). */
+static int server_on_confirm(struct hs_flow *f, bool final)
+{
+	struct smc_conn *c = f->c;
+	const struct hs_auth *auth = &f->auth;
+	struct clc_msg conf;
+	int r = hs_recv(f->ufd, &conf, CLC_CONFIRM, auth->by_key ? f->bells : NULL,
+			auth->by_key ? 2 : 0);
+
+	if (r == -EAGAIN && !final && !tcp_peer_closed(c->fd))
+		return HS_WAIT;
+	f->why = SMC_REASON_HANDSHAKE;
 	if (r == 0 && conf.type == CLC_DECLINE) {
-		*why = reason_from_code(conf.u.s_decl.diag);
+		f->why = reason_from_code(conf.u.s_decl.diag);
 		log_info("fd %d: client declined SMC after our Accept: %s", c->fd,
 			 clc_decline_reason_str(conf.u.s_decl.diag));
-		close_fds(bells, 2);
-		return -ECONNREFUSED; /* the client stays TCP: so do we */
+		return server_done(f, -ECONNREFUSED); /* the client stays TCP: so do we */
 	}
 	if (r == -ECONNRESET) {
 		/* EOF: the client closed or exited after our Accept, an ordinary end (a load
 		 * generator stopped mid-run), not a protocol error. It may have taken the
 		 * connection as upgraded, so it is reset all the same. */
-		*why = SMC_REASON_PEER_CLOSED;
+		f->why = SMC_REASON_PEER_CLOSED;
 		log_info("fd %d: the client went away before its CLC Confirm: resetting the "
 			 "connection", c->fd);
-		close_fds(bells, 2);
-		return -ECONNABORTED;
+		return server_done(f, -ECONNABORTED);
 	}
-	if (r < 0 || clc_sh_check_confirm(p, &acc.u.s_acc, &conf.u.s_conf) != 0) {
+	if (r < 0 || clc_sh_check_confirm(&f->prop.u.s_prop, &f->acc.u.s_acc, &conf.u.s_conf) != 0) {
 		log_warn("fd %d: no valid CLC Confirm from the client: resetting the connection",
 			 c->fd);
-		close_fds(bells, 2);
-		return -ECONNABORTED;
+		return server_done(f, -ECONNABORTED);
 	}
-	c->peer_rx_bell = bell_take(bells[0]);
-	c->peer_tx_bell = bell_take(bells[1]);
+	c->peer_rx_bell = bell_take(f->bells[0]);
+	c->peer_tx_bell = bell_take(f->bells[1]);
+	f->bells[0] = f->bells[1] = -1;
 	fd_budget_take(2);
-	*why = SMC_REASON_NONE;
-	return 0;
+	f->why = SMC_REASON_NONE;
+	return server_done(f, 0);
+}
+
+int hs_server_start(struct hs_flow *f, struct smc_conn *c, int ufd, const struct hs_auth *auth)
+{
+	hs_flow_init(f, c, ufd, auth);
+	f->phase = HS_PHASE_PROPOSAL;
+	handshake_set_timeouts(ufd);
+	fd_nonblock(ufd);
+	return hs_server_step(f, false);
+}
+
+int hs_server_step(struct hs_flow *f, bool final)
+{
+	if (f->phase == HS_PHASE_PROPOSAL)
+		return server_on_proposal(f, final);
+	return server_on_confirm(f, final);
+}
+
+static uint64_t mono_us(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000u + (uint64_t)ts.tv_nsec / 1000u;
+}
+
+int hs_server_start_inline(struct hs_flow *f, struct smc_conn *c, int ufd,
+			   const struct hs_auth *auth)
+{
+	uint64_t until = mono_us() + HS_INLINE_WAIT_US;
+	int r = hs_server_start(f, c, ufd, auth);
+
+	while (r == HS_WAIT) {
+		uint64_t now = mono_us();
+		struct pollfd pfd = { .fd = ufd, .events = POLLIN };
+
+		if (now >= until)
+			break;
+		/* poll's milliseconds would round a 2 ms budget to nothing or double it */
+		if (REAL(ppoll)(&pfd, 1, &(struct timespec){ 0, (long)(until - now) * 1000 },
+				NULL) == 0)
+			break;
+		r = hs_server_step(f, false);
+	}
+	return r;
+}
+
+int handshake_server(struct smc_conn *c, int ufd, const struct hs_auth *auth,
+		     enum smc_reason *why)
+{
+	struct hs_flow f;
+	unsigned ticks = 0;
+	int r = hs_server_start(&f, c, ufd, auth);
+
+	while (r == HS_WAIT) {
+		uint8_t phase = f.phase;
+		bool timed_out = !hs_wait_readable(ufd, smc_cfg.handshake_timeout_ms);
+
+		if (timed_out && ++ticks == 1 && f.phase == HS_PHASE_CONFIRM)
+			log_info("fd %d: no CLC Confirm within %u ms of our Accept: waiting on "
+				 "while the client lives", c->fd, smc_cfg.handshake_timeout_ms);
+		r = hs_server_step(&f, timed_out && ticks >= hs_flow_ticks(&f));
+		if (f.phase != phase)
+			ticks = 0;
+	}
+	*why = f.why;
+	return f.result;
 }

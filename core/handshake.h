@@ -29,6 +29,7 @@
 #ifndef SMC_HANDSHAKE_H
 #define SMC_HANDSHAKE_H
 
+#include "core/clc.h"
 #include "core/stats.h"
 
 #include <stdbool.h>
@@ -44,26 +45,74 @@ struct hs_auth {
 /* Bounds every read and write on rendezvous socket ufd by SMC_HANDSHAKE_TIMEOUT_MS. */
 void handshake_set_timeouts(int ufd);
 
-/* Client side, on the progress thread, with ufd the accepted rendezvous socket. Returns
- * 0 and leaves the connection ACTIVE or FALLBACK (unless the application closed it
- * meanwhile); or, with auth->by_key only, -EACCES when the process on ufd did not prove
- * it is the server: nothing was handed over nor decided, wait for the next one. */
+/*
+ * Each side's exchange as steps, so that no wait for a peer blocks a thread that serves
+ * others (the application's accept(), the progress thread): a step reads what arrived
+ * on the rendezvous socket (made nonblocking) and returns HS_WAIT when it must wait for
+ * more; the caller runs the next step once ufd is readable, or with final set at its
+ * deadline (hs_flow_ticks handshake timeouts after the phase began), which decides.
+ * A flow holds ufd but does not close it.
+ */
+#define HS_WAIT 1
+
+enum hs_phase {
+	HS_PHASE_ACCEPT,   /* client: our Proposal is out */
+	HS_PHASE_PROPOSAL, /* server: waiting for the client's Proposal */
+	HS_PHASE_CONFIRM,  /* server: our Accept is out */
+};
+
+struct hs_flow {
+	struct smc_conn *c;
+	int ufd;
+	struct hs_auth auth;
+	uint8_t phase;        /* enum hs_phase */
+	struct clc_msg prop;  /* client: ours; server: the client's */
+	struct clc_msg acc;   /* server: ours */
+	int bells[2];         /* server: the client's doorbells until taken */
+	int in[3];            /* client: the Accept's descriptors until taken */
+	enum smc_reason why;  /* server: the outcome's reason */
+	int result;           /* server: the outcome, as handshake_server returns it */
+};
+
+void hs_flow_init(struct hs_flow *f, struct smc_conn *c, int ufd, const struct hs_auth *auth);
+/* Closes the descriptors a flow that will not be stepped again still holds. */
+void hs_flow_abandon(struct hs_flow *f);
+/* Deadline ticks (SMC_HANDSHAKE_TIMEOUT_MS each) the flow's current phase may take: one;
+ * the Confirm is waited for while the client lives (handshake.c). */
+unsigned hs_flow_ticks(const struct hs_flow *f);
+
+/* Client side, on the progress thread, with ufd the accepted rendezvous socket: sends
+ * the Proposal. HS_WAIT; or 0: decided (ACTIVE or FALLBACK, unless the application
+ * closed it meanwhile); or, with auth->by_key only, -EACCES when the process on ufd did
+ * not prove it is the server: nothing was handed over nor decided, the caller drops ufd
+ * and waits for the next one. */
+int hs_client_start(struct hs_flow *f, struct smc_conn *c, int ufd, const struct hs_auth *auth);
+/* Client: reads the server's Accept (then sends the Confirm); results as hs_client_start. */
+int hs_client_step(struct hs_flow *f, bool final);
+/* Client, blocking: the whole exchange (tests). Results as hs_client_start, never HS_WAIT. */
 int handshake_client(struct smc_conn *c, int ufd, const struct hs_auth *auth);
 
 /* Server side; under abstract names (not by key) the caller has checked the process on
- * ufd (rdv_peer_owns_tcp_peer) before calling. 0: c is ready to activate. Otherwise
- * -errno and *why; -ECONNABORTED means the client may already consider the connection
- * upgraded, so the TCP connection must be reset rather than used as plain TCP.
- * in_accept: run inside the application's accept(), so the client's Proposal is waited
- * for only HS_ACCEPT_PROPOSAL_MS (handshake.c), then the connection stays TCP
- * (SMC_REASON_HANDSHAKE). */
-int handshake_server(struct smc_conn *c, int ufd, const struct hs_auth *auth, bool in_accept,
+ * ufd (rdv_peer_owns_tcp_peer) before starting. HS_WAIT, or 0 when decided: then
+ * f->result is 0 (c is ready to activate) or -errno with f->why; -ECONNABORTED means
+ * the client may already consider the connection upgraded, so the TCP connection must
+ * be reset rather than used as plain TCP. Once the application holds c, each step runs
+ * under c->lock with c PENDING. */
+int hs_server_start(struct hs_flow *f, struct smc_conn *c, int ufd, const struct hs_auth *auth);
+int hs_server_step(struct hs_flow *f, bool final);
+/* Server, inside accept(): hs_server_start, then steps while the client answers within
+ * HS_INLINE_WAIT_US (handshake.c) in all; HS_WAIT when the rest is the progress
+ * thread's. */
+int hs_server_start_inline(struct hs_flow *f, struct smc_conn *c, int ufd,
+			   const struct hs_auth *auth);
+/* Server, blocking: the whole exchange, f->result returned, f->why in *why. */
+int handshake_server(struct smc_conn *c, int ufd, const struct hs_auth *auth,
 		     enum smc_reason *why);
 
 /* Server side, without a connection (none could be had: fd_budget.h, or its creation
  * failed), inside accept(): answers the client's Proposal on ufd (waited for as long as
- * handshake_server's in_accept does; or, by key, on TCP socket tcp_fd) with a Decline
- * for diag, so that it stays TCP at once and knows why. */
+ * hs_server_start_inline does; or, by key, on TCP socket tcp_fd) with a Decline for
+ * diag, so that it stays TCP at once and knows why. */
 void handshake_server_decline(int tcp_fd, int ufd, const struct hs_auth *auth, uint32_t diag);
 
 #endif

@@ -21,6 +21,7 @@
 #include "core/negotiate.h"
 #include "core/progress.h"
 #include "core/real.h"
+#include "core/statsrv.h"
 #include "core/tcpopt.h"
 
 static pthread_mutex_t progress_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -39,7 +40,26 @@ struct pending {
 	bool fd_limited;      /* inband: the rendezvous could not be accepted (EMFILE) */
 	unsigned idle_ticks;  /* inband: deadline ticks since then */
 	struct neg_client nc; /* inband: rendezvous name and key */
+	struct attempt *attempts; /* handshakes on our rendezvous socket, newest first */
+	unsigned nattempts;
 };
+
+/*
+ * One process that connected to a pending connection's rendezvous socket, answered by
+ * its own flow. By key (a token socket in SMC_RDV_DIR, which any local user may
+ * connect to) only the one that proves it read our TCP Proposal decides: the others
+ * are dropped when they answer wrongly, close, or stay silent for a handshake timeout,
+ * and never delay the server's. At most PENDING_ATTEMPTS at a time: a newcomer beyond
+ * them replaces the oldest.
+ */
+struct attempt {
+	struct pending *p;
+	struct hs_flow f;
+	struct event *ev;
+	struct attempt *next;
+};
+
+#define PENDING_ATTEMPTS 8u
 
 static void event_drop(struct event **ev)
 {
@@ -53,10 +73,29 @@ static void hs_watch_set(struct smc_conn *c, enum conn_hs_watch w)
 	__atomic_store_n(&c->hs_watch, (uint8_t)w, __ATOMIC_RELEASE);
 }
 
+static void attempt_drop(struct attempt *a)
+{
+	struct pending *p = a->p;
+
+	for (struct attempt **at = &p->attempts; *at; at = &(*at)->next) {
+		if (*at == a) {
+			*at = a->next;
+			p->nattempts--;
+			break;
+		}
+	}
+	event_drop(&a->ev);
+	hs_flow_abandon(&a->f);
+	REAL(close)(a->f.ufd);
+	free(a);
+}
+
 static void pending_finish(struct pending *p)
 {
 	struct smc_conn *c = p->c;
 
+	while (p->attempts)
+		attempt_drop(p->attempts);
 	hs_watch_set(c, HS_WATCH_DONE);
 	event_drop(&p->ev_rdv);
 	event_drop(&p->ev_tcp);
@@ -107,11 +146,56 @@ static void pending_abort(struct pending *p, const char *what)
 	pending_finish(p);
 }
 
+/* An attempt's rendezvous socket became readable, or its handshake timeout passed. */
+static void on_attempt(evutil_socket_t fd, short what, void *arg)
+{
+	struct attempt *a = arg;
+	struct pending *p = a->p;
+	int r = hs_client_step(&a->f, (what & EV_TIMEOUT) != 0);
+
+	(void)fd;
+	if (r == HS_WAIT)
+		return;
+	attempt_drop(a);
+	if (r != -EACCES) /* not the server: it may still come, or answer on TCP */
+		pending_give_up(p, SMC_REASON_HANDSHAKE); /* no-op when the handshake decided */
+}
+
+/* Flow f waits for its peer's Accept: 0, or -ENOMEM (not taken). */
+static int attempt_add(struct pending *p, const struct hs_flow *f)
+{
+	struct timeval tv = smc_cfg_handshake_timeout();
+	struct attempt *a = calloc(1, sizeof(*a));
+
+	if (!a)
+		return -ENOMEM;
+	a->p = p;
+	a->f = *f;
+	a->ev = event_new(progress_base, f->ufd, EV_READ | EV_PERSIST, on_attempt, a);
+	if (!a->ev) {
+		free(a);
+		return -ENOMEM;
+	}
+	if (p->nattempts >= PENDING_ATTEMPTS) {
+		struct attempt *oldest = p->attempts;
+
+		while (oldest->next)
+			oldest = oldest->next;
+		attempt_drop(oldest);
+	}
+	a->next = p->attempts;
+	p->attempts = a;
+	p->nattempts++;
+	event_add(a->ev, &tv);
+	return 0;
+}
+
 static void on_rdv(evutil_socket_t fd, short what, void *arg)
 {
 	struct pending *p = arg;
 	struct hs_auth auth = { .by_key = p->inband, .key = p->nc.key };
 	int ufd = REAL(accept4)(fd, NULL, NULL, SOCK_CLOEXEC);
+	struct hs_flow f;
 	int r;
 
 	(void)what;
@@ -135,7 +219,12 @@ static void on_rdv(evutil_socket_t fd, short what, void *arg)
 		}
 		return;
 	}
-	r = handshake_client(p->c, ufd, &auth);
+	r = hs_client_start(&f, p->c, ufd, &auth);
+	if (r == HS_WAIT && attempt_add(p, &f) == 0)
+		return; /* the attempt holds ufd now */
+	if (r == HS_WAIT)
+		r = hs_client_step(&f, true);
+	hs_flow_abandon(&f);
 	REAL(close)(ufd);
 	if (r == -EACCES)
 		return; /* not the server: it may still come, or answer on TCP */
@@ -386,7 +475,7 @@ static struct event_base *progress_start(void)
 	pthread_sigmask(SIG_SETMASK, &old, NULL);
 	pthread_detach(progress_thread);
 	progress_base = base;
-	progress_pid = getpid();
+	__atomic_store_n(&progress_pid, getpid(), __ATOMIC_RELEASE);
 	log_debug("progress thread started");
 out:
 	pthread_mutex_unlock(&progress_lock);
@@ -395,6 +484,13 @@ out:
 
 /* Runs fn(arg) on the progress thread as soon as it can (registration callbacks create
  * their events there). 0, or -ENOMEM when the thread or the call could not be had. */
+int progress_ensure(void)
+{
+	if (__atomic_load_n(&progress_pid, __ATOMIC_ACQUIRE) == getpid())
+		return 0;
+	return progress_start() ? 0 : -ENOMEM;
+}
+
 static int progress_call(event_callback_fn fn, void *arg)
 {
 	struct event_base *base = progress_start();
@@ -569,6 +665,111 @@ int progress_watch_server(struct smc_conn *c, progress_server_step step)
 	if (progress_call(server_register, w) < 0) {
 		hs_watch_set(c, HS_WATCH_NONE);
 		conn_put(c);
+		free(w);
+		return -ENOMEM;
+	}
+	return 0;
+}
+
+/* ------------------------------------------------------------ server, same-host flows */
+
+struct flow_wait {
+	struct hs_flow f;
+	progress_flow_done done;
+	struct event *ev;     /* f.ufd readable, or a deadline tick */
+	unsigned ticks;       /* deadline ticks in the current phase */
+	uint8_t phase;
+};
+
+static void flow_wait_finish(struct flow_wait *w)
+{
+	struct smc_conn *c = w->f.c;
+
+	hs_watch_set(c, HS_WATCH_DONE);
+	event_drop(&w->ev);
+	hs_flow_abandon(&w->f);
+	REAL(close)(w->f.ufd);
+	conn_put(c);
+	free(w);
+}
+
+static void on_flow(evutil_socket_t fd, short what, void *arg)
+{
+	struct flow_wait *w = arg;
+	struct smc_conn *c = w->f.c;
+	bool final = false;
+	int r;
+
+	(void)fd;
+	if (what & EV_TIMEOUT) {
+		final = ++w->ticks >= hs_flow_ticks(&w->f);
+		if (w->ticks == 1 && !final)
+			log_info("fd %d: no CLC Confirm within %u ms of our Accept: waiting on "
+				 "while the client lives", c->fd, smc_cfg.handshake_timeout_ms);
+	}
+	/* c->fd is the application's: under c->lock it cannot be closed meanwhile */
+	pthread_mutex_lock(&c->lock);
+	if (__atomic_load_n(&c->state, __ATOMIC_ACQUIRE) != CONN_PENDING) {
+		pthread_mutex_unlock(&c->lock);
+		flow_wait_finish(w); /* the application closed it */
+		return;
+	}
+	r = hs_server_step(&w->f, final);
+	if (r != HS_WAIT)
+		w->done(c, w->f.result, w->f.why);
+	pthread_mutex_unlock(&c->lock);
+	if (r != HS_WAIT) {
+		if (__atomic_load_n(&c->state, __ATOMIC_ACQUIRE) == CONN_ACTIVE)
+			statsrv_ensure();
+		flow_wait_finish(w);
+		return;
+	}
+	if (w->f.phase != w->phase) {
+		w->phase = w->f.phase;
+		w->ticks = 0;
+	}
+}
+
+/* Runs on the progress thread (see pending_register). */
+static void flow_register(evutil_socket_t fd, short what, void *arg)
+{
+	struct flow_wait *w = arg;
+	struct timeval tv = smc_cfg_handshake_timeout();
+
+	(void)fd;
+	(void)what;
+	/* persistent: the timeout restarts at each activation, a tick of the phase */
+	w->ev = event_new(progress_base, w->f.ufd, EV_READ | EV_PERSIST, on_flow, w);
+	if (!w->ev) {
+		struct smc_conn *c = w->f.c;
+
+		pthread_mutex_lock(&c->lock);
+		if (__atomic_load_n(&c->state, __ATOMIC_ACQUIRE) == CONN_PENDING) {
+			(void)hs_server_step(&w->f, true); /* decides without waiting */
+			w->done(c, w->f.result, w->f.why);
+		}
+		pthread_mutex_unlock(&c->lock);
+		flow_wait_finish(w);
+		return;
+	}
+	event_add(w->ev, &tv);
+	hs_watch_set(w->f.c, HS_WATCH_ARMED);
+}
+
+int progress_watch_flow(const struct hs_flow *f, progress_flow_done done)
+{
+	struct flow_wait *w = calloc(1, sizeof(*w));
+
+	if (!w)
+		return -ENOMEM;
+	w->f = *f;
+	w->done = done;
+	w->phase = f->phase;
+	conn_get(f->c);
+	hs_watch_set(f->c, HS_WATCH_QUEUED);
+	if (progress_call(flow_register, w) < 0) {
+		hs_watch_set(f->c, HS_WATCH_NONE);
+		conn_put(f->c);
 		free(w);
 		return -ENOMEM;
 	}

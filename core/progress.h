@@ -13,8 +13,14 @@
 
 #include <stdbool.h>
 
+#include "core/handshake.h"
+
 struct smc_conn;
 
+/* Starts the thread if this process has none yet: a server does so at its first
+ * handshake, so that the thread and its descriptors exist before any handshake needs it
+ * (a process's resources do not grow at a loaded moment). 0 or -ENOMEM. */
+int progress_ensure(void);
 /* Hands a PENDING client connection to the thread: with rdv_listen_fd set, the
  * same-host rendezvous (the server connects to that name); with rdv_listen_fd -1, the
  * in-band negotiation (the socket was opted in for the TCP option: after the TCP
@@ -30,6 +36,14 @@ typedef bool (*progress_server_step)(struct smc_conn *c, bool final);
 /* Hands an accepted PENDING connection whose client's CLC message has not arrived yet to
  * the thread, so that a nonblocking accept() does not wait for it. 0 or -ENOMEM. */
 int progress_watch_server(struct smc_conn *c, progress_server_step step);
+/* Called on the thread, under c->lock with c PENDING, when a server flow decided:
+ * f->result and f->why (handshake.h). */
+typedef void (*progress_flow_done)(struct smc_conn *c, int result, enum smc_reason why);
+/* Hands the server's side of a same-host exchange that waits for the client (HS_WAIT)
+ * to the thread, which steps it as its rendezvous socket becomes readable and at its
+ * deadlines, then calls done and closes f->ufd. The connection is the application's
+ * (fd table) and PENDING; f is copied. 0 or -ENOMEM (nothing taken). */
+int progress_watch_flow(const struct hs_flow *f, progress_flow_done done);
 /* SMC-R: starts the thread if needed and makes it serve the link registry (ib_lgr.h):
  * each link's completion channel, the device's async events, the link timers. Call
  * before the first ib_lgr_* call that may create a link. 0 or -ENOMEM. */

@@ -781,13 +781,64 @@ static int accept_finish(struct smc_conn *c, int nfd, int r, bool count_abort)
 	return -1;
 }
 
+/* What a server handshake that failed on a connection that stays open (as plain TCP)
+ * holds: its rings and their share of the memory cap. */
+static void server_release_shm(struct smc_conn *c)
+{
+	shm_detach(&c->map);
+	if (c->reserved) {
+		shm_unreserve(c->reserved);
+		c->reserved = 0;
+	}
+}
+
+/* A server handshake of PENDING connection c (the application holds it: under c->lock)
+ * ended with r (handshake.h): c is ACTIVE, or FALLBACK, as plain TCP for why or as a
+ * reset socket (the client may have taken it as upgraded and may still send CLC bytes,
+ * which must never reach the application, so its next call gets ECONNRESET; counted as
+ * an abort and handshake-failed). */
+static void server_decided(struct smc_conn *c, int r, enum smc_reason why)
+{
+	if (r == 0) {
+		conn_activate(c);
+		return;
+	}
+	server_release_shm(c);
+	if (r == -ECONNABORTED) {
+		stats_count_abort();
+		neg_reset(c->fd);
+		why = SMC_REASON_HANDSHAKE;
+	}
+	conn_fallback(c, why);
+}
+
+/* The client did not answer within accept()'s wait: nfd goes to the application
+ * PENDING and the progress thread goes on with flow f (which then holds ufd). 1, or 0
+ * when the thread cannot take it. */
+static int accept_defer_flow(int nfd, struct smc_conn *c, const struct hs_flow *f)
+{
+	c->deferred = true;
+	fdtab_set(nfd, FD_SMC, c);
+	if (progress_watch_flow(f, server_decided) < 0) {
+		fdtab_set(nfd, FD_TCP, NULL);
+		c->deferred = false;
+		return 0;
+	}
+	stats_count_hs_background();
+	log_debug("fd %d: the client has not answered yet: the handshake goes on in the "
+		  "background", nfd);
+	return 1;
+}
+
 /* The server's side of the same-host handshake for accepted socket nfd over rendezvous
- * socket ufd (closed here). 1: nfd is an ACTIVE SMC connection. 0: plain TCP (*why).
- * -1: nfd was reset and closed (errno ECONNABORTED). */
+ * socket ufd (closed here, or handed to the progress thread). 1: nfd is an SMC
+ * connection, ACTIVE or still PENDING. 0: plain TCP (*why). -1: nfd was reset and
+ * closed (errno ECONNABORTED). */
 static int accept_handshake(int nfd, int ufd, int flags, const struct hs_auth *auth,
 			    enum smc_reason *why)
 {
 	struct smc_conn *c = NULL;
+	struct hs_flow f;
 	int r;
 
 	*why = SMC_REASON_FD_LIMIT;
@@ -803,9 +854,22 @@ static int accept_handshake(int nfd, int ufd, int flags, const struct hs_auth *a
 	}
 	c->nonblock = (flags & SOCK_NONBLOCK) != 0;
 	conn_load_sockopts(c);
-	r = handshake_server(c, ufd, auth, true, why);
+	if (conn_ib_wanted()) {
+		/* a client proposing SMC-R opens its device first: its Proposal may take
+		 * longer than accept()'s wait, and its exchange blocks (conn_ib.h) */
+		r = handshake_server(c, ufd, auth, why);
+		REAL(close)(ufd);
+		return accept_finish(c, nfd, r, false);
+	}
+	(void)progress_ensure(); /* where the rest goes if the client is slow */
+	r = hs_server_start_inline(&f, c, ufd, auth);
+	if (r == HS_WAIT && accept_defer_flow(nfd, c, &f) == 1)
+		return 1;
+	if (r == HS_WAIT)
+		(void)hs_server_step(&f, true);
 	REAL(close)(ufd);
-	return accept_finish(c, nfd, r, false);
+	*why = f.why;
+	return accept_finish(c, nfd, f.result, false);
 }
 
 /* An SMC-R Proposal that arrives once the process uses io_uring (io_uring_watch.h) is
@@ -845,26 +909,15 @@ static int accept_ib_inband(int nfd, int flags, const struct clc_msg *prop,
 	return accept_finish(c, nfd, r, true);
 }
 
-/* What a server handshake that failed on a connection that stays open (as plain TCP)
- * holds: its rings and their share of the memory cap. */
-static void server_release_shm(struct smc_conn *c)
-{
-	shm_detach(&c->map);
-	if (c->reserved) {
-		shm_unreserve(c->reserved);
-		c->reserved = 0;
-	}
-}
-
 /* The server's side on deferred connection c (progress thread, under c->lock, PENDING)
- * once the client's CLC message was read (o). Leaves c ACTIVE, or FALLBACK: plain TCP
- * for why, or a reset socket (a malformed or missing message: the client may still
- * send CLC bytes, which must never reach the application, so its next call gets
- * ECONNRESET; counted as an abort and handshake-failed). */
+ * once the client's CLC message was read (o). Leaves c ACTIVE or FALLBACK
+ * (server_decided), or PENDING with the same-host exchange handed to a flow of its
+ * own on the thread. */
 static void deferred_decide(struct smc_conn *c, enum neg_offer o, const struct clc_block *blk,
 			    const struct clc_msg *prop, enum smc_reason why)
 {
 	struct hs_auth auth = { .by_key = true, .key = blk->rdv_key };
+	struct hs_flow f;
 	int ufd, r = -ECONNREFUSED;
 
 	switch (o) {
@@ -884,25 +937,21 @@ static void deferred_decide(struct smc_conn *c, enum neg_offer o, const struct c
 				why = SMC_REASON_PEER_CLOSED;
 			break;
 		}
-		r = handshake_server(c, ufd, &auth, false, &why);
+		if (hs_server_start(&f, c, ufd, &auth) == HS_WAIT) {
+			if (progress_watch_flow(&f, server_decided) == 0)
+				return; /* the flow holds ufd now */
+			(void)hs_server_step(&f, true);
+		}
 		REAL(close)(ufd);
+		r = f.result;
+		why = f.why;
 		break;
 	case NEG_OFFER_ABORT:
 	case NEG_OFFER_WAIT:
 		r = -ECONNABORTED;
 		break;
 	}
-	if (r == 0) {
-		conn_activate(c);
-		return;
-	}
-	server_release_shm(c);
-	if (r == -ECONNABORTED) {
-		stats_count_abort();
-		neg_reset(c->fd);
-		why = SMC_REASON_HANDSHAKE;
-	}
-	conn_fallback(c, why);
+	server_decided(c, r, why);
 }
 
 /* progress_server_step for deferred connections. */

@@ -34,6 +34,7 @@ static uint64_t rewinds;
 static uint64_t pooled;
 static uint64_t pool_pending;
 static uint64_t pool_full;
+static uint64_t hs_background;
 static uint64_t ib_events[SMC_IB_EVENT_MAX];
 
 static const char *const ib_event_names[SMC_IB_EVENT_MAX] = {
@@ -150,6 +151,11 @@ void stats_count_pool_miss(bool full)
 	count(full ? &pool_full : &pool_pending, 1);
 }
 
+void stats_count_hs_background(void)
+{
+	count(&hs_background, 1);
+}
+
 void stats_count_ib(enum smc_ib_event e, uint64_t n)
 {
 	if ((unsigned)e < SMC_IB_EVENT_MAX)
@@ -165,6 +171,7 @@ void stats_atfork_child(void)
 	memset(bytes_received, 0, sizeof(bytes_received));
 	memset(ib_events, 0, sizeof(ib_events));
 	aborts = wakeups_sent = stream_bytes = rewinds = pooled = pool_pending = pool_full = 0;
+	hs_background = 0;
 }
 
 void stats_snapshot(struct smc_stats_snapshot *out)
@@ -183,6 +190,7 @@ void stats_snapshot(struct smc_stats_snapshot *out)
 	out->pooled = load(&pooled);
 	out->pool_pending = load(&pool_pending);
 	out->pool_full = load(&pool_full);
+	out->hs_background = load(&hs_background);
 	for (int e = 0; e < SMC_IB_EVENT_MAX; e++)
 		out->ib[e] = load(&ib_events[e]);
 }
@@ -251,12 +259,13 @@ static void stats_format_json(struct json_buf *jb, const struct smc_stats_snapsh
 		  SMC_STATS_KEY_WAKEUPS_SENT, (unsigned long long)s->wakeups_sent);
 	for (int e = 0; e < SMC_IB_EVENT_MAX; e++)
 		jb_printf(jb, ",\"%s\":%llu", ib_event_names[e], (unsigned long long)s->ib[e]);
-	jb_printf(jb, ",\"%s\":%llu,\"%s\":%llu,\"%s\":%llu,\"%s\":%llu,\"%s\":%llu",
+	jb_printf(jb, ",\"%s\":%llu,\"%s\":%llu,\"%s\":%llu,\"%s\":%llu,\"%s\":%llu,\"%s\":%llu",
 		  SMC_STATS_KEY_SHM_STREAM_BYTES, (unsigned long long)s->stream_bytes,
 		  SMC_STATS_KEY_SHM_REWINDS, (unsigned long long)s->rewinds,
 		  SMC_STATS_KEY_SHM_POOLED, (unsigned long long)s->pooled,
 		  SMC_STATS_KEY_POOL_PENDING, (unsigned long long)s->pool_pending,
-		  SMC_STATS_KEY_POOL_FULL, (unsigned long long)s->pool_full);
+		  SMC_STATS_KEY_POOL_FULL, (unsigned long long)s->pool_full,
+		  SMC_STATS_KEY_HS_BACKGROUND, (unsigned long long)s->hs_background);
 	jb_printf(jb, "}}\n");
 }
 

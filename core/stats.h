@@ -68,6 +68,7 @@ struct smc_stats_snapshot {
 	uint64_t pooled;        /* shm connections that ran on a pool slot (pool.h) */
 	uint64_t pool_pending;  /* short-lived TCP connections made while their pool was set up */
 	uint64_t pool_full;     /* short-lived TCP connections made while every slot was taken */
+	uint64_t hs_background; /* server handshakes accept() left to the progress thread */
 	uint64_t ib[SMC_IB_EVENT_MAX];
 };
 void stats_snapshot(struct smc_stats_snapshot *out);
@@ -79,6 +80,7 @@ void stats_count_rewind(void);
 void stats_count_pooled(void);
 /* A short-lived connection stayed TCP: its pool not set up yet, or (full) out of slots. */
 void stats_count_pool_miss(bool full);
+void stats_count_hs_background(void);
 
 /* Writes the JSON summary to `path` (already %p-expanded); 0 or -1 with errno. */
 int stats_write(const char *path);

@@ -85,6 +85,7 @@
 #define SMC_STATS_KEY_SHM_POOLED   "shm_pooled"
 #define SMC_STATS_KEY_POOL_PENDING "pool_pending"
 #define SMC_STATS_KEY_POOL_FULL    "pool_full"
+#define SMC_STATS_KEY_HS_BACKGROUND "hs_background"
 
 /* Mode names: keys inside "connections" and "bytes". */
 #define SMC_STATS_MODE_SHM "shm"

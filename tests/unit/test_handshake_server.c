@@ -5,8 +5,8 @@
  * load generator does when its run ends) and a client that answers with garbage both
  * get the connection reset, but only the garbage is logged as a warning; a client
  * whose Confirm comes late (held up, alive) gets its connection upgraded, one that
- * stays silent for good is reset in the end; inside accept() the Proposal alone is
- * waited for a short while (HS_ACCEPT_PROPOSAL_MS). The client
+ * stays silent for good is reset in the end; inside accept() the client is waited for
+ * only a short while (HS_INLINE_WAIT_US), after which the steps go on elsewhere. The client
  * here is the test itself on the other end of a unix SEQPACKET pair, speaking CLC with
  * the library's own encoder; the in-band flavour (struct hs_auth by_key) spares it the
  * address and credential checks, which tests/integration covers.
@@ -36,7 +36,8 @@ struct server_run {
 	struct smc_conn *c;
 	int ufd;
 	struct hs_auth auth;
-	bool in_accept;
+	bool in_accept;       /* only the part inside accept(): hs_server_start_inline */
+	struct hs_flow f;     /* in_accept: the flow it leaves */
 	enum smc_reason why;
 	int r;
 	pthread_t tid;
@@ -47,7 +48,10 @@ static void *server_main(void *arg)
 {
 	struct server_run *s = arg;
 
-	s->r = handshake_server(s->c, s->ufd, &s->auth, s->in_accept, &s->why);
+	if (s->in_accept)
+		s->r = hs_server_start_inline(&s->f, s->c, s->ufd, &s->auth);
+	else
+		s->r = handshake_server(s->c, s->ufd, &s->auth, &s->why);
 	return NULL;
 }
 
@@ -138,8 +142,8 @@ static void sleep_ms(long ms)
 		;
 }
 
-/* Starts handshake_server for a fresh server connection (inside accept() when
- * in_accept); *cfd is the client's end of the rendezvous pair, fds the TCP pair (fds[1]
+/* Starts handshake_server for a fresh server connection (or, when in_accept, only
+ * what runs inside accept()); *cfd is the client's end of the rendezvous pair, fds the TCP pair (fds[1]
  * the server's). What the library logs until server_finish is kept. */
 static void server_start_in(struct server_run *s, int fds[2], int *cfd, bool in_accept)
 {
@@ -310,9 +314,10 @@ START_TEST(client_tcp_gone_ends_the_wait)
 }
 END_TEST
 
-/* Inside accept(), a client that sends no Proposal is not waited for a whole handshake
- * timeout (a minute here: the test's own timeout ends first): the connection stays TCP
- * and, by key, the client hears a Decline on TCP. */
+/* Inside accept(), a client that sends no Proposal is not waited for (the handshake
+ * timeout is a minute here: the test's own timeout ends first): the flow is left
+ * waiting for the Proposal, and its deadline step keeps the connection TCP and, by key,
+ * the client hears a Decline on TCP. */
 START_TEST(silent_client_in_accept_is_not_waited_for)
 {
 	struct server_run s;
@@ -321,9 +326,15 @@ START_TEST(silent_client_in_accept_is_not_waited_for)
 
 	smc_cfg.handshake_timeout_ms = 60000;
 	server_start_in(&s, fds, &cfd, true);
-	server_finish(&s, log, sizeof(log));
-	ck_assert_int_eq(s.r, -EPROTO);
-	ck_assert_int_eq(s.why, SMC_REASON_HANDSHAKE);
+	ck_assert_int_eq(pthread_join(s.tid, NULL), 0);
+	ck_assert_int_eq(s.r, HS_WAIT);
+	ck_assert_int_eq(s.f.phase, HS_PHASE_PROPOSAL);
+	ck_assert_int_eq(hs_server_step(&s.f, false), HS_WAIT); /* still nothing */
+	ck_assert_int_eq(hs_server_step(&s.f, true), 0);
+	log_capture_end(&s.lc, log, sizeof(log));
+	close(s.ufd);
+	ck_assert_int_eq(s.f.result, -EPROTO);
+	ck_assert_int_eq(s.f.why, SMC_REASON_HANDSHAKE);
 	ck_assert_int_gt(recv(fds[0], b, sizeof(b), MSG_DONTWAIT), 0); /* the Decline */
 	close(cfd);
 	conn_put(s.c);
@@ -354,9 +365,9 @@ START_TEST(late_proposal_outside_accept_is_taken)
 }
 END_TEST
 
-/* Inside accept() only the Proposal's wait is short: the Confirm after it is waited for
- * the handshake timeout as anywhere (no "waiting on" past a first timeout either). */
-START_TEST(confirm_in_accept_waits_the_handshake_timeout)
+/* Inside accept() the Confirm is not waited for either: the flow is left waiting for
+ * it after our Accept, and a Confirm that comes later completes the upgrade. */
+START_TEST(confirm_after_accept_returned_is_taken)
 {
 	struct server_run s;
 	int fds[2], cfd;
@@ -367,12 +378,19 @@ START_TEST(confirm_in_accept_waits_the_handshake_timeout)
 	server_start_in(&s, fds, &cfd, true);
 	send_proposal(cfd);
 	token = recv_accept(cfd);
-	sleep_ms(400);
+	sleep_ms(50);
+	ck_assert_int_eq(pthread_join(s.tid, NULL), 0);
+	s.tid = 0;
+	ck_assert_int_eq(s.r, HS_WAIT);
+	ck_assert_int_eq(s.f.phase, HS_PHASE_CONFIRM);
+	ck_assert_int_eq(hs_server_step(&s.f, false), HS_WAIT);
 	send_confirm(cfd, token);
-	server_finish(&s, log, sizeof(log));
+	ck_assert_int_eq(hs_server_step(&s.f, false), 0);
+	log_capture_end(&s.lc, log, sizeof(log));
+	close(s.ufd);
 	close(cfd);
-	ck_assert_msg(s.r == 0, "handshake_server: %d, log: %s", s.r, log);
-	ck_assert_msg(!strstr(log, "waiting on while the client lives"), "log: %s", log);
+	ck_assert_msg(s.f.result == 0, "result: %d, log: %s", s.f.result, log);
+	ck_assert_int_eq(s.f.why, SMC_REASON_NONE);
 	conn_put(s.c);
 	close(fds[0]);
 	close(fds[1]);
@@ -394,7 +412,7 @@ int main(void)
 	tcase_add_test(tc, client_tcp_gone_ends_the_wait);
 	tcase_add_test(tc, silent_client_in_accept_is_not_waited_for);
 	tcase_add_test(tc, late_proposal_outside_accept_is_taken);
-	tcase_add_test(tc, confirm_in_accept_waits_the_handshake_timeout);
+	tcase_add_test(tc, confirm_after_accept_returned_is_taken);
 	suite_add_tcase(s, tc);
 	sr = srunner_create(s);
 	srunner_run_all(sr, CK_NORMAL);

@@ -728,7 +728,17 @@ static int64_t tx_free(struct smc_conn *c)
 		c->tx_cons_seen = cons;
 	}
 	room = ring_free(c->tx_prod, tx_room_base(c, c->tx_cons_seen), c->tx_size);
-	return room < 0 ? 0 : room; /* a forged rewind: no room, never a wrong one */
+	if (room < 0) {
+		/* Our rewind is pending at the reader's cursor, yet its lap start lies
+		 * beyond what we wrote: no rewind of ours left it so (we name the cursor we
+		 * leave and write from that lap start on), so the reader forged skip_done
+		 * or our skip fields. Reporting "no room" instead would never end: the
+		 * readiness peek takes the impossible cursor for "writable" so that we meet
+		 * it, and pollers and blocking sends would spin on it. */
+		conn_abort_protocol(c, "ring rewind");
+		return -1;
+	}
+	return room;
 }
 
 static inline uint32_t peer_wflags(struct smc_conn *c)

@@ -16,6 +16,7 @@
 #include "core/config.h"
 #include "core/ib_proto.h"
 #include "core/pool_slot.h"
+#include "tests/lib/clc_fixtures.h"
 
 static const char *top;
 
@@ -39,12 +40,6 @@ static void put(const char *harness, const char *name, const void *a, size_t ale
 	}
 }
 
-static void fill(uint8_t *p, size_t n, uint8_t start)
-{
-	for (size_t i = 0; i < n; i++)
-		p[i] = (uint8_t)(start + i);
-}
-
 static size_t encode(const struct clc_msg *m, uint8_t *buf)
 {
 	ssize_t n = clc_encode(m, buf, CLC_MAX_LEN);
@@ -56,80 +51,34 @@ static size_t encode(const struct clc_msg *m, uint8_t *buf)
 	return (size_t)n;
 }
 
+/* An SMC-R Proposal (tests/lib/clc_fixtures.h), with our rendezvous block when block:
+ * ib a client that can do SMC-R only (NO_SHM), else one that offers shared memory. */
 static struct clc_msg r_proposal(unsigned v6, bool block, bool ib)
 {
-	struct clc_msg m = { .variant = CLC_SMCR, .type = CLC_PROPOSAL, .flags = CLC_PATH_SMCR };
-	struct clc_smcr_proposal *p = &m.u.r_prop;
+	struct clc_msg m = clc_fx_r_proposal(v6, 0, ib);
 
-	fill(p->lcl.peer_id, sizeof(p->lcl.peer_id), 0x10);
-	if (ib) {
-		fill(p->lcl.gid, sizeof(p->lcl.gid), 0x20);
-		fill(p->lcl.mac, sizeof(p->lcl.mac), 0x40);
-	}
-	memcpy(p->ipv4_subnet, (uint8_t[]){ 192, 168, 7, 0 }, 4);
-	p->ipv4_prefix_len = 24;
-	p->ipv6_count = (uint8_t)v6;
-	for (unsigned i = 0; i < v6; i++) {
-		fill(p->ipv6[i].prefix, 16, (uint8_t)(0xA0 + i));
-		p->ipv6[i].len = (uint8_t)(64 + i);
-	}
 	if (block) {
 		struct clc_block b = { .version = CLC_BLOCK_VERSION, .flags = ib ? CLC_BLOCK_NO_SHM : 0,
 				       .host_id = 0x0102030405060708ULL,
 				       .rdv_name = ib ? 0 : 0x1111222233334444ULL,
 				       .rdv_key = ib ? 0 : 0x5555666677778888ULL };
 
-		clc_block_put(p, &b);
+		clc_block_put(&m.u.r_prop, &b);
 	}
 	return m;
 }
 
+/* The SMC-R Accept/Confirm fixture, checked to be one ib_params_from_clc takes (the
+ * ib_proto and ib_msg seeds must reach past it). */
 static struct clc_msg r_accept(uint8_t type)
 {
-	struct ib_link_params l = { .qpn = 0x123456, .psn = 0xABCDEF, .mtu = CLC_MTU_1024 };
-	struct ib_rmb_params r = { .token = 0x0BADF00D, .rkey = 0xCAFEBABE,
-				   .vaddr = 0x7f0000100000ULL, .size = 65536 };
-	struct clc_msg m;
+	struct clc_msg m = clc_fx_r_accept(type);
+	struct ib_link_params l;
+	struct ib_rmb_params r;
 
-	fill(l.peer_id, sizeof(l.peer_id), 0x11);
-	fill(l.gid, sizeof(l.gid), 0x21);
-	fill(l.mac, sizeof(l.mac), 0x41);
-	ib_params_to_clc(&l, &r, type, type == CLC_ACCEPT, &m);
-	return m;
-}
-
-static struct clc_msg r_decline(void)
-{
-	struct clc_msg m = { .variant = CLC_SMCR, .type = CLC_DECLINE };
-
-	fill(m.u.r_decl.peer_id, CLC_PEER_ID_LEN, 0x70);
-	m.u.r_decl.diag = CLC_DECL_NOSMCRDEV;
-	return m;
-}
-
-static struct clc_msg sh(uint8_t type)
-{
-	struct clc_msg m = { .variant = CLC_SAMEHOST, .type = type };
-
-	switch (type) {
-	case CLC_PROPOSAL:
-		m.u.s_prop = (struct clc_sh_proposal){
-			.proto = CLC_SAMEHOST_PROTO, .c2s_size = 1u << 16, .s2c_size = 1u << 20,
-			.client_token = 0x1122334455667788ULL, .family = AF_INET,
-			.client_addr = { 127, 0, 0, 1 }, .server_addr = { 127, 0, 0, 2 },
-			.client_port = 40001, .server_port = 6379 };
-		break;
-	case CLC_ACCEPT:
-		m.u.s_acc = (struct clc_sh_accept){ .proto = CLC_SAMEHOST_PROTO,
-			.c2s_size = 1u << 16, .s2c_size = 1u << 20,
-			.server_token = 0x99AABBCCDDEEFF01ULL, .proof = 0x0BADC0DE12345678ULL };
-		break;
-	case CLC_CONFIRM:
-		m.u.s_conf = (struct clc_sh_confirm){ 0x1122334455667788ULL, 0x99AABBCCDDEEFF01ULL };
-		break;
-	default:
-		m.u.s_decl.diag = CLC_DECL_SH_ADDR;
-		break;
+	if (ib_params_from_clc(&m, 1u << 20, &l, &r) != 0) {
+		fprintf(stderr, "gen_seeds: the Accept fixture is not valid SMC-R\n");
+		exit(1);
 	}
 	return m;
 }
@@ -168,23 +117,23 @@ static void clc_seeds(void)
 	/* no CLC header: token table operations (op, token low, token high) */
 	put("ib_proto", "tokens", (uint8_t[]){ 0, 1, 0, 0, 2, 0, 1, 1, 0, 2, 1, 0, 1, 1, 0 }, 15,
 	    NULL, 0);
-	m = r_decline();
+	m = clc_fx_r_decline();
 	n = encode(&m, buf);
 	put("clc", "smcr_decline", buf, n, NULL, 0);
 	put("rendezvous", "smcr_decline", &fd0, 1, buf, n);
 
-	m = sh(CLC_PROPOSAL);
+	m = clc_fx_sh_proposal(AF_INET);
 	n = encode(&m, buf);
 	put("clc", "sh_proposal", buf, n, NULL, 0);
 	put("rendezvous", "sh_proposal_fds", &fd1, 1, buf, n);
-	m = sh(CLC_ACCEPT);
+	m = clc_fx_sh_accept();
 	n = encode(&m, buf);
 	put("clc", "sh_accept", buf, n, NULL, 0);
 	put("rendezvous", "sh_accept_fds", (uint8_t[]){ 0x0f }, 1, buf, n);
-	m = sh(CLC_CONFIRM);
+	m = clc_fx_sh_confirm();
 	n = encode(&m, buf);
 	put("clc", "sh_confirm", buf, n, NULL, 0);
-	m = sh(CLC_DECLINE);
+	m = clc_fx_sh_decline();
 	n = encode(&m, buf);
 	put("clc", "sh_decline", buf, n, NULL, 0);
 	put("rendezvous", "sh_decline", &fd0, 1, buf, n);

@@ -15,6 +15,8 @@
 #include "core/clc.h"
 #include "core/config.h"
 #include "core/ib_proto.h"
+#include "core/conn_ib_msg.h"
+#include "core/pool_msg.h"
 #include "core/pool_slot.h"
 #include "tests/lib/clc_fixtures.h"
 
@@ -139,6 +141,74 @@ static void clc_seeds(void)
 	put("rendezvous", "sh_decline", &fd0, 1, buf, n);
 }
 
+/* conn_ib.c's messages, as conn_ib_msg_encode makes them */
+static void ib_msg_seeds(void)
+{
+	struct { const char *name; struct clc_msg m; uint8_t credits; } s[] = {
+		{ "smcr_proposal_kernel", r_proposal(0, false, true), 0 },
+		{ "smcr_proposal_block_ib", r_proposal(1, true, true), 0 },
+		{ "smcr_accept", r_accept(CLC_ACCEPT), 16 },
+		{ "smcr_confirm", r_accept(CLC_CONFIRM), CDC_CREDITS_MIN_DEPTH },
+		{ "smcr_decline", clc_fx_r_decline(), 0 },
+		{ "sh_decline", clc_fx_sh_decline(), 0 },
+	};
+
+	for (size_t i = 0; i < sizeof(s) / sizeof(s[0]); i++) {
+		uint8_t buf[CONN_IB_MSG_CAP];
+		ssize_t n = conn_ib_msg_encode(&s[i].m, s[i].credits, buf);
+
+		if (n < 0) {
+			fprintf(stderr, "gen_seeds: conn_ib_msg_encode %s\n", s[i].name);
+			exit(1);
+		}
+		put("ib_msg", s[i].name, buf, (size_t)n, NULL, 0);
+	}
+}
+
+/* pool setup messages behind fuzz_pool_msg's 3 bytes: kind (0 request, 1 answer),
+ * descriptors, slots asked for */
+static void pool_msg_seeds(void)
+{
+	struct pool_req req = pool_req_make(4, 1u << 16);
+	struct pool_req big = pool_req_make(POOL_SLOTS_MAX, POOL_RING_MAX);
+	struct pool_rep ok = pool_rep_make(POOL_ANSWER_OK, 4);
+	struct pool_rep no = pool_rep_make(POOL_ANSWER_REFUSED, 4);
+
+	put("pool_msg", "request", (uint8_t[]){ 0, 2 + 2 * 4, 0 }, 3, &req, sizeof(req));
+	put("pool_msg", "request_largest", (uint8_t[]){ 0, POOL_MAX_FDS, 0 }, 3, &big, sizeof(big));
+	put("pool_msg", "answer", (uint8_t[]){ 1, 2 * 4, 4 }, 3, &ok, sizeof(ok));
+	put("pool_msg", "answer_refused", (uint8_t[]){ 1, 0, 4 }, 3, &no, sizeof(no));
+}
+
+/* fuzz_rewind's ops: ring size, then (op, n high, n low): op 0 write, 1 read, 2 forge
+ * (field in n high, 8 bytes of value after) */
+static void rewind_seeds(void)
+{
+	/* 4 KiB ring: 3000 bytes there and back, then 2000 (empty ring 3000 into its lap:
+	 * the writer rewinds), read in two parts, then a whole ring */
+	static const uint8_t stream[] = {
+		0, 0, 0x0b, 0xb8, 1, 0x0b, 0xb8, 0, 0x07, 0xd0, 1, 0x03, 0xe8, 1, 0x03, 0xe8,
+		0, 0x10, 0x00, 1, 0x08, 0x00, 1, 0x08, 0x00,
+	};
+	/* 64 KiB ring: a rewind the reader has not seen when the writer writes again */
+	static const uint8_t pending[] = {
+		4, 0, 0x50, 0x00, 1, 0x50, 0x00, 0, 0x10, 0x00, 0, 0x10, 0x00, 1, 0xff, 0xff,
+		1, 0xff, 0xff,
+	};
+	/* 4 KiB ring: 100 bytes read, then a rewind forged at the reader's cursor */
+	static const uint8_t forged[] = {
+		0, 0, 0x00, 0x64, 1, 0x00, 0x64,
+		2, 2, 0, 0x64, 0, 0, 0, 0, 0, 0, 0, /* skip_at = cursor_make(0, 100) */
+		2, 3, 0, 0x01, 0, 0, 0, 0, 0, 0, 0, /* skip_seq = 1 */
+		2, 0, 0, 0x00, 0, 0, 0, 1, 0, 0, 0, /* prod = cursor_make(1, 0) */
+		1, 0x10, 0x00, 0, 0x10, 0x00,
+	};
+
+	put("rewind", "stream", stream, sizeof(stream), NULL, 0);
+	put("rewind", "pending", pending, sizeof(pending), NULL, 0);
+	put("rewind", "forged", forged, sizeof(forged), NULL, 0);
+}
+
 static void cdc_seeds(void)
 {
 	struct { const char *name; struct cdc_msg m; uint8_t ring_shift; } s[] = {
@@ -217,6 +287,9 @@ int main(int argc, char **argv)
 	top = argv[1];
 	clc_seeds();
 	cdc_seeds();
+	ib_msg_seeds();
+	pool_msg_seeds();
+	rewind_seeds();
 	pool_seeds();
 	config_seeds();
 	return 0;

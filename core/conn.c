@@ -25,6 +25,7 @@
 #include "core/config.h"
 #include "core/conn.h"
 #include "core/conn_ib.h"
+#include "core/conn_rewind.h"
 #include "core/fd_budget.h"
 #include "core/fdpark.h"
 #include "core/fdtab.h"
@@ -641,12 +642,6 @@ static void conn_abort_protocol(struct smc_conn *c, const char *what)
 
 static void rx_publish(struct smc_conn *c, bool last);
 
-/* The start of the lap after the one cursor `at` is in. */
-static smc_cursor lap_after(smc_cursor at, uint32_t size)
-{
-	return cursor_add(at, size - cursor_count(at), size);
-}
-
 /* Before a new producer cursor is validated: when the writer rewound (tx_rewind) at our
  * cursor, ours jumps to the lap start it moved to, and the new cursor counts from there.
  * 0, or -1 (aborted) for a rewind that cannot be: anywhere but at our cursor with
@@ -659,9 +654,7 @@ static int rx_take_rewind(struct smc_conn *c, smc_cursor prod)
 	if (seq == __atomic_load_n(&c->rx->skip_done, __ATOMIC_RELAXED))
 		return 0;
 	at = __atomic_load_n(&c->rx->skip_at, __ATOMIC_RELAXED);
-	next = lap_after(c->rx_cons, c->rx_size);
-	if (at != c->rx_cons || c->rx_prod_seen != c->rx_cons || cursor_count(at) == 0 ||
-	    cursor_diff(prod, next, c->rx_size) < 0) {
+	if (conn_rewind_check(at, c->rx_cons, c->rx_prod_seen, prod, c->rx_size, &next) < 0) {
 		conn_abort_protocol(c, "ring rewind");
 		return -1;
 	}
@@ -699,11 +692,12 @@ static int64_t rx_used(struct smc_conn *c)
  * everything here is in the shared block. */
 static smc_cursor tx_room_base(struct smc_conn *c, smc_cursor cons)
 {
-	if (__atomic_load_n(&c->tx->skip_seq, __ATOMIC_RELAXED) !=
-		    __atomic_load_n(&c->tx->skip_done, __ATOMIC_RELAXED) &&
-	    cons == __atomic_load_n(&c->tx->skip_at, __ATOMIC_RELAXED) && cursor_count(cons) != 0)
-		return lap_after(cons, c->tx_size);
-	return cons;
+	/* skip_at is loaded only while a rewind is pending, as before the check moved */
+	if (__atomic_load_n(&c->tx->skip_seq, __ATOMIC_RELAXED) ==
+	    __atomic_load_n(&c->tx->skip_done, __ATOMIC_RELAXED))
+		return cons;
+	return conn_rewind_room_base(true, __atomic_load_n(&c->tx->skip_at, __ATOMIC_RELAXED),
+				     cons, c->tx_size);
 }
 
 /* Peer's consumer cursor, validated. Returns free bytes (>= 0) or -1 when aborted. */
@@ -728,7 +722,17 @@ static int64_t tx_free(struct smc_conn *c)
 		c->tx_cons_seen = cons;
 	}
 	room = ring_free(c->tx_prod, tx_room_base(c, c->tx_cons_seen), c->tx_size);
-	return room < 0 ? 0 : room; /* a forged rewind: no room, never a wrong one */
+	if (room < 0) {
+		/* Our rewind is pending at the reader's cursor, yet its lap start lies
+		 * beyond what we wrote: no rewind of ours left it so (we name the cursor we
+		 * leave and write from that lap start on), so the reader forged skip_done
+		 * or our skip fields. Reporting "no room" instead would never end: the
+		 * readiness peek takes the impossible cursor for "writable" so that we meet
+		 * it, and pollers and blocking sends would spin on it. */
+		conn_abort_protocol(c, "ring rewind");
+		return -1;
+	}
+	return room;
 }
 
 static inline uint32_t peer_wflags(struct smc_conn *c)
@@ -1371,7 +1375,8 @@ static void tx_rewind(struct smc_conn *c, size_t n)
 	/* the reader sees both through the release store of prod that follows */
 	__atomic_store_n(&c->tx->skip_at, c->tx_prod, __ATOMIC_RELAXED);
 	__atomic_store_n(&c->tx->skip_seq, seq + 1, __ATOMIC_RELAXED);
-	__atomic_store_n(&c->tx_prod, lap_after(c->tx_prod, c->tx_size), __ATOMIC_RELAXED);
+	__atomic_store_n(&c->tx_prod, conn_rewind_lap_after(c->tx_prod, c->tx_size),
+			 __ATOMIC_RELAXED);
 	stats_count_rewind();
 }
 

@@ -14,6 +14,7 @@
 
 #include "core/config.h"
 #include "core/conn.h"
+#include "core/conn_ib_msg.h"
 #include "core/handshake.h"
 #include "core/ib_lgr.h"
 #include "core/ib_link.h"
@@ -28,7 +29,6 @@
 
 /* Largest peer RMB we register a mirror for (SMC_MEM_CAP bounds the total anyway). */
 #define CONN_IB_MAX_PEER_RMB (64u << 20)
-#define CONN_IB_MSG_CAP (CLC_MAX_LEN + IB_CREDITS_EXT_LEN)
 
 struct conn_ib {
 	struct smc_conn *c;
@@ -292,46 +292,10 @@ static uint32_t rmb_size_for(size_t want)
 	return s;
 }
 
-/* Encodes m plus, for Accept/Confirm, the credits extension. Length or -errno. */
-static ssize_t encode_msg(const struct clc_msg *m, uint8_t credits, uint8_t *buf)
-{
-	ssize_t n = clc_encode(m, buf, CLC_MAX_LEN);
-
-	if (n < 0 || (m->type != CLC_ACCEPT && m->type != CLC_CONFIRM))
-		return n;
-	ib_link_credits_encode(credits, buf + n);
-	return n + IB_CREDITS_EXT_LEN;
-}
-
-/* One whole message of len bytes: a CLC message, then the credits extension for an
- * SMC-R Accept/Confirm. 0 or -errno. */
-static int decode_msg(const uint8_t *buf, size_t len, struct clc_msg *m, uint8_t *credits)
-{
-	enum clc_variant v;
-	uint8_t type;
-	uint16_t total;
-	int r = clc_peek_header(buf, len, &v, &type, &total);
-
-	if (r < 0)
-		return r;
-	if (total > len)
-		return -EBADMSG;
-	r = clc_decode(buf, total, m);
-	if (r < 0)
-		return r;
-	if (m->variant == CLC_SMCR && (m->type == CLC_ACCEPT || m->type == CLC_CONFIRM)) {
-		if (len != (size_t)total + IB_CREDITS_EXT_LEN)
-			return -EBADMSG;
-		r = ib_link_credits_decode(buf + total, credits);
-		return r < 0 ? -EBADMSG : 0;
-	}
-	return len == total ? 0 : -EBADMSG;
-}
-
 static int rdv_msg_send(int ufd, const struct clc_msg *m, uint8_t credits)
 {
 	uint8_t buf[CONN_IB_MSG_CAP];
-	ssize_t n = encode_msg(m, credits, buf);
+	ssize_t n = conn_ib_msg_encode(m, credits, buf);
 
 	if (n < 0)
 		return (int)n;
@@ -354,7 +318,7 @@ static int rdv_msg_recv(int ufd, struct clc_msg *m, uint8_t *credits)
 
 	if (n < 0)
 		return (int)n;
-	return decode_msg(buf, (size_t)n, m, credits);
+	return conn_ib_msg_decode(buf, (size_t)n, m, credits);
 }
 
 /* Where a handshake runs: the same-host rendezvous socket (SMCU Declines, datagrams)
@@ -372,7 +336,7 @@ static int chan_send(const struct hs_chan *ch, const struct clc_msg *m, uint8_t 
 
 	if (!ch->tcp)
 		return rdv_msg_send(ch->fd, m, credits);
-	n = encode_msg(m, credits, buf);
+	n = conn_ib_msg_encode(m, credits, buf);
 	return n < 0 ? (int)n : neg_send_all(ch->fd, buf, (size_t)n);
 }
 
@@ -387,7 +351,7 @@ static int chan_recv(const struct hs_chan *ch, struct clc_msg *m, uint8_t *credi
 	r = neg_recv_msg(ch->fd, buf, &len);
 	if (r < 0)
 		return r;
-	r = decode_msg(buf, len, m, credits);
+	r = conn_ib_msg_decode(buf, len, m, credits);
 	/* in-band, only SMC-R messages (a kernel would not understand ours) */
 	return r < 0 || m->variant == CLC_SMCR ? r : -EBADMSG;
 }
@@ -648,7 +612,7 @@ int conn_ib_client_inband(struct smc_conn *c, const uint8_t *buf, size_t len)
 	const struct hs_chan ch = { .fd = c->fd, .tcp = true };
 	struct clc_msg acc;
 	uint8_t credits = 0;
-	int rc = decode_msg(buf, len, &acc, &credits);
+	int rc = conn_ib_msg_decode(buf, len, &acc, &credits);
 
 	if (rc < 0 || acc.variant != CLC_SMCR || acc.type != CLC_ACCEPT) {
 		log_warn("fd %d: malformed SMC-R Accept from the server (%s)", c->fd,

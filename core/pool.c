@@ -17,14 +17,11 @@
 #include "core/forklock.h"
 #include "core/log.h"
 #include "core/pool.h"
+#include "core/pool_msg.h"
 #include "core/progress.h"
 #include "core/real.h"
 #include "core/rendezvous.h"
 #include "core/stats.h"
-
-#define POOL_REQ_MAGIC 0x534d5052u /* "SMPR" */
-#define POOL_REP_MAGIC 0x534d5041u /* "SMPA" */
-#define POOL_MAX_FDS   (2 + 2 * POOL_SLOTS_MAX)
 
 /* A request unanswered this long: the listener's process does not serve pools. */
 #define POOL_ANSWER_NS (1000ull * 1000 * 1000)
@@ -34,18 +31,6 @@
 #define POOL_DESTS     16
 /* Pools per listener: every client process of a server has one. */
 #define POOL_SET_MAX   64
-
-enum pool_status { POOL_ANSWER_OK = 0, POOL_ANSWER_REFUSED = 1 };
-
-struct pool_req {
-	uint32_t magic, version;
-	uint32_t nslots, ring_size;
-};
-
-struct pool_rep {
-	uint32_t magic, version;
-	uint32_t status, nslots;
-};
 
 struct smc_pool {
 	int refs;
@@ -315,15 +300,14 @@ fail:
 /* Sends the setup request for dst. A new pool waiting for its answer, or NULL. */
 static struct smc_pool *client_request(const struct sockaddr *dst)
 {
-	struct pool_req req = { POOL_REQ_MAGIC, POOL_VERSION, 0, 0 };
+	struct pool_req req;
 	int fds[POOL_MAX_FDS], memfd, far, nfds = 0, r;
 	struct smc_pool *p = client_pool_new(&memfd, &far);
 	struct fd_msg m;
 
 	if (!p)
 		return NULL;
-	req.nslots = p->nslots;
-	req.ring_size = p->ring_size;
+	req = pool_req_make(p->nslots, p->ring_size);
 	fds[nfds++] = memfd;
 	fds[nfds++] = far;
 	for (int i = 0; i < p->nbells; i++)
@@ -343,19 +327,17 @@ static struct smc_pool *client_request(const struct sockaddr *dst)
 /* The server's answer to p's request: 1 ready, 0 not yet, -1 refused or not trusted. */
 static int client_take_answer(struct smc_pool *p, const struct sockaddr *dst)
 {
-	struct pool_rep rep;
+	struct pool_rep raw, rep;
 	struct ucred cred;
-	int fds[POOL_MAX_FDS], nfds;
-	ssize_t r = fd_msg_recv(p->link, &rep, sizeof(rep), fds, &nfds, &cred);
+	int fds[POOL_MAX_FDS], nfds, d;
+	ssize_t r = fd_msg_recv(p->link, &raw, sizeof(raw), fds, &nfds, &cred);
 	uid_t owner;
 
 	if (r == -EAGAIN || r == -EWOULDBLOCK)
 		return 0;
-	if (r != (ssize_t)sizeof(rep) || rep.magic != POOL_REP_MAGIC ||
-	    rep.version != POOL_VERSION || rep.status != POOL_ANSWER_OK ||
-	    rep.nslots != p->nslots || nfds != 2 * (int)p->nslots) {
-		if (r == (ssize_t)sizeof(rep) && rep.magic == POOL_REP_MAGIC &&
-		    rep.status == POOL_ANSWER_REFUSED)
+	d = pool_rep_decode(&raw, r, nfds, p->nslots, &rep);
+	if (d < 0) {
+		if (d == -ECONNREFUSED)
 			log_debug("pool: the server does not serve pools on this listener");
 		else
 			log_info("pool: no valid answer to the setup request (%zd bytes, %d fds)",
@@ -661,7 +643,7 @@ static bool listener_reuseport(int lfd)
 static void server_answer(int link, enum pool_status st, uint32_t nslots, const int *bells,
 			  int nbells)
 {
-	struct pool_rep rep = { POOL_REP_MAGIC, POOL_VERSION, st, nslots };
+	struct pool_rep rep = pool_rep_make(st, nslots);
 	struct fd_msg m;
 
 	fd_msg_init(&m, &rep, sizeof(rep), bells, nbells);
@@ -723,16 +705,14 @@ void pool_set_serve(struct pool_set *set, int name_fd, int lfd)
 	pthread_mutex_lock(&set->lock);
 	/* a few per call: each costs the accept that found them */
 	for (int k = 0; k < 4; k++) {
-		struct pool_req req;
+		struct pool_req raw, req;
 		int fds[POOL_MAX_FDS], nfds;
-		ssize_t r = fd_msg_recv(name_fd, &req, sizeof(req), fds, &nfds, NULL);
+		ssize_t r = fd_msg_recv(name_fd, &raw, sizeof(raw), fds, &nfds, NULL);
 		struct smc_pool *p;
 
 		if (r < 0 && r != -EPROTO)
 			break;
-		if (r != (ssize_t)sizeof(req) || req.magic != POOL_REQ_MAGIC ||
-		    req.version != POOL_VERSION || !pool_geometry_ok(req.nslots, req.ring_size) ||
-		    nfds != 2 + 2 * (int)req.nslots) {
+		if (pool_req_decode(&raw, r, nfds, &req) < 0) {
 			log_info("pool: malformed setup request ignored (%zd bytes, %d fds)", r, nfds);
 			close_fds(fds, nfds);
 			continue;

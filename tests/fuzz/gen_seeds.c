@@ -15,7 +15,10 @@
 #include "core/clc.h"
 #include "core/config.h"
 #include "core/ib_proto.h"
+#include "core/conn_ib_msg.h"
+#include "core/pool_msg.h"
 #include "core/pool_slot.h"
+#include "tests/lib/clc_fixtures.h"
 
 static const char *top;
 
@@ -39,12 +42,6 @@ static void put(const char *harness, const char *name, const void *a, size_t ale
 	}
 }
 
-static void fill(uint8_t *p, size_t n, uint8_t start)
-{
-	for (size_t i = 0; i < n; i++)
-		p[i] = (uint8_t)(start + i);
-}
-
 static size_t encode(const struct clc_msg *m, uint8_t *buf)
 {
 	ssize_t n = clc_encode(m, buf, CLC_MAX_LEN);
@@ -56,80 +53,34 @@ static size_t encode(const struct clc_msg *m, uint8_t *buf)
 	return (size_t)n;
 }
 
+/* An SMC-R Proposal (tests/lib/clc_fixtures.h), with our rendezvous block when block:
+ * ib a client that can do SMC-R only (NO_SHM), else one that offers shared memory. */
 static struct clc_msg r_proposal(unsigned v6, bool block, bool ib)
 {
-	struct clc_msg m = { .variant = CLC_SMCR, .type = CLC_PROPOSAL, .flags = CLC_PATH_SMCR };
-	struct clc_smcr_proposal *p = &m.u.r_prop;
+	struct clc_msg m = clc_fx_r_proposal(v6, 0, ib);
 
-	fill(p->lcl.peer_id, sizeof(p->lcl.peer_id), 0x10);
-	if (ib) {
-		fill(p->lcl.gid, sizeof(p->lcl.gid), 0x20);
-		fill(p->lcl.mac, sizeof(p->lcl.mac), 0x40);
-	}
-	memcpy(p->ipv4_subnet, (uint8_t[]){ 192, 168, 7, 0 }, 4);
-	p->ipv4_prefix_len = 24;
-	p->ipv6_count = (uint8_t)v6;
-	for (unsigned i = 0; i < v6; i++) {
-		fill(p->ipv6[i].prefix, 16, (uint8_t)(0xA0 + i));
-		p->ipv6[i].len = (uint8_t)(64 + i);
-	}
 	if (block) {
 		struct clc_block b = { .version = CLC_BLOCK_VERSION, .flags = ib ? CLC_BLOCK_NO_SHM : 0,
 				       .host_id = 0x0102030405060708ULL,
 				       .rdv_name = ib ? 0 : 0x1111222233334444ULL,
 				       .rdv_key = ib ? 0 : 0x5555666677778888ULL };
 
-		clc_block_put(p, &b);
+		clc_block_put(&m.u.r_prop, &b);
 	}
 	return m;
 }
 
+/* The SMC-R Accept/Confirm fixture, checked to be one ib_params_from_clc takes (the
+ * ib_proto and ib_msg seeds must reach past it). */
 static struct clc_msg r_accept(uint8_t type)
 {
-	struct ib_link_params l = { .qpn = 0x123456, .psn = 0xABCDEF, .mtu = CLC_MTU_1024 };
-	struct ib_rmb_params r = { .token = 0x0BADF00D, .rkey = 0xCAFEBABE,
-				   .vaddr = 0x7f0000100000ULL, .size = 65536 };
-	struct clc_msg m;
+	struct clc_msg m = clc_fx_r_accept(type);
+	struct ib_link_params l;
+	struct ib_rmb_params r;
 
-	fill(l.peer_id, sizeof(l.peer_id), 0x11);
-	fill(l.gid, sizeof(l.gid), 0x21);
-	fill(l.mac, sizeof(l.mac), 0x41);
-	ib_params_to_clc(&l, &r, type, type == CLC_ACCEPT, &m);
-	return m;
-}
-
-static struct clc_msg r_decline(void)
-{
-	struct clc_msg m = { .variant = CLC_SMCR, .type = CLC_DECLINE };
-
-	fill(m.u.r_decl.peer_id, CLC_PEER_ID_LEN, 0x70);
-	m.u.r_decl.diag = CLC_DECL_NOSMCRDEV;
-	return m;
-}
-
-static struct clc_msg sh(uint8_t type)
-{
-	struct clc_msg m = { .variant = CLC_SAMEHOST, .type = type };
-
-	switch (type) {
-	case CLC_PROPOSAL:
-		m.u.s_prop = (struct clc_sh_proposal){
-			.proto = CLC_SAMEHOST_PROTO, .c2s_size = 1u << 16, .s2c_size = 1u << 20,
-			.client_token = 0x1122334455667788ULL, .family = AF_INET,
-			.client_addr = { 127, 0, 0, 1 }, .server_addr = { 127, 0, 0, 2 },
-			.client_port = 40001, .server_port = 6379 };
-		break;
-	case CLC_ACCEPT:
-		m.u.s_acc = (struct clc_sh_accept){ .proto = CLC_SAMEHOST_PROTO,
-			.c2s_size = 1u << 16, .s2c_size = 1u << 20,
-			.server_token = 0x99AABBCCDDEEFF01ULL, .proof = 0x0BADC0DE12345678ULL };
-		break;
-	case CLC_CONFIRM:
-		m.u.s_conf = (struct clc_sh_confirm){ 0x1122334455667788ULL, 0x99AABBCCDDEEFF01ULL };
-		break;
-	default:
-		m.u.s_decl.diag = CLC_DECL_SH_ADDR;
-		break;
+	if (ib_params_from_clc(&m, 1u << 20, &l, &r) != 0) {
+		fprintf(stderr, "gen_seeds: the Accept fixture is not valid SMC-R\n");
+		exit(1);
 	}
 	return m;
 }
@@ -168,26 +119,94 @@ static void clc_seeds(void)
 	/* no CLC header: token table operations (op, token low, token high) */
 	put("ib_proto", "tokens", (uint8_t[]){ 0, 1, 0, 0, 2, 0, 1, 1, 0, 2, 1, 0, 1, 1, 0 }, 15,
 	    NULL, 0);
-	m = r_decline();
+	m = clc_fx_r_decline();
 	n = encode(&m, buf);
 	put("clc", "smcr_decline", buf, n, NULL, 0);
 	put("rendezvous", "smcr_decline", &fd0, 1, buf, n);
 
-	m = sh(CLC_PROPOSAL);
+	m = clc_fx_sh_proposal(AF_INET);
 	n = encode(&m, buf);
 	put("clc", "sh_proposal", buf, n, NULL, 0);
 	put("rendezvous", "sh_proposal_fds", &fd1, 1, buf, n);
-	m = sh(CLC_ACCEPT);
+	m = clc_fx_sh_accept();
 	n = encode(&m, buf);
 	put("clc", "sh_accept", buf, n, NULL, 0);
 	put("rendezvous", "sh_accept_fds", (uint8_t[]){ 0x0f }, 1, buf, n);
-	m = sh(CLC_CONFIRM);
+	m = clc_fx_sh_confirm();
 	n = encode(&m, buf);
 	put("clc", "sh_confirm", buf, n, NULL, 0);
-	m = sh(CLC_DECLINE);
+	m = clc_fx_sh_decline();
 	n = encode(&m, buf);
 	put("clc", "sh_decline", buf, n, NULL, 0);
 	put("rendezvous", "sh_decline", &fd0, 1, buf, n);
+}
+
+/* conn_ib.c's messages, as conn_ib_msg_encode makes them */
+static void ib_msg_seeds(void)
+{
+	struct { const char *name; struct clc_msg m; uint8_t credits; } s[] = {
+		{ "smcr_proposal_kernel", r_proposal(0, false, true), 0 },
+		{ "smcr_proposal_block_ib", r_proposal(1, true, true), 0 },
+		{ "smcr_accept", r_accept(CLC_ACCEPT), 16 },
+		{ "smcr_confirm", r_accept(CLC_CONFIRM), CDC_CREDITS_MIN_DEPTH },
+		{ "smcr_decline", clc_fx_r_decline(), 0 },
+		{ "sh_decline", clc_fx_sh_decline(), 0 },
+	};
+
+	for (size_t i = 0; i < sizeof(s) / sizeof(s[0]); i++) {
+		uint8_t buf[CONN_IB_MSG_CAP];
+		ssize_t n = conn_ib_msg_encode(&s[i].m, s[i].credits, buf);
+
+		if (n < 0) {
+			fprintf(stderr, "gen_seeds: conn_ib_msg_encode %s\n", s[i].name);
+			exit(1);
+		}
+		put("ib_msg", s[i].name, buf, (size_t)n, NULL, 0);
+	}
+}
+
+/* pool setup messages behind fuzz_pool_msg's 3 bytes: kind (0 request, 1 answer),
+ * descriptors, slots asked for */
+static void pool_msg_seeds(void)
+{
+	struct pool_req req = pool_req_make(4, 1u << 16);
+	struct pool_req big = pool_req_make(POOL_SLOTS_MAX, POOL_RING_MAX);
+	struct pool_rep ok = pool_rep_make(POOL_ANSWER_OK, 4);
+	struct pool_rep no = pool_rep_make(POOL_ANSWER_REFUSED, 4);
+
+	put("pool_msg", "request", (uint8_t[]){ 0, 2 + 2 * 4, 0 }, 3, &req, sizeof(req));
+	put("pool_msg", "request_largest", (uint8_t[]){ 0, POOL_MAX_FDS, 0 }, 3, &big, sizeof(big));
+	put("pool_msg", "answer", (uint8_t[]){ 1, 2 * 4, 4 }, 3, &ok, sizeof(ok));
+	put("pool_msg", "answer_refused", (uint8_t[]){ 1, 0, 4 }, 3, &no, sizeof(no));
+}
+
+/* fuzz_rewind's ops: ring size, then (op, n high, n low): op 0 write, 1 read, 2 forge
+ * (field in n high, 8 bytes of value after) */
+static void rewind_seeds(void)
+{
+	/* 4 KiB ring: 3000 bytes there and back, then 2000 (empty ring 3000 into its lap:
+	 * the writer rewinds), read in two parts, then a whole ring */
+	static const uint8_t stream[] = {
+		0, 0, 0x0b, 0xb8, 1, 0x0b, 0xb8, 0, 0x07, 0xd0, 1, 0x03, 0xe8, 1, 0x03, 0xe8,
+		0, 0x10, 0x00, 1, 0x08, 0x00, 1, 0x08, 0x00,
+	};
+	/* 64 KiB ring: a rewind the reader has not seen when the writer writes again */
+	static const uint8_t pending[] = {
+		4, 0, 0x50, 0x00, 1, 0x50, 0x00, 0, 0x10, 0x00, 0, 0x10, 0x00, 1, 0xff, 0xff,
+		1, 0xff, 0xff,
+	};
+	/* 4 KiB ring: 100 bytes read, then a rewind forged at the reader's cursor */
+	static const uint8_t forged[] = {
+		0, 0, 0x00, 0x64, 1, 0x00, 0x64,
+		2, 2, 0, 0x64, 0, 0, 0, 0, 0, 0, 0, /* skip_at = cursor_make(0, 100) */
+		2, 3, 0, 0x01, 0, 0, 0, 0, 0, 0, 0, /* skip_seq = 1 */
+		2, 0, 0, 0x00, 0, 0, 0, 1, 0, 0, 0, /* prod = cursor_make(1, 0) */
+		1, 0x10, 0x00, 0, 0x10, 0x00,
+	};
+
+	put("rewind", "stream", stream, sizeof(stream), NULL, 0);
+	put("rewind", "pending", pending, sizeof(pending), NULL, 0);
+	put("rewind", "forged", forged, sizeof(forged), NULL, 0);
 }
 
 static void cdc_seeds(void)
@@ -268,6 +287,9 @@ int main(int argc, char **argv)
 	top = argv[1];
 	clc_seeds();
 	cdc_seeds();
+	ib_msg_seeds();
+	pool_msg_seeds();
+	rewind_seeds();
 	pool_seeds();
 	config_seeds();
 	return 0;

@@ -12,130 +12,27 @@
 #include <string.h>
 
 #include "core/clc.h"
+#include "tests/lib/clc_fixtures.h"
 
 /* ------------------------------------------------------------------ sample messages */
 
-static void fill(uint8_t *p, size_t n, uint8_t start)
-{
-	for (size_t i = 0; i < n; i++)
-		p[i] = (uint8_t)(start + i);
-}
-
-static struct clc_msg r_proposal(unsigned v6, uint16_t gap)
-{
-	struct clc_msg m = { .variant = CLC_SMCR, .type = CLC_PROPOSAL, .flags = CLC_PATH_SMCR };
-	struct clc_smcr_proposal *p = &m.u.r_prop;
-
-	fill(p->lcl.peer_id, sizeof(p->lcl.peer_id), 0x10);
-	fill(p->lcl.gid, sizeof(p->lcl.gid), 0x20);
-	fill(p->lcl.mac, sizeof(p->lcl.mac), 0x40);
-	p->iparea_offset = gap;
-	fill(p->iparea_gap, gap, 0x90);
-	memcpy(p->ipv4_subnet, (uint8_t[]){ 192, 168, 7, 0 }, 4);
-	p->ipv4_prefix_len = 24;
-	p->ipv6_count = (uint8_t)v6;
-	for (unsigned i = 0; i < v6; i++) {
-		fill(p->ipv6[i].prefix, 16, (uint8_t)(0xA0 + i));
-		p->ipv6[i].len = (uint8_t)(64 + i);
-	}
-	return m;
-}
-
-static struct clc_msg r_accept(uint8_t type)
-{
-	struct clc_msg m = { .variant = CLC_SMCR, .type = type, .flags = CLC_FLAG_FIRST_CONTACT };
-	struct clc_smcr_accept *a = &m.u.r_acc;
-
-	fill(a->lcl.peer_id, sizeof(a->lcl.peer_id), 0x11);
-	fill(a->lcl.gid, sizeof(a->lcl.gid), 0x21);
-	fill(a->lcl.mac, sizeof(a->lcl.mac), 0x41);
-	a->qpn = 0x123456;
-	a->rmb_rkey = 0xCAFEBABE;
-	a->rmbe_idx = 1;
-	a->rmbe_alert_token = 0x0BADF00D;
-	a->rmbe_size = clc_compress_rmb_size(65536);
-	a->qp_mtu = CLC_MTU_1024;
-	a->rmb_vaddr = 0x0001020304050607ULL;
-	a->psn = 0xABCDEF;
-	return m;
-}
-
-static struct clc_msg r_decline(void)
-{
-	struct clc_msg m = { .variant = CLC_SMCR, .type = CLC_DECLINE };
-
-	fill(m.u.r_decl.peer_id, CLC_PEER_ID_LEN, 0x70);
-	m.u.r_decl.diag = CLC_DECL_NOSMCRDEV;
-	return m;
-}
-
-static struct clc_msg sh_proposal(sa_family_t family)
-{
-	struct clc_msg m = { .variant = CLC_SAMEHOST, .type = CLC_PROPOSAL };
-	struct clc_sh_proposal *p = &m.u.s_prop;
-
-	p->proto = CLC_SAMEHOST_PROTO;
-	p->c2s_size = 1u << 16;
-	p->s2c_size = 1u << 20;
-	p->client_token = 0x1122334455667788ULL;
-	p->family = family;
-	if (family == AF_INET) {
-		memcpy(p->client_addr, (uint8_t[]){ 127, 0, 0, 1 }, 4);
-		memcpy(p->server_addr, (uint8_t[]){ 127, 0, 0, 2 }, 4);
-	} else {
-		fill(p->client_addr, 16, 0x30);
-		fill(p->server_addr, 16, 0x50);
-	}
-	p->client_port = 40000;
-	p->server_port = 6379;
-	return m;
-}
-
-static struct clc_msg sh_accept(void)
-{
-	struct clc_msg m = { .variant = CLC_SAMEHOST, .type = CLC_ACCEPT };
-
-	m.u.s_acc.proto = CLC_SAMEHOST_PROTO;
-	m.u.s_acc.c2s_size = 1u << 16;
-	m.u.s_acc.s2c_size = 1u << 20;
-	m.u.s_acc.server_token = 0x99AABBCCDDEEFF01ULL;
-	m.u.s_acc.proof = 0x0BADC0DE12345678ULL;
-	return m;
-}
-
-static struct clc_msg sh_confirm(void)
-{
-	struct clc_msg m = { .variant = CLC_SAMEHOST, .type = CLC_CONFIRM };
-
-	m.u.s_conf.client_token = 0x1122334455667788ULL;
-	m.u.s_conf.server_token = 0x99AABBCCDDEEFF01ULL;
-	return m;
-}
-
-static struct clc_msg sh_decline(void)
-{
-	struct clc_msg m = { .variant = CLC_SAMEHOST, .type = CLC_DECLINE };
-
-	m.u.s_decl.diag = CLC_DECL_SH_ADDR;
-	return m;
-}
-
+/* the valid messages of tests/lib/clc_fixtures.h, by number */
 #define N_SAMPLES 12
 static struct clc_msg sample(int i)
 {
 	switch (i) {
-	case 0: return r_proposal(0, 0);
-	case 1: return r_proposal(2, 0);
-	case 2: return r_proposal(CLC_MAX_V6_PREFIX, CLC_MAX_IPAREA_OFFSET);
-	case 3: return r_accept(CLC_ACCEPT);
-	case 4: return r_accept(CLC_CONFIRM);
-	case 5: return r_decline();
-	case 6: return sh_proposal(AF_INET);
-	case 7: return sh_proposal(AF_INET6);
-	case 8: return sh_accept();
-	case 9: return sh_confirm();
-	case 10: return sh_decline();
-	default: return r_proposal(1, 40);
+	case 0: return clc_fx_r_proposal(0, 0, true);
+	case 1: return clc_fx_r_proposal(2, 0, true);
+	case 2: return clc_fx_r_proposal(CLC_MAX_V6_PREFIX, CLC_MAX_IPAREA_OFFSET, true);
+	case 3: return clc_fx_r_accept(CLC_ACCEPT);
+	case 4: return clc_fx_r_accept(CLC_CONFIRM);
+	case 5: return clc_fx_r_decline();
+	case 6: return clc_fx_sh_proposal(AF_INET);
+	case 7: return clc_fx_sh_proposal(AF_INET6);
+	case 8: return clc_fx_sh_accept();
+	case 9: return clc_fx_sh_confirm();
+	case 10: return clc_fx_sh_decline();
+	default: return clc_fx_r_proposal(1, 40, true);
 	}
 }
 
@@ -190,7 +87,7 @@ END_TEST
 /* The SMC-R layout byte by byte, as RFC 7609 and the Linux kernel have it. */
 START_TEST(test_smcr_accept_layout)
 {
-	struct clc_msg m = r_accept(CLC_ACCEPT);
+	struct clc_msg m = clc_fx_r_accept(CLC_ACCEPT);
 	uint8_t b[128];
 	size_t n = encode_ok(&m, b, sizeof(b));
 
@@ -214,7 +111,7 @@ END_TEST
 
 START_TEST(test_smcr_proposal_decline_layout)
 {
-	struct clc_msg m = r_proposal(1, 0);
+	struct clc_msg m = clc_fx_r_proposal(1, 0, true);
 	uint8_t b[256];
 	size_t n = encode_ok(&m, b, sizeof(b));
 
@@ -225,11 +122,11 @@ START_TEST(test_smcr_proposal_decline_layout)
 	ck_assert_mem_eq(b + 48, m.u.r_prop.ipv6[0].prefix, 16);
 	ck_assert_uint_eq(b[64], 64);
 
-	m = r_proposal(0, 40);
+	m = clc_fx_r_proposal(0, 40, true);
 	ck_assert_uint_eq(encode_ok(&m, b, sizeof(b)), 92); /* what a kernel sends for IPv4 */
 	ck_assert_uint_eq(b[39], 40);
 
-	m = r_decline();
+	m = clc_fx_r_decline();
 	m.flags = CLC_FLAG_OUT_OF_SYNC;
 	n = encode_ok(&m, b, sizeof(b));
 	ck_assert_uint_eq(n, 28);
@@ -240,7 +137,7 @@ END_TEST
 
 START_TEST(test_samehost_distinct)
 {
-	struct clc_msg m = sh_proposal(AF_INET);
+	struct clc_msg m = clc_fx_sh_proposal(AF_INET);
 	uint8_t b[128];
 	size_t n = encode_ok(&m, b, sizeof(b));
 
@@ -279,7 +176,7 @@ END_TEST
 
 START_TEST(test_oversized_and_length)
 {
-	struct clc_msg m = sh_decline(), d;
+	struct clc_msg m = clc_fx_sh_decline(), d;
 	uint8_t b[CLC_MAX_LEN + 16];
 	size_t n = encode_ok(&m, b, sizeof(b));
 	enum clc_variant v;
@@ -305,7 +202,7 @@ START_TEST(test_oversized_and_length)
 	b[6] = (uint8_t)(n + 4);
 	ck_assert_int_eq(clc_decode(b, n + 4, &d), -EBADMSG);
 	/* SMC-R proposal: length not matching offset and prefix count */
-	m = r_proposal(2, 0);
+	m = clc_fx_r_proposal(2, 0, true);
 	n = encode_ok(&m, b, sizeof(b));
 	b[47] = 3; /* claims 3 prefixes, carries 2 */
 	ck_assert_int_eq(clc_decode(b, n, &d), -EBADMSG);
@@ -372,40 +269,40 @@ END_TEST
 
 START_TEST(test_out_of_range_encode)
 {
-	EXPECT_INVALID(r_accept(CLC_ACCEPT), x_.u.r_acc.qp_mtu = 0, -ERANGE);
-	EXPECT_INVALID(r_accept(CLC_ACCEPT), x_.u.r_acc.qp_mtu = 6, -ERANGE);
-	EXPECT_INVALID(r_accept(CLC_ACCEPT), x_.u.r_acc.rmbe_size = 16, -ERANGE);
-	EXPECT_INVALID(r_accept(CLC_ACCEPT), x_.u.r_acc.qpn = 0, -ERANGE);
-	EXPECT_INVALID(r_accept(CLC_ACCEPT), x_.u.r_acc.qpn = 1u << 24, -ERANGE);
-	EXPECT_INVALID(r_accept(CLC_ACCEPT), x_.u.r_acc.psn = 1u << 24, -ERANGE);
-	EXPECT_INVALID(r_accept(CLC_ACCEPT), x_.u.r_acc.rmbe_idx = 0, -ERANGE);
-	EXPECT_INVALID(r_accept(CLC_CONFIRM), x_.flags = 0x01, -EPROTO);
-	EXPECT_INVALID(r_proposal(1, 0), x_.u.r_prop.ipv4_prefix_len = 33, -ERANGE);
-	EXPECT_INVALID(r_proposal(1, 0), x_.u.r_prop.ipv6[0].len = 129, -ERANGE);
-	EXPECT_INVALID(r_proposal(1, 0), x_.u.r_prop.ipv6_count = 9, -ERANGE);
-	EXPECT_INVALID(r_proposal(1, 0), x_.u.r_prop.iparea_offset = 41, -ERANGE);
-	EXPECT_INVALID(r_proposal(1, 0), x_.flags = 0x01, -EPROTO); /* SMC-D only */
-	EXPECT_INVALID(r_decline(), x_.flags = 0x04, -EPROTO);
-	EXPECT_INVALID(sh_proposal(AF_INET), x_.u.s_prop.c2s_size = 0, -ERANGE);
-	EXPECT_INVALID(sh_proposal(AF_INET), x_.u.s_prop.c2s_size = 4095, -ERANGE);
-	EXPECT_INVALID(sh_proposal(AF_INET), x_.u.s_prop.s2c_size = 3u << 16, -ERANGE);
-	EXPECT_INVALID(sh_proposal(AF_INET), x_.u.s_prop.s2c_size = 1u << 30, -ERANGE);
-	EXPECT_INVALID(sh_proposal(AF_INET), x_.u.s_prop.family = AF_UNIX, -ERANGE);
-	EXPECT_INVALID(sh_proposal(AF_INET), x_.u.s_prop.client_port = 0, -ERANGE);
-	EXPECT_INVALID(sh_proposal(AF_INET), x_.u.s_prop.server_port = 0, -ERANGE);
-	EXPECT_INVALID(sh_proposal(AF_INET), x_.u.s_prop.client_token = 0, -ERANGE);
-	EXPECT_INVALID(sh_proposal(AF_INET), x_.u.s_prop.server_addr[4] = 1, -ERANGE);
-	EXPECT_INVALID(sh_proposal(AF_INET), x_.u.s_prop.proto = CLC_SAMEHOST_PROTO + 1,
+	EXPECT_INVALID(clc_fx_r_accept(CLC_ACCEPT), x_.u.r_acc.qp_mtu = 0, -ERANGE);
+	EXPECT_INVALID(clc_fx_r_accept(CLC_ACCEPT), x_.u.r_acc.qp_mtu = 6, -ERANGE);
+	EXPECT_INVALID(clc_fx_r_accept(CLC_ACCEPT), x_.u.r_acc.rmbe_size = 16, -ERANGE);
+	EXPECT_INVALID(clc_fx_r_accept(CLC_ACCEPT), x_.u.r_acc.qpn = 0, -ERANGE);
+	EXPECT_INVALID(clc_fx_r_accept(CLC_ACCEPT), x_.u.r_acc.qpn = 1u << 24, -ERANGE);
+	EXPECT_INVALID(clc_fx_r_accept(CLC_ACCEPT), x_.u.r_acc.psn = 1u << 24, -ERANGE);
+	EXPECT_INVALID(clc_fx_r_accept(CLC_ACCEPT), x_.u.r_acc.rmbe_idx = 0, -ERANGE);
+	EXPECT_INVALID(clc_fx_r_accept(CLC_CONFIRM), x_.flags = 0x01, -EPROTO);
+	EXPECT_INVALID(clc_fx_r_proposal(1, 0, true), x_.u.r_prop.ipv4_prefix_len = 33, -ERANGE);
+	EXPECT_INVALID(clc_fx_r_proposal(1, 0, true), x_.u.r_prop.ipv6[0].len = 129, -ERANGE);
+	EXPECT_INVALID(clc_fx_r_proposal(1, 0, true), x_.u.r_prop.ipv6_count = 9, -ERANGE);
+	EXPECT_INVALID(clc_fx_r_proposal(1, 0, true), x_.u.r_prop.iparea_offset = 41, -ERANGE);
+	EXPECT_INVALID(clc_fx_r_proposal(1, 0, true), x_.flags = 0x01, -EPROTO); /* SMC-D only */
+	EXPECT_INVALID(clc_fx_r_decline(), x_.flags = 0x04, -EPROTO);
+	EXPECT_INVALID(clc_fx_sh_proposal(AF_INET), x_.u.s_prop.c2s_size = 0, -ERANGE);
+	EXPECT_INVALID(clc_fx_sh_proposal(AF_INET), x_.u.s_prop.c2s_size = 4095, -ERANGE);
+	EXPECT_INVALID(clc_fx_sh_proposal(AF_INET), x_.u.s_prop.s2c_size = 3u << 16, -ERANGE);
+	EXPECT_INVALID(clc_fx_sh_proposal(AF_INET), x_.u.s_prop.s2c_size = 1u << 30, -ERANGE);
+	EXPECT_INVALID(clc_fx_sh_proposal(AF_INET), x_.u.s_prop.family = AF_UNIX, -ERANGE);
+	EXPECT_INVALID(clc_fx_sh_proposal(AF_INET), x_.u.s_prop.client_port = 0, -ERANGE);
+	EXPECT_INVALID(clc_fx_sh_proposal(AF_INET), x_.u.s_prop.server_port = 0, -ERANGE);
+	EXPECT_INVALID(clc_fx_sh_proposal(AF_INET), x_.u.s_prop.client_token = 0, -ERANGE);
+	EXPECT_INVALID(clc_fx_sh_proposal(AF_INET), x_.u.s_prop.server_addr[4] = 1, -ERANGE);
+	EXPECT_INVALID(clc_fx_sh_proposal(AF_INET), x_.u.s_prop.proto = CLC_SAMEHOST_PROTO + 1,
 		       -EPROTONOSUPPORT);
 	/* protocol 1 had no rewinds: its reader would take a skipped lap for data */
-	EXPECT_INVALID(sh_proposal(AF_INET), x_.u.s_prop.proto = 1, -EPROTONOSUPPORT);
-	EXPECT_INVALID(sh_proposal(AF_INET), x_.flags = 0x08, -EPROTO);
-	EXPECT_INVALID(sh_accept(), x_.u.s_acc.server_token = 0, -ERANGE);
-	EXPECT_INVALID(sh_accept(), x_.u.s_acc.c2s_size = 1, -ERANGE);
-	EXPECT_INVALID(sh_confirm(), x_.u.s_conf.server_token = 0, -ERANGE);
-	EXPECT_INVALID(sh_decline(), x_.type = 9, -EINVAL);
-	EXPECT_INVALID(sh_decline(), x_.variant = 7, -EINVAL);
-	EXPECT_INVALID(r_decline(), x_.type = 0, -EINVAL);
+	EXPECT_INVALID(clc_fx_sh_proposal(AF_INET), x_.u.s_prop.proto = 1, -EPROTONOSUPPORT);
+	EXPECT_INVALID(clc_fx_sh_proposal(AF_INET), x_.flags = 0x08, -EPROTO);
+	EXPECT_INVALID(clc_fx_sh_accept(), x_.u.s_acc.server_token = 0, -ERANGE);
+	EXPECT_INVALID(clc_fx_sh_accept(), x_.u.s_acc.c2s_size = 1, -ERANGE);
+	EXPECT_INVALID(clc_fx_sh_confirm(), x_.u.s_conf.server_token = 0, -ERANGE);
+	EXPECT_INVALID(clc_fx_sh_decline(), x_.type = 9, -EINVAL);
+	EXPECT_INVALID(clc_fx_sh_decline(), x_.variant = 7, -EINVAL);
+	EXPECT_INVALID(clc_fx_r_decline(), x_.type = 0, -EINVAL);
 }
 END_TEST
 
@@ -416,7 +313,7 @@ START_TEST(test_out_of_range_decode)
 	uint8_t b[CLC_MAX_LEN];
 	size_t n;
 
-	m = r_accept(CLC_ACCEPT);
+	m = clc_fx_r_accept(CLC_ACCEPT);
 	n = encode_ok(&m, b, sizeof(b));
 	b[50] = (uint8_t)((b[50] & 0xF0) | 7); /* MTU enum 7 */
 	ck_assert_int_eq(clc_decode(b, n, &d), -ERANGE);
@@ -427,7 +324,7 @@ START_TEST(test_out_of_range_decode)
 	b[38] = b[39] = b[40] = 0; /* QPN 0 */
 	ck_assert_int_eq(clc_decode(b, n, &d), -ERANGE);
 
-	m = sh_proposal(AF_INET);
+	m = clc_fx_sh_proposal(AF_INET);
 	n = encode_ok(&m, b, sizeof(b));
 	b[28] = 5; /* family */
 	ck_assert_int_eq(clc_decode(b, n, &d), -ERANGE);
@@ -446,7 +343,7 @@ START_TEST(test_out_of_range_decode)
 	b[9] = 1; /* protocol 1: no rewinds */
 	ck_assert_int_eq(clc_decode(b, n, &d), -EPROTONOSUPPORT);
 
-	m = sh_decline();
+	m = clc_fx_sh_decline();
 	n = encode_ok(&m, b, sizeof(b));
 	b[15] = 1;
 	ck_assert_int_eq(clc_decode(b, n, &d), -EPROTO);
@@ -534,7 +431,7 @@ END_TEST
 
 START_TEST(test_peek_header)
 {
-	struct clc_msg m = r_proposal(3, 0);
+	struct clc_msg m = clc_fx_r_proposal(3, 0, true);
 	uint8_t b[CLC_MAX_LEN];
 	size_t n = encode_ok(&m, b, sizeof(b));
 	enum clc_variant v;
@@ -631,7 +528,7 @@ static socklen_t make_in(struct sockaddr_storage *ss, const char *ip, uint16_t p
 START_TEST(test_sh_addrs)
 {
 	struct sockaddr_storage c, s, pc, ps;
-	struct clc_msg m = sh_proposal(AF_INET);
+	struct clc_msg m = clc_fx_sh_proposal(AF_INET);
 	struct clc_sh_proposal *p = &m.u.s_prop;
 	socklen_t cl = make_in(&c, "127.0.0.1", 40001), sl = make_in(&s, "127.0.0.1", 8080);
 
@@ -682,22 +579,23 @@ END_TEST
 
 START_TEST(test_sh_checks)
 {
-	struct clc_msg p = sh_proposal(AF_INET), a = sh_accept(), c = sh_confirm();
+	struct clc_msg p = clc_fx_sh_proposal(AF_INET), a = clc_fx_sh_accept();
+	struct clc_msg c = clc_fx_sh_confirm();
 
 	ck_assert_uint_eq(clc_sh_check_accept(&p.u.s_prop, &a.u.s_acc), 0);
 	a.u.s_acc.s2c_size >>= 1;
 	ck_assert_uint_eq(clc_sh_check_accept(&p.u.s_prop, &a.u.s_acc), CLC_DECL_SH_SIZE);
-	a = sh_accept();
+	a = clc_fx_sh_accept();
 	a.u.s_acc.proto = CLC_SAMEHOST_PROTO + 1;
 	ck_assert_uint_eq(clc_sh_check_accept(&p.u.s_prop, &a.u.s_acc), CLC_DECL_VERSMISMAT);
 	a.u.s_acc.proto = 1;
 	ck_assert_uint_eq(clc_sh_check_accept(&p.u.s_prop, &a.u.s_acc), CLC_DECL_VERSMISMAT);
-	a = sh_accept();
+	a = clc_fx_sh_accept();
 	ck_assert_uint_eq(clc_sh_check_confirm(&p.u.s_prop, &a.u.s_acc, &c.u.s_conf), 0);
 	c.u.s_conf.client_token ^= 1;
 	ck_assert_uint_eq(clc_sh_check_confirm(&p.u.s_prop, &a.u.s_acc, &c.u.s_conf),
 			  CLC_DECL_SH_TOKEN);
-	c = sh_confirm();
+	c = clc_fx_sh_confirm();
 	c.u.s_conf.server_token ^= 1;
 	ck_assert_uint_eq(clc_sh_check_confirm(&p.u.s_prop, &a.u.s_acc, &c.u.s_conf),
 			  CLC_DECL_SH_TOKEN);
@@ -708,7 +606,7 @@ END_TEST
 
 START_TEST(test_peek_smcd_and_frame)
 {
-	struct clc_msg m = r_decline();
+	struct clc_msg m = clc_fx_r_decline();
 	uint8_t b[CLC_MAX_LEN];
 	size_t n = encode_ok(&m, b, sizeof(b));
 	struct clc_frame f;
@@ -743,7 +641,7 @@ END_TEST
 
 START_TEST(test_block)
 {
-	struct clc_msg m = r_proposal(0, 0), d;
+	struct clc_msg m = clc_fx_r_proposal(0, 0, true), d;
 	struct clc_block b = { .version = CLC_BLOCK_VERSION, .flags = CLC_BLOCK_RDV_PATH,
 			       .host_id = 0x0102030405060708ULL, .rdv_name = 0x1112131415161718ULL,
 			       .rdv_key = 0x2122232425262728ULL }, got;

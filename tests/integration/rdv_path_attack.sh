@@ -25,6 +25,8 @@
 # name), their connections are upgraded all the same, and nothing planted was
 # connected to, removed or followed. The server holds no more descriptors, memfds or
 # mappings than before. All failures are collected and reported together at the end.
+# SMC_TEST_BPF_DIR=<dir of a pinned smc_peer map>: use that setup instead of making one
+# (nothing global is changed then).
 # Skips (77) without root, without a user nobody, or when the eBPF program cannot be
 # set up here.
 [ -n "${BASH_VERSION:-}" ] || exec bash "$0" "$@"
@@ -59,11 +61,20 @@ path_cleanup() {
 # lib.sh's cleanup reads the exit status first: keep it for it
 trap '_rc=$?; path_cleanup; (exit $_rc); _smc_cleanup' EXIT
 
-[ -f "$BPF_OBJ" ] || smc_skip "$BPF_OBJ not built (clang with the bpf target missing?)"
-if ! out=$(SMC_BPF_OBJ=$BPF_OBJ "$SMC_WRAPPER" --setup 2>&1); then
-	smc_skip "eBPF setup not possible here: $out"
+if [ -n "${SMC_TEST_BPF_DIR:-}" ]; then
+	# a setup made already (by --setup, or another test's): its map, our own rendezvous
+	# directory as --setup makes one, and no setup or teardown here
+	[ -e "$SMC_TEST_BPF_DIR/smc_peer" ] || smc_skip "no map in SMC_TEST_BPF_DIR=$SMC_TEST_BPF_DIR"
+	export SMC_BPF_DIR=$SMC_TEST_BPF_DIR
+	mkdir -p -- "$SMC_RDV_DIR" && chmod 1733 -- "$SMC_RDV_DIR" ||
+		smc_hard_error "cannot create $SMC_RDV_DIR"
+else
+	[ -f "$BPF_OBJ" ] || smc_skip "$BPF_OBJ not built (clang with the bpf target missing?)"
+	if ! out=$(SMC_BPF_OBJ=$BPF_OBJ "$SMC_WRAPPER" --setup 2>&1); then
+		smc_skip "eBPF setup not possible here: $out"
+	fi
+	setup_done=1
 fi
-setup_done=1
 
 # Failures are collected (the numbers of every attack are worth having) and reported
 # at the end.

@@ -21,6 +21,23 @@ ATTACK_AFFECTED_MS=${ATTACK_AFFECTED_MS:-5}
 ATTACK_REPORT=$SMC_TMP/attack-report.txt
 : >"$ATTACK_REPORT"
 
+# Every attacker started, ended at exit whatever the outcome (a failed assertion exits
+# with attackers still running).
+ATTACK_PIDS=()
+attack_cleanup() {
+	local p
+	for p in "${ATTACK_PIDS[@]}"; do
+		kill -TERM "$p" 2>/dev/null
+	done
+	for p in "${ATTACK_PIDS[@]}"; do
+		wait "$p" 2>/dev/null
+	done
+	return 0
+}
+# lib.sh's cleanup reads the exit status first: keep it for it (rdv_path_attack.sh
+# replaces this trap with one that calls attack_cleanup too)
+trap '_rc=$?; attack_cleanup; (exit $_rc); _smc_cleanup' EXIT
+
 # attack_legit NAME PORT COUNT: COUNT preloaded connections; their latencies (us, one a
 # line) in $SMC_TMP/lat-NAME, stats in the stats directory "NAME". Fails unless every
 # connection got its exact response.
@@ -74,6 +91,7 @@ attack_start() {
 	: >"$SMC_TMP/$name.log"
 	"${as_nobody[@]}" "$ATTACK" "$@" >"$SMC_TMP/$name.log" 2>&1 &
 	ATTACK_PID=$!
+	ATTACK_PIDS+=("$ATTACK_PID")
 	for ((i = 0; i < 100; i++)); do
 		grep -q '^OK' "$SMC_TMP/$name.log" && return 0
 		kill -0 "$ATTACK_PID" 2>/dev/null || break
@@ -85,8 +103,13 @@ attack_start() {
 # attack_stop NAME: ends the attacker (SIGTERM) and sets ATTACK_RESULT to its RESULT line.
 attack_stop() {
 	local name=$1
+	local p left=()
 	kill -TERM "$ATTACK_PID" 2>/dev/null
 	wait "$ATTACK_PID"
+	for p in "${ATTACK_PIDS[@]}"; do
+		[ "$p" = "$ATTACK_PID" ] || left+=("$p")
+	done
+	ATTACK_PIDS=("${left[@]}")
 	ATTACK_RESULT=$(grep '^RESULT' "$SMC_TMP/$name.log")
 	[ -n "$ATTACK_RESULT" ] || smc_fail "$name: no result from the attacker: $(cat "$SMC_TMP/$name.log")"
 	smc_log "$name: attacker $ATTACK_RESULT"

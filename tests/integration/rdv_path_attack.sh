@@ -59,7 +59,7 @@ path_cleanup() {
 	rm -f -- "$SQUAT_LINK"
 }
 # lib.sh's cleanup reads the exit status first: keep it for it
-trap '_rc=$?; path_cleanup; (exit $_rc); _smc_cleanup' EXIT
+trap '_rc=$?; attack_cleanup; path_cleanup; (exit $_rc); _smc_cleanup' EXIT
 
 if [ -n "${SMC_TEST_BPF_DIR:-}" ]; then
 	# a setup made already (by --setup, or another test's): its map, our own rendezvous

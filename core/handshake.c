@@ -154,8 +154,8 @@ static uint32_t client_prepare(struct smc_conn *c, int ufd, const struct hs_auth
 	socklen_t llen = sizeof(local), plen = sizeof(peer);
 
 	if (!auth->by_key && !rdv_peer_owns_tcp_peer(ufd, c->fd)) {
-		log_warn("fd %d: the process on our rendezvous name does not own the server's "
-			 "socket: staying TCP", c->fd);
+		log_warn("fd %d: a process that does not own the server's socket connected to "
+			 "our rendezvous name: ignored, waiting for the server", c->fd);
 		return CLC_DECL_SH_CRED;
 	}
 	if (REAL(getsockname)(c->fd, (struct sockaddr *)&local, &llen) < 0 ||
@@ -237,6 +237,11 @@ int handshake_client(struct smc_conn *c, int ufd, const struct hs_auth *auth)
 	}
 	if (diag == CLC_DECL_SYNCERR && auth->by_key)
 		goto not_the_server; /* nobody listens on ufd any more */
+	/* Any local user can connect to our abstract name (/proc/net/unix lists it) before
+	 * the server does: such a process is told nothing, and the server's connection,
+	 * queued behind it, is still to come. */
+	if (diag == CLC_DECL_SH_CRED)
+		goto not_the_server;
 	if (diag) {
 		why = diag == CLC_DECL_MEM ? SMC_REASON_MEM_CAP : SMC_REASON_HANDSHAKE;
 		goto decline;

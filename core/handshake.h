@@ -46,8 +46,9 @@ void handshake_set_timeouts(int ufd);
 
 /* Client side, on the progress thread, with ufd the accepted rendezvous socket. Returns
  * 0 and leaves the connection ACTIVE or FALLBACK (unless the application closed it
- * meanwhile); or, with auth->by_key only, -EACCES when the process on ufd did not prove
- * it is the server: nothing was handed over nor decided, wait for the next one. */
+ * meanwhile); or -EACCES when the process on ufd is not the server (by key: it did not
+ * prove it; by owner: it does not own the server's socket): nothing was handed over
+ * nor decided, wait for the next one. */
 int handshake_client(struct smc_conn *c, int ufd, const struct hs_auth *auth);
 
 /* Server side; under abstract names (not by key) the caller has checked the process on

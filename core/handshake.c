@@ -155,8 +155,8 @@ static uint32_t client_prepare(struct smc_conn *c, int ufd, const struct hs_auth
 	socklen_t llen = sizeof(local), plen = sizeof(peer);
 
 	if (!auth->by_key && !rdv_peer_owns_tcp_peer(ufd, c->fd)) {
-		log_warn("fd %d: the process on our rendezvous name does not own the server's "
-			 "socket: staying TCP", c->fd);
+		log_info("fd %d: a process that does not own the server's socket connected to "
+			 "our rendezvous name: ignored, waiting for the server", c->fd);
 		return CLC_DECL_SH_CRED;
 	}
 	if (REAL(getsockname)(c->fd, (struct sockaddr *)&local, &llen) < 0 ||
@@ -286,6 +286,11 @@ int hs_client_start(struct hs_flow *f, struct smc_conn *c, int ufd, const struct
 		return client_decline(f, CLC_DECL_PEERDECL, SMC_REASON_HANDSHAKE);
 	if (diag == CLC_DECL_SYNCERR && auth->by_key)
 		return -EACCES; /* nobody listens on ufd any more */
+	/* Any local user can connect to our abstract name (/proc/net/unix lists it) before
+	 * the server does: such a process is told nothing, and the server's connection,
+	 * queued behind it, is still to come. */
+	if (diag == CLC_DECL_SH_CRED)
+		return -EACCES;
 	if (diag)
 		return client_decline(f, diag, diag == CLC_DECL_MEM ? SMC_REASON_MEM_CAP
 								    : SMC_REASON_HANDSHAKE);

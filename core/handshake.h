@@ -83,9 +83,9 @@ unsigned hs_flow_ticks(const struct hs_flow *f);
 
 /* Client side, on the progress thread, with ufd the accepted rendezvous socket: sends
  * the Proposal. HS_WAIT; or 0: decided (ACTIVE or FALLBACK, unless the application
- * closed it meanwhile); or, with auth->by_key only, -EACCES when the process on ufd did
- * not prove it is the server: nothing was handed over nor decided, the caller drops ufd
- * and waits for the next one. */
+ * closed it meanwhile); or -EACCES when the process on ufd is not the server (by key: it
+ * did not prove it; by owner: it does not own the server's socket): nothing was handed
+ * over nor decided, the caller drops ufd and waits for the next one. */
 int hs_client_start(struct hs_flow *f, struct smc_conn *c, int ufd, const struct hs_auth *auth);
 /* Client: reads the server's Accept (then sends the Confirm); results as hs_client_start. */
 int hs_client_step(struct hs_flow *f, bool final);

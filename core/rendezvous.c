@@ -3,6 +3,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <ifaddrs.h>
+#include <limits.h>
 #include <linux/inet_diag.h>
 #include <linux/netlink.h>
 #include <linux/sock_diag.h>
@@ -20,6 +21,7 @@
 #include "core/fd_pass.h"
 #include "core/fdpark.h"
 #include "core/forklock.h"
+#include "core/log.h"
 #include "core/real.h"
 #include "core/rendezvous.h"
 
@@ -372,17 +374,79 @@ int rdv_conn_connect(const struct sockaddr *peer, const struct sockaddr *local)
 
 /* ------------------------------------------------------------ token names */
 
+/* Whether another user could replace directory entry `path` (st: its lstat), or what
+ * it leads to: NULL when nobody but root or us can, else why. Its owner must be root or
+ * us (the owner of an entry may rename or remove it in a sticky directory, and of a
+ * directory, everything in it), and a directory that others may write to must be
+ * sticky (or anybody may replace its entries). */
+static const char *entry_untrusted(const struct stat *st)
+{
+	if (st->st_uid != 0 && st->st_uid != geteuid())
+		return "is owned by another user";
+	if (S_ISDIR(st->st_mode) && (st->st_mode & (S_IWGRP | S_IWOTH)) && !(st->st_mode & S_ISVTX))
+		return "is writable by others without the sticky bit";
+	return NULL;
+}
+
+/* Every component of absolute path `path` (which must be a directory), lstat'ed from the
+ * root down: NULL when none is replaceable by another user, else why, with the
+ * component in bad[]. A symlink on the way is checked as an entry (its owner) and,
+ * when it is the last component, so is what it resolves to (resolved by the caller). */
+static const char *path_untrusted(const char *path, char *bad, size_t badlen)
+{
+	char buf[PATH_MAX];
+	size_t n = strlen(path);
+	struct stat st;
+
+	if (n == 0 || n >= sizeof(buf) || path[0] != '/')
+		return "is not an absolute path";
+	memcpy(buf, path, n + 1);
+	for (size_t i = 1; i <= n; i++) {
+		const char *why;
+
+		if (buf[i] != '/' && buf[i] != 0)
+			continue;
+		if (buf[i - 1] == '/')
+			continue; /* "//" or a trailing "/" */
+		buf[i] = 0;
+		snprintf(bad, badlen, "%s", buf);
+		if (lstat(buf, &st) < 0)
+			return "cannot be examined";
+		why = entry_untrusted(&st);
+		if (why)
+			return why;
+		buf[i] = path[i];
+	}
+	return NULL;
+}
+
+/* Logged once per process: the directory does not change that often, and a log line per
+ * connection would say nothing new. */
+static int rdv_dir_warned;
+
 bool rdv_dir_usable(void)
 {
+	char bad[PATH_MAX], real[PATH_MAX];
+	const char *why;
 	struct stat st;
 
 	if (!smc_cfg.rdv_dir || smc_cfg.rdv_dir[0] != '/' || stat(smc_cfg.rdv_dir, &st) < 0 ||
 	    !S_ISDIR(st.st_mode))
 		return false;
-	if (st.st_uid != 0 && st.st_uid != geteuid())
+	/* Another user who can replace the directory, or anything on the way to it (a
+	 * symlink of theirs in /tmp, a directory of theirs), could swap in one of their own
+	 * between a client's bind and the server's connect: the server would then join, and
+	 * prove itself to, their socket. Checked on the path as written and as resolved. */
+	why = path_untrusted(smc_cfg.rdv_dir, bad, sizeof(bad));
+	if (!why && realpath(smc_cfg.rdv_dir, real) && strcmp(real, smc_cfg.rdv_dir) != 0)
+		why = path_untrusted(real, bad, sizeof(bad));
+	if (why) {
+		if (!__atomic_exchange_n(&rdv_dir_warned, 1, __ATOMIC_RELAXED))
+			log_warn("SMC_RDV_DIR %s not used: %s %s; abstract rendezvous names instead "
+				 "(this network namespace only)", smc_cfg.rdv_dir, bad, why);
 		return false;
-	/* others may create entries: only the sticky bit keeps them from replacing ours */
-	return !(st.st_mode & (S_IWGRP | S_IWOTH)) || (st.st_mode & S_ISVTX);
+	}
+	return true;
 }
 
 /* "<dir>/c-<16 hex>" or the abstract "\0smcp1:t:<16 hex>". */

@@ -61,7 +61,9 @@ int rdv_conn_connect(const struct sockaddr *peer, const struct sockaddr *local);
  * "<SMC_RDV_DIR>/c-<token>", reachable from every network namespace that shares the
  * directory (containers); otherwise an abstract name, reachable in this network
  * namespace only. rdv_dir_usable says whether the directory exists and nobody but root
- * or us can replace a socket in it (owner root or us; sticky when others may write). */
+ * or us can replace a socket in it, or it, or anything on the way to it: every
+ * component of its path, as written and as resolved, is owned by root or us, and
+ * sticky when others may write to it (a warning is logged, once, when it is not). */
 bool rdv_dir_usable(void);
 /* Client: a parked, nonblocking seqpacket listener for the token (path mode: mode 0666 so
  * a server of any user can connect; the TCP Proposal's key authenticates it). -errno. */

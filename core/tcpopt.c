@@ -25,6 +25,7 @@
 #include <stdint.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -35,6 +36,7 @@
 #include "core/init.h"
 #include "core/log.h"
 #include "core/real.h"
+#include "core/rendezvous.h"
 #include "core/tcpopt.h"
 
 #define TCPOPT_MAP_NAME "smc_peer"
@@ -103,6 +105,21 @@ static int map_get(const char *path)
 	return fd;
 }
 
+/* The rendezvous directory's bpf file system: in a usable directory (rendezvous.h), a
+ * directory itself (not a symlink) of root's or ours. */
+static bool rdv_subdir_usable(void)
+{
+	char path[PATH_MAX];
+	struct stat st;
+
+	if (!rdv_dir_usable() ||
+	    snprintf(path, sizeof(path), "%s/" TCPOPT_RDV_SUBDIR, smc_cfg.rdv_dir) >=
+		    (int)sizeof(path) ||
+	    lstat(path, &st) < 0 || !S_ISDIR(st.st_mode))
+		return false;
+	return st.st_uid == 0 || st.st_uid == geteuid();
+}
+
 /* Opens the pinned map, in SMC_BPF_DIR or else in the rendezvous directory's bpf file
  * system: a parked, close-on-exec fd, or -errno (the first place's). */
 static int map_open(void)
@@ -113,7 +130,9 @@ static int map_open(void)
 	if (snprintf(path, sizeof(path), "%s/" TCPOPT_MAP_NAME, smc_cfg.bpf_dir) <
 	    (int)sizeof(path))
 		fd = map_get(path);
-	if (fd < 0 && smc_cfg.rdv_dir && smc_cfg.rdv_dir[0] == '/' &&
+	/* only in a rendezvous directory nobody else controls: another user's would decide
+	 * which map (of which setup) we take, through a symlink of theirs */
+	if (fd < 0 && smc_cfg.rdv_dir && smc_cfg.rdv_dir[0] == '/' && rdv_subdir_usable() &&
 	    snprintf(path, sizeof(path), "%s/" TCPOPT_RDV_SUBDIR "/" TCPOPT_MAP_NAME,
 		     smc_cfg.rdv_dir) < (int)sizeof(path)) {
 		r = map_get(path);

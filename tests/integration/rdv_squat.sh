@@ -31,6 +31,9 @@ as_nobody=(setpriv --reuid=nobody --regid="$(id -g nobody)" --clear-groups)
 COUNT=10
 # every connection makes the full handshake, however short (libsmc_preload(7))
 export SMC_SHORT_CONN_US=0
+# the same-host rendezvous, never the TCP option, even where the host (or a concurrent
+# test) has it set up: no map where the library looks for one
+export SMC_BPF_DIR=/sys/fs/bpf/smc-rdv-squat-none-$$ SMC_RDV_DIR=$SMC_TMP/no-rdv-dir
 
 # odd_ports VAR: sets VAR to an odd port P such that P, P+2, ... (COUNT ports) are unused
 odd_ports() {

@@ -495,6 +495,7 @@ static int progress_call(event_callback_fn fn, void *arg)
 {
 	struct event_base *base = progress_start();
 	struct timeval now = { 0, 0 };
+	bool internal = smc_thread_internal; /* set for good on the progress thread */
 	int r;
 
 	if (!base)
@@ -503,7 +504,7 @@ static int progress_call(event_callback_fn fn, void *arg)
 	 * calls must reach the kernel, not our emulation. */
 	smc_thread_internal = true;
 	r = event_base_once(base, -1, EV_TIMEOUT, fn, arg, &now);
-	smc_thread_internal = false;
+	smc_thread_internal = internal;
 	return r < 0 ? -ENOMEM : 0;
 }
 

@@ -101,6 +101,8 @@ static long long now_us(void)
 /* ------------------------------------------------------------ what the attacker saw */
 
 static unsigned long rx_bytes, rx_msgs, rx_fds, rx_marker, rx_accepts;
+/* of rx_msgs: a client's same-host Proposal without descriptors (the by-key kind) */
+static unsigned long rx_proposals;
 
 /* The marker as the client sent it, and as tests/lib/smc_churn's server answers it. */
 static bool has_marker(const uint8_t *b, size_t n)
@@ -162,10 +164,19 @@ static ssize_t take_msg(int fd, struct clc_msg *decoded, bool *is_clc)
 	if (n > 0) {
 		rx_bytes += (unsigned long)n;
 		rx_msgs++;
+		struct clc_msg m;
+		bool clc = clc_decode(buf, (size_t)n, &m) == 0;
+
 		if (has_marker(buf, (size_t)n))
 			rx_marker++;
-		if (is_clc)
-			*is_clc = clc_decode(buf, (size_t)n, decoded) == 0;
+		if (clc && m.variant == CLC_SAMEHOST && m.type == CLC_PROPOSAL &&
+		    msg.msg_controllen == 0)
+			rx_proposals++;
+		if (is_clc) {
+			*is_clc = clc;
+			if (clc)
+				*decoded = m;
+		}
 	}
 	return n;
 }
@@ -619,8 +630,9 @@ static int watch(const char *dir, int secs, bool garbage)
 			conns_drain(0);
 		}
 		conns_drain(0);
-		printf("RESULT seen=%d connected=%lu bytes=%lu msgs=%lu fds=%lu marker=%lu\n",
-		       nseen, connects, rx_bytes, rx_msgs, rx_fds, rx_marker);
+		printf("RESULT seen=%d connected=%lu bytes=%lu msgs=%lu proposals=%lu fds=%lu "
+		       "marker=%lu\n", nseen, connects, rx_bytes, rx_msgs, rx_proposals, rx_fds,
+		       rx_marker);
 		return 0;
 	}
 	/* a directory we may not read takes no watch: /proc/net/unix still tells */
@@ -645,8 +657,8 @@ static int watch(const char *dir, int secs, bool garbage)
 		conns_drain(1);
 	}
 	conns_drain(0);
-	printf("RESULT seen=%d connected=%lu bytes=%lu msgs=%lu fds=%lu marker=%lu\n", nseen,
-	       connects, rx_bytes, rx_msgs, rx_fds, rx_marker);
+	printf("RESULT seen=%d connected=%lu bytes=%lu msgs=%lu proposals=%lu fds=%lu marker=%lu\n",
+	       nseen, connects, rx_bytes, rx_msgs, rx_proposals, rx_fds, rx_marker);
 	return 0;
 }
 
@@ -732,8 +744,8 @@ static int flood(const char *dir, int secs)
 	}
 	conns_drain(0);
 	printf("RESULT names=%d connects=%lu refused=%lu datagrams=%lu bytes=%lu msgs=%lu "
-	       "fds=%lu marker=%lu\n", nseen, connects, refused, datagrams, rx_bytes, rx_msgs,
-	       rx_fds, rx_marker);
+	       "proposals=%lu fds=%lu marker=%lu\n", nseen, connects, refused, datagrams,
+	       rx_bytes, rx_msgs, rx_proposals, rx_fds, rx_marker);
 	return 0;
 }
 

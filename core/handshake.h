@@ -2,7 +2,7 @@
 /*
  * The same-host CLC exchange over the rendezvous socket:
  *
- *   client (progress thread)                      server (inside accept)
+ *   client (progress thread)          server (accept(), then the progress thread)
  *                               <-- connect --    to the client's 4-tuple name
  *   Proposal{tokens, RMB sizes, 4-tuple}  + [rx bell, tx bell]  -->
  *                  <--  Accept{token, both sizes} + [memfd, rx bell, tx bell]

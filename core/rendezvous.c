@@ -327,7 +327,9 @@ int rdv_conn_listen(const struct sockaddr *local, const struct sockaddr *peer)
 		}
 		nanosleep(&(struct timespec){ .tv_nsec = 1000 * 1000 }, NULL);
 	}
-	if (REAL(listen)(fd, 4) < 0) {
+	/* room for whoever else connects first (the client drops them unanswered, see
+	 * handshake.c) without the server's connect finding the backlog full */
+	if (REAL(listen)(fd, 64) < 0) {
 		int e = errno;
 
 		REAL(close)(fd);
@@ -360,6 +362,29 @@ fail:
 	return -e;
 }
 
+/*
+ * Any local user can fill a rendezvous listener's backlog (the names are listed in
+ * /proc/net/unix), and the listener's owner drains it, dropping whoever is not the
+ * peer: a connect that finds it full is tried again for a little while (20 x 100 us,
+ * within accept()'s wait for the client, see handshake.c) before the connection goes
+ * TCP.
+ */
+#define RDV_CONNECT_TRIES 20
+#define RDV_CONNECT_PAUSE_NS 100000L
+
+static int connect_patient(const struct sockaddr_un *un, socklen_t ulen)
+{
+	int fd = connect_no_wait(un, ulen);
+
+	for (int i = 1; fd == -EAGAIN && i < RDV_CONNECT_TRIES; i++) {
+		struct timespec ts = { 0, RDV_CONNECT_PAUSE_NS };
+
+		nanosleep(&ts, NULL);
+		fd = connect_no_wait(un, ulen);
+	}
+	return fd;
+}
+
 int rdv_conn_connect(const struct sockaddr *peer, const struct sockaddr *local)
 {
 	struct rdv_endpoint a, b;
@@ -369,7 +394,7 @@ int rdv_conn_connect(const struct sockaddr *peer, const struct sockaddr *local)
 	if (!rdv_endpoint_from(peer, &a) || !rdv_endpoint_from(local, &b))
 		return -EAFNOSUPPORT;
 	ulen = rdv_name(&un, 'c', &a, &b);
-	return connect_no_wait(&un, ulen);
+	return connect_patient(&un, ulen);
 }
 
 /* ------------------------------------------------------------ token names */
@@ -520,7 +545,7 @@ int rdv_token_connect(uint64_t token, bool path)
 		return r;
 	if (path && !rdv_dir_usable())
 		return -EPERM;
-	return connect_no_wait(&un, ulen);
+	return connect_patient(&un, ulen);
 }
 
 /* ------------------------------------------------------------ messages */

@@ -63,14 +63,27 @@ static void fd_block(int fd)
 		REAL(fcntl)(fd, F_SETFL, fl & ~O_NONBLOCK);
 }
 
+/* The rendezvous socket is nonblocking (hs_flow): a message that finds no room waits
+ * for it, bounded by the handshake timeout as a blocking send was (a lost Confirm
+ * would get the connection reset). */
 static int hs_send(int ufd, const struct clc_msg *m, const int *fds, int nfds)
 {
 	uint8_t buf[CLC_MAX_LEN];
 	ssize_t n = clc_encode(m, buf, sizeof(buf));
+	int r;
 
 	if (n < 0)
 		return (int)n;
-	return rdv_send(ufd, buf, (size_t)n, fds, nfds);
+	r = rdv_send(ufd, buf, (size_t)n, fds, nfds);
+	if (r == -EAGAIN) {
+		struct pollfd pfd = { .fd = ufd, .events = POLLOUT };
+
+		if (REAL(poll)(&pfd, 1, (int)smc_cfg.handshake_timeout_ms) == 1)
+			r = rdv_send(ufd, buf, (size_t)n, fds, nfds);
+	}
+	if (r < 0)
+		log_debug("rendezvous fd %d: sending a CLC message failed: %s", ufd, strerror(-r));
+	return r;
 }
 
 static enum smc_reason reason_from_code(uint32_t code)

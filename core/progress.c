@@ -42,6 +42,7 @@ struct pending {
 	struct neg_client nc; /* inband: rendezvous name and key */
 	struct attempt *attempts; /* handshakes on our rendezvous socket, newest first */
 	unsigned nattempts;
+	pid_t wrong_pid;      /* abstract names: the last process found not to be the server */
 };
 
 /*
@@ -196,6 +197,7 @@ static void on_rdv(evutil_socket_t fd, short what, void *arg)
 	struct hs_auth auth = { .by_key = p->inband, .key = p->nc.key };
 	int ufd = REAL(accept4)(fd, NULL, NULL, SOCK_CLOEXEC);
 	struct hs_flow f;
+	pid_t connector = 0;
 	int r;
 
 	(void)what;
@@ -219,9 +221,26 @@ static void on_rdv(evutil_socket_t fd, short what, void *arg)
 		}
 		return;
 	}
+	/* Under abstract names the check of who connected may read the process's fds
+	 * (rendezvous.h): one already found not to be the server is not looked at again,
+	 * or a flood of its connections would keep this thread from the server's. */
+	if (!p->inband) {
+		struct ucred cred;
+		socklen_t cl = sizeof(cred);
+
+		if (REAL(getsockopt)(ufd, SOL_SOCKET, SO_PEERCRED, &cred, &cl) == 0) {
+			if (cred.pid > 0 && cred.pid == p->wrong_pid) {
+				REAL(close)(ufd);
+				return;
+			}
+			connector = cred.pid;
+		}
+	}
 	r = hs_client_start(&f, p->c, ufd, &auth);
 	if (r == HS_WAIT && attempt_add(p, &f) == 0)
 		return; /* the attempt holds ufd now */
+	if (r == -EACCES && !p->inband)
+		p->wrong_pid = connector;
 	if (r == HS_WAIT)
 		r = hs_client_step(&f, true);
 	hs_flow_abandon(&f);

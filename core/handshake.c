@@ -586,8 +586,11 @@ static int server_on_confirm(struct hs_flow *f, bool final)
 	int r = hs_recv(f->ufd, &conf, CLC_CONFIRM, auth->by_key ? f->bells : NULL,
 			auth->by_key ? 2 : 0);
 
-	if (r == -EAGAIN && !final && !tcp_peer_closed(c->fd))
-		return HS_WAIT;
+	if (r == -EAGAIN && !final) {
+		if (!tcp_peer_closed(c->fd))
+			return HS_WAIT;
+		r = -ECONNRESET; /* its TCP end closed first: it went away, as at EOF */
+	}
 	f->why = SMC_REASON_HANDSHAKE;
 	if (r == 0 && conf.type == CLC_DECLINE) {
 		f->why = reason_from_code(conf.u.s_decl.diag);

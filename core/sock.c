@@ -796,7 +796,7 @@ static void server_release_shm(struct smc_conn *c)
  * ended with r (handshake.h): c is ACTIVE, or FALLBACK, as plain TCP for why or as a
  * reset socket (the client may have taken it as upgraded and may still send CLC bytes,
  * which must never reach the application, so its next call gets ECONNRESET; counted as
- * an abort and handshake-failed). */
+ * an abort and handshake-failed, or as peer-closed when the client went away). */
 static void server_decided(struct smc_conn *c, int r, enum smc_reason why)
 {
 	if (r == 0) {
@@ -805,9 +805,12 @@ static void server_decided(struct smc_conn *c, int r, enum smc_reason why)
 	}
 	server_release_shm(c);
 	if (r == -ECONNABORTED) {
-		stats_count_abort();
+		/* a client that went away is an ordinary end (handshake.c), not an abort */
+		if (why != SMC_REASON_PEER_CLOSED) {
+			stats_count_abort();
+			why = SMC_REASON_HANDSHAKE;
+		}
 		neg_reset(c->fd);
-		why = SMC_REASON_HANDSHAKE;
 	}
 	conn_fallback(c, why);
 }

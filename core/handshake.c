@@ -44,7 +44,7 @@ void handshake_set_timeouts(int ufd)
  */
 #define HS_INLINE_WAIT_US 2000u
 
-/* The Confirm is waited for while the client lives (see hs_flow_ticks). */
+/* The Confirm is waited for while the client lives (see hs_flow_deadline). */
 #define HS_CONFIRM_TICKS 15u
 
 static void fd_nonblock(int fd)
@@ -237,9 +237,14 @@ void hs_flow_abandon(struct hs_flow *f)
 	close_fds(f->in, 3);
 }
 
-unsigned hs_flow_ticks(const struct hs_flow *f)
+bool hs_flow_deadline(struct hs_flow *f)
 {
-	return f->phase == HS_PHASE_CONFIRM ? HS_CONFIRM_TICKS : 1u;
+	bool last = ++f->ticks >= (f->phase == HS_PHASE_CONFIRM ? HS_CONFIRM_TICKS : 1u);
+
+	if (f->ticks == 1 && !last)
+		log_info("fd %d: no CLC Confirm within %u ms of our Accept: waiting on while the "
+			 "client lives", f->c->fd, smc_cfg.handshake_timeout_ms);
+	return last;
 }
 
 /* Waits up to ms for ufd to become readable (data, EOF or an error): false when not. */
@@ -573,6 +578,7 @@ static int server_on_proposal(struct hs_flow *f, bool final)
 	}
 	f->acc = acc;
 	f->phase = HS_PHASE_CONFIRM;
+	f->ticks = 0;
 	return server_on_confirm(f, false);
 }
 
@@ -669,20 +675,11 @@ int handshake_server(struct smc_conn *c, int ufd, const struct hs_auth *auth,
 		     enum smc_reason *why)
 {
 	struct hs_flow f;
-	unsigned ticks = 0;
 	int r = hs_server_start(&f, c, ufd, auth);
 
-	while (r == HS_WAIT) {
-		uint8_t phase = f.phase;
-		bool timed_out = !hs_wait_readable(ufd, smc_cfg.handshake_timeout_ms);
-
-		if (timed_out && ++ticks == 1 && f.phase == HS_PHASE_CONFIRM)
-			log_info("fd %d: no CLC Confirm within %u ms of our Accept: waiting on "
-				 "while the client lives", c->fd, smc_cfg.handshake_timeout_ms);
-		r = hs_server_step(&f, timed_out && ticks >= hs_flow_ticks(&f));
-		if (f.phase != phase)
-			ticks = 0;
-	}
+	while (r == HS_WAIT)
+		r = hs_server_step(&f, !hs_wait_readable(ufd, smc_cfg.handshake_timeout_ms) &&
+					       hs_flow_deadline(&f));
 	*why = f.why;
 	return f.result;
 }

@@ -50,7 +50,7 @@ void handshake_set_timeouts(int ufd);
  * others (the application's accept(), the progress thread): a step reads what arrived
  * on the rendezvous socket (made nonblocking) and returns HS_WAIT when it must wait for
  * more; the caller runs the next step once ufd is readable, or with final set at its
- * deadline (hs_flow_ticks handshake timeouts after the phase began), which decides.
+ * deadline (hs_flow_deadline: handshake timeouts since the phase began), which decides.
  * A flow holds ufd but does not close it.
  */
 #define HS_WAIT 1
@@ -72,14 +72,16 @@ struct hs_flow {
 	int in[3];            /* client: the Accept's descriptors until taken */
 	enum smc_reason why;  /* server: the outcome's reason */
 	int result;           /* server: the outcome, as handshake_server returns it */
+	unsigned ticks;       /* deadline ticks passed in the current phase */
 };
 
 void hs_flow_init(struct hs_flow *f, struct smc_conn *c, int ufd, const struct hs_auth *auth);
 /* Closes the descriptors a flow that will not be stepped again still holds. */
 void hs_flow_abandon(struct hs_flow *f);
-/* Deadline ticks (SMC_HANDSHAKE_TIMEOUT_MS each) the flow's current phase may take: one;
- * the Confirm is waited for while the client lives (handshake.c). */
-unsigned hs_flow_ticks(const struct hs_flow *f);
+/* A deadline tick (SMC_HANDSHAKE_TIMEOUT_MS) of the flow's current phase passed: true
+ * when it was the phase's last (the next step is final). A phase takes one; the
+ * Confirm is waited for while the client lives (handshake.c). */
+bool hs_flow_deadline(struct hs_flow *f);
 
 /* Client side, on the progress thread, with ufd the accepted rendezvous socket: sends
  * the Proposal. HS_WAIT; or 0: decided (ACTIVE or FALLBACK, unless the application

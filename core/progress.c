@@ -501,8 +501,6 @@ out:
 	return base;
 }
 
-/* Runs fn(arg) on the progress thread as soon as it can (registration callbacks create
- * their events there). 0, or -ENOMEM when the thread or the call could not be had. */
 int progress_ensure(void)
 {
 	if (__atomic_load_n(&progress_pid, __ATOMIC_ACQUIRE) == getpid())
@@ -510,6 +508,8 @@ int progress_ensure(void)
 	return progress_start() ? 0 : -ENOMEM;
 }
 
+/* Runs fn(arg) on the progress thread as soon as it can (registration callbacks create
+ * their events there). 0, or -ENOMEM when the thread or the call could not be had. */
 static int progress_call(event_callback_fn fn, void *arg)
 {
 	struct event_base *base = progress_start();
@@ -697,8 +697,6 @@ struct flow_wait {
 	struct hs_flow f;
 	progress_flow_done done;
 	struct event *ev;     /* f.ufd readable, or a deadline tick */
-	unsigned ticks;       /* deadline ticks in the current phase */
-	uint8_t phase;
 };
 
 static void flow_wait_finish(struct flow_wait *w)
@@ -717,16 +715,10 @@ static void on_flow(evutil_socket_t fd, short what, void *arg)
 {
 	struct flow_wait *w = arg;
 	struct smc_conn *c = w->f.c;
-	bool final = false;
+	bool final = (what & EV_TIMEOUT) && hs_flow_deadline(&w->f);
 	int r;
 
 	(void)fd;
-	if (what & EV_TIMEOUT) {
-		final = ++w->ticks >= hs_flow_ticks(&w->f);
-		if (w->ticks == 1 && !final)
-			log_info("fd %d: no CLC Confirm within %u ms of our Accept: waiting on "
-				 "while the client lives", c->fd, smc_cfg.handshake_timeout_ms);
-	}
 	/* c->fd is the application's: under c->lock it cannot be closed meanwhile */
 	pthread_mutex_lock(&c->lock);
 	if (__atomic_load_n(&c->state, __ATOMIC_ACQUIRE) != CONN_PENDING) {
@@ -742,11 +734,6 @@ static void on_flow(evutil_socket_t fd, short what, void *arg)
 		if (__atomic_load_n(&c->state, __ATOMIC_ACQUIRE) == CONN_ACTIVE)
 			statsrv_ensure();
 		flow_wait_finish(w);
-		return;
-	}
-	if (w->f.phase != w->phase) {
-		w->phase = w->f.phase;
-		w->ticks = 0;
 	}
 }
 
@@ -784,7 +771,6 @@ int progress_watch_flow(const struct hs_flow *f, progress_flow_done done)
 		return -ENOMEM;
 	w->f = *f;
 	w->done = done;
-	w->phase = f->phase;
 	conn_get(f->c);
 	hs_watch_set(f->c, HS_WATCH_QUEUED);
 	if (progress_call(flow_register, w) < 0) {

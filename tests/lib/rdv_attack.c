@@ -73,6 +73,7 @@
 #include <unistd.h>
 
 #include "core/clc.h"
+#include "tests/lib/rdv_names.h"
 
 #define MSG_LEN 64 /* tests/lib/smc_churn.c */
 #define MAX_LEGIT 4096
@@ -182,40 +183,6 @@ static ssize_t take_msg(int fd, struct clc_msg *decoded, bool *is_clc)
 }
 
 /* ------------------------------------------------------------ names */
-
-static size_t hex_append(char *dst, const uint8_t *src, size_t n)
-{
-	static const char digits[] = "0123456789abcdef";
-
-	for (size_t i = 0; i < n; i++) {
-		dst[2 * i] = digits[src[i] >> 4];
-		dst[2 * i + 1] = digits[src[i] & 15];
-	}
-	return 2 * n;
-}
-
-/* 127.0.0.1:port as core/rendezvous.c spells an endpoint (IPv4-mapped IPv6, port). */
-static size_t loopback_endpoint(char *dst, uint16_t port)
-{
-	uint8_t a[18] = { [10] = 0xff, [11] = 0xff, [12] = 127, [15] = 1 };
-
-	a[16] = (uint8_t)(port >> 8);
-	a[17] = (uint8_t)port;
-	return hex_append(dst, a, sizeof(a));
-}
-
-static socklen_t conn_name(struct sockaddr_un *un, uint16_t client_port, uint16_t server_port)
-{
-	char *p = un->sun_path + 1; /* abstract: leading NUL */
-
-	memset(un, 0, sizeof(*un));
-	un->sun_family = AF_UNIX;
-	p += sprintf(p, "smcp1:c:");
-	p += loopback_endpoint(p, client_port);
-	*p++ = '-';
-	p += loopback_endpoint(p, server_port);
-	return (socklen_t)(offsetof(struct sockaddr_un, sun_path) + (size_t)(p - un->sun_path));
-}
 
 static struct sockaddr_in loopback(uint16_t port)
 {
@@ -356,7 +323,7 @@ static int hold_open(struct hold *h, uint16_t server_port)
 	if (h->tcp < 0)
 		return -1;
 	h->port = ntohs(local.sin_port);
-	ulen = conn_name(&un, h->port, server_port);
+	ulen = rdv_conn_name(&un, h->port, server_port);
 	h->name = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
 	if (h->name < 0 || bind(h->name, (struct sockaddr *)&un, ulen) < 0 ||
 	    listen(h->name, 4) < 0 || connect(h->tcp, (struct sockaddr *)&srv, sizeof(srv)) < 0) {

@@ -32,6 +32,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "tests/lib/rdv_names.h"
+
 #define MSG_LEN 64 /* tests/lib/smc_churn.c */
 #define MAX_COUNT 256
 #define MAX_ACCEPTED 4096
@@ -44,41 +46,6 @@ static void on_term(int sig)
 	stop = 1;
 }
 
-static size_t hex_append(char *dst, const uint8_t *src, size_t n)
-{
-	static const char digits[] = "0123456789abcdef";
-
-	for (size_t i = 0; i < n; i++) {
-		dst[2 * i] = digits[src[i] >> 4];
-		dst[2 * i + 1] = digits[src[i] & 15];
-	}
-	return 2 * n;
-}
-
-/* 127.0.0.1:port as the rendezvous spells an endpoint: IPv4-mapped IPv6, then the port,
- * both in hex, network order. */
-static size_t loopback_endpoint(char *dst, uint16_t port)
-{
-	uint8_t a[18] = { [10] = 0xff, [11] = 0xff, [12] = 127, [15] = 1 };
-
-	a[16] = (uint8_t)(port >> 8);
-	a[17] = (uint8_t)port;
-	return hex_append(dst, a, sizeof(a));
-}
-
-static socklen_t conn_name(struct sockaddr_un *un, uint16_t client_port, uint16_t server_port)
-{
-	char *p = un->sun_path + 1; /* abstract: leading NUL */
-
-	memset(un, 0, sizeof(*un));
-	un->sun_family = AF_UNIX;
-	p += sprintf(p, "smcp1:c:");
-	p += loopback_endpoint(p, client_port);
-	*p++ = '-';
-	p += loopback_endpoint(p, server_port);
-	return (socklen_t)(offsetof(struct sockaddr_un, sun_path) + (size_t)(p - un->sun_path));
-}
-
 static int squat(uint16_t server_port, uint16_t first, int count)
 {
 	struct pollfd pfd[MAX_COUNT + MAX_ACCEPTED];
@@ -89,7 +56,7 @@ static int squat(uint16_t server_port, uint16_t first, int count)
 	sigaction(SIGTERM, &sa, NULL);
 	for (int i = 0; i < count; i++) {
 		struct sockaddr_un un;
-		socklen_t len = conn_name(&un, (uint16_t)(first + 2 * i), server_port);
+		socklen_t len = rdv_conn_name(&un, (uint16_t)(first + 2 * i), server_port);
 		int fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
 
 		if (fd < 0 || bind(fd, (struct sockaddr *)&un, len) < 0 || listen(fd, 16) < 0) {

@@ -10,6 +10,7 @@
  * cursor, issues a full fence and reads the flag. One of them must see the other.
  */
 #include <errno.h>
+#include <fcntl.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <poll.h>
@@ -18,6 +19,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/eventfd.h>
+#include <sys/ioctl.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -34,6 +36,7 @@
 #include "core/log.h"
 #include "core/negotiate.h"
 #include "core/pool.h"
+#include "core/progress.h"
 #include "core/real.h"
 #include "core/sandbox.h"
 #include "core/stats.h"
@@ -327,6 +330,7 @@ static struct smc_conn *conn_alloc(int fd, enum conn_side side)
 	c->rdv_listen_fd = -1;
 	c->pool_slot = -1;
 	c->peer_rx_bell = c->peer_tx_bell = -1;
+	c->resend_fd = -1;
 	pthread_mutex_init(&c->lock, NULL);
 	pthread_mutex_init(&c->rx_lock, NULL);
 	pthread_mutex_init(&c->tx_lock, NULL);
@@ -428,6 +432,10 @@ static void conn_free(struct smc_conn *c)
 		}
 	}
 	conn_close_rdv(c);
+	if (c->resend_fd >= 0) {
+		REAL(close)(c->resend_fd);
+		fd_budget_give(1);
+	}
 	if (c->ib)
 		conn_ib_free(c);
 	shm_detach(&c->map);
@@ -832,6 +840,426 @@ static bool tx_dead(struct smc_conn *c)
 	return c->tcp_eof || (peer_rflags(c) & (SHM_R_CLOSED | SHM_R_ABORT));
 }
 
+/* ------------------------------------------------------------------ downgrade */
+
+/*
+ * Downgrade: an upgraded connection goes back to plain TCP mid-stream without losing a
+ * byte, because its fd goes into a program that will not know the rings (exec). The
+ * side that leaves (conn_downgrade) stores its cursors, then SHM_W_TCP, rings the
+ * peer's bells, and is plain TCP at once: it waits for nothing, so a busy or dead peer
+ * cannot hold up an exec. The TCP byte stream stands where the upgrade left it (nothing
+ * travels on it after the handshake), so it carries on from what the cursors name:
+ *   - the leaver's stream: the peer reads what is left in its ring, then the TCP socket;
+ *   - the peer's stream: what the leaver did not read, from its cons to our producer
+ *     cursor, is still in the ring we map; we send it over TCP before anything else
+ *     (resend_*), without blocking, the progress thread sending what the socket does
+ *     not take at once, and our later sends follow on TCP.
+ * Once both are done the connection is FALLBACK here too (down_finish), and the
+ * readiness emulation hands the socket back to the kernel. As TCP sends its queued
+ * bytes whatever the program does next, the re-sent bytes go out whatever ours does:
+ * every call and readiness check looks, sleepers wake on the bells the leaver rang, and
+ * a close leaves the rest to the progress thread. Setting SHM_W_TCP on our own side
+ * claims the re-send, so that of several processes holding our side (fork) one sends
+ * it; the others, like those of the leaver's side, are plain TCP from then on. When
+ * both ends leave at once, the second finds the first's flag: it sends what it owes,
+ * and what the first left unread in its ring has no reader any more: reset.
+ */
+
+static bool eintr_restarts(int64_t timeo_ns);
+
+#define DOWN_RETRY_MS 20          /* the progress thread looks at least this often */
+#define DOWN_SECOND_NS 1000000000ull /* the second of two leavers: its re-send's bound */
+
+static bool peer_went_tcp(struct smc_conn *c)
+{
+	bool no = false;
+
+	if (__atomic_load_n(&c->peer_tcp, __ATOMIC_ACQUIRE))
+		return true;
+	if (c->ib || !(peer_wflags(c) & SHM_W_TCP))
+		return false;
+	if (__atomic_compare_exchange_n(&c->peer_tcp, &no, true, false, __ATOMIC_ACQ_REL,
+					__ATOMIC_ACQUIRE)) {
+		stats_count_downgrade(true);
+		log_debug("fd %d: the peer went back to TCP", c->fd);
+	}
+	return true;
+}
+
+/* Another process holding our side took the connection to TCP (a forked sibling that
+ * exec'd, or that re-sends for us): plain TCP here too. */
+static bool side_went_tcp(struct smc_conn *c)
+{
+	int st = CONN_ACTIVE;
+
+	if (!c->fork_shared || c->ib || __atomic_load_n(&c->resend_taken, __ATOMIC_ACQUIRE) ||
+	    !(__atomic_load_n(&c->tx->wflags, __ATOMIC_ACQUIRE) & SHM_W_TCP))
+		return false;
+	if (__atomic_compare_exchange_n(&c->state, &st, CONN_FALLBACK, false, __ATOMIC_ACQ_REL,
+					__ATOMIC_ACQUIRE)) {
+		c->reason = SMC_REASON_EXEC;
+		c->mode = SMC_MODE_TCP;
+		log_debug("fd %d: plain TCP (taken back by another process of this side)", c->fd);
+		conn_wake_local(c);
+	}
+	return true;
+}
+
+/* Under tx_lock: fixes what the peer did not read, from its cons (or the lap start of a
+ * rewind of ours it has not jumped) to our producer cursor, which moves no more. */
+static int resend_take(struct smc_conn *c)
+{
+	smc_cursor cons, base;
+	int64_t used;
+	uint32_t had;
+
+	if (c->resend_taken)
+		return c->aborted ? -1 : 0;
+	/* stored before the SHM_W_TCP that peer_went_tcp loaded with acquire */
+	cons = __atomic_load_n(&c->tx->cons, __ATOMIC_ACQUIRE);
+	base = tx_room_base(c, cons);
+	used = cursor_diff(c->tx_prod, base, c->tx_size);
+	if (cdc_validate_peer_cons(cons, cons, c->tx_prod, c->tx_size) < 0 || used < 0 ||
+	    used > c->tx_size) {
+		conn_abort_protocol(c, "consumer cursor");
+		return -1;
+	}
+	c->resend_at = base;
+	c->resend_end = c->tx_prod;
+	had = __atomic_fetch_or(&c->tx->wflags, SHM_W_TCP, __ATOMIC_ACQ_REL);
+	if (had & SHM_W_TCP)
+		c->resend_at = c->resend_end; /* another process of our side claimed it */
+	__atomic_store_n(&c->resend_taken, true, __ATOMIC_RELEASE);
+	return 0;
+}
+
+/* One send that does not block, with what a seccomp sandbox leaves (sandbox.h). */
+static ssize_t tcp_send_now(int fd, const uint8_t *p, size_t n)
+{
+	struct pollfd pf = { .fd = fd, .events = POLLOUT };
+
+	if (!sandbox_active())
+		return REAL(send)(fd, p, n, MSG_DONTWAIT | MSG_NOSIGNAL);
+	if (REAL(poll)(&pf, 1, 0) != 1 || !(pf.revents & POLLOUT))
+		return errno = (pf.revents & (POLLERR | POLLHUP)) ? EPIPE : EAGAIN, -1;
+	/* less than the room POLLOUT promises (a third of the send buffer at least) */
+	return REAL(write)(fd, p, n < 4096 ? n : 4096);
+}
+
+/* Under tx_lock: sends what is left of the re-send over fd without blocking; true when
+ * all of it is out, or the socket is gone (nothing left to carry it). */
+static bool resend_flush(struct smc_conn *c, int fd)
+{
+	while (c->resend_at != c->resend_end) {
+		uint32_t off = cursor_count(c->resend_at);
+		int64_t left = cursor_diff(c->resend_end, c->resend_at, c->tx_size);
+		size_t n = (size_t)left < c->tx_size - off ? (size_t)left : c->tx_size - off;
+		ssize_t r = tcp_send_now(fd, c->tx_ring + off, n);
+
+		if (r < 0 && errno == EINTR)
+			continue;
+		if (r < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
+			return false;
+		if (r <= 0) {
+			log_debug("fd %d: re-send to a peer gone back to TCP: %s", c->fd,
+				  r < 0 ? strerror(errno) : "nothing sent");
+			c->resend_at = c->resend_end;
+			break;
+		}
+		c->resend_at = cursor_add(c->resend_at, (uint32_t)r, c->tx_size);
+	}
+	if (!__atomic_load_n(&c->resend_done, __ATOMIC_RELAXED)) {
+		__atomic_store_n(&c->resend_done, true, __ATOMIC_SEQ_CST);
+		/* a shutdown(SHUT_WR) the peer knew from our flags it now learns from TCP
+		 * (conn_shutdown: one of us sees the other's store) */
+		if (__atomic_load_n(&c->shut_wr, __ATOMIC_SEQ_CST))
+			REAL(shutdown)(fd, SHUT_WR);
+		conn_wake_local(c); /* writers and readiness waited for it */
+	}
+	return true;
+}
+
+/* The peer's stream read up to where it left, ours re-sent: plain TCP from now on.
+ * Lockless (the state moves once); true when the connection is FALLBACK. */
+static bool down_finish(struct smc_conn *c)
+{
+	int st = CONN_ACTIVE;
+
+	if (!__atomic_load_n(&c->resend_done, __ATOMIC_ACQUIRE) || rx_used_peek(c) != 0)
+		return false;
+	if (!__atomic_compare_exchange_n(&c->state, &st, CONN_FALLBACK, false, __ATOMIC_ACQ_REL,
+					 __ATOMIC_ACQUIRE))
+		return st == CONN_FALLBACK;
+	c->reason = SMC_REASON_PEER_DOWNGRADE;
+	c->mode = SMC_MODE_TCP;
+	log_debug("fd %d: plain TCP (%s)", c->fd, stats_reason_name(c->reason));
+	conn_wake_local(c);
+	return true;
+}
+
+static void resend_watch(struct smc_conn *c);
+
+/* Progress thread: the socket took more (or DOWN_RETRY_MS passed). Also wakes our
+ * waiters when a send of ours found the socket full: the readiness emulation watches
+ * the TCP socket for input only. */
+static void on_resend_writable(void *arg)
+{
+	struct smc_conn *c = arg;
+
+	if (pthread_mutex_trylock(&c->tx_lock) != 0) {
+		/* a sender has it: it sends, or leaves the rest to us again */
+		if (progress_watch_writable(c->resend_fd, DOWN_RETRY_MS, on_resend_writable, c) == 0)
+			return;
+		pthread_mutex_lock(&c->tx_lock);
+	}
+	if (!c->aborted && !resend_flush(c, c->resend_fd) &&
+	    progress_watch_writable(c->resend_fd, DOWN_RETRY_MS, on_resend_writable, c) == 0) {
+		pthread_mutex_unlock(&c->tx_lock);
+		return;
+	}
+	c->resend_watched = false;
+	pthread_mutex_unlock(&c->tx_lock);
+	conn_wake_local(c);
+	down_finish(c);
+	conn_put(c);
+}
+
+/* Under tx_lock: the progress thread finishes the re-send (and rings our bells when the
+ * socket takes more), over its own descriptor of the socket: the program may close its
+ * fds before. */
+static void resend_watch(struct smc_conn *c)
+{
+	if (c->resend_watched)
+		return;
+	if (c->resend_fd < 0) {
+		c->resend_fd = REAL(fcntl)(c->fd, F_DUPFD_CLOEXEC, 0);
+		if (c->resend_fd < 0) {
+			log_warn("fd %d: no descriptor to finish a re-send to the peer: %s", c->fd,
+				 strerror(errno));
+			return;
+		}
+		fd_budget_take(1);
+	}
+	conn_get(c);
+	if (progress_watch_writable(c->resend_fd, DOWN_RETRY_MS, on_resend_writable, c) < 0) {
+		log_warn("fd %d: the progress thread cannot finish a re-send to the peer", c->fd);
+		conn_put(c);
+		return;
+	}
+	c->resend_watched = true;
+}
+
+/* Takes the re-send and sends what the socket takes now, leaving the rest to the
+ * progress thread; true when all of it is out. tx_locked: the caller holds tx_lock;
+ * otherwise a busy lock means a sender is at it. */
+static bool down_step(struct smc_conn *c, bool tx_locked)
+{
+	bool done;
+
+	if (__atomic_load_n(&c->resend_done, __ATOMIC_ACQUIRE))
+		return true;
+	if (!tx_locked && pthread_mutex_trylock(&c->tx_lock) != 0)
+		return false;
+	done = resend_take(c) == 0 && resend_flush(c, c->fd);
+	if (!done && !c->aborted)
+		resend_watch(c);
+	if (!tx_locked)
+		pthread_mutex_unlock(&c->tx_lock);
+	return done;
+}
+
+/* Readiness while the peer's rest is read from the ring and ours re-sent: the ring's
+ * data, then the TCP socket's own readiness. */
+static uint32_t down_poll_mask(struct smc_conn *c)
+{
+	struct pollfd p = { .fd = c->fd, .events = POLLIN | POLLOUT | POLLRDHUP };
+	bool sent = down_step(c, false);
+	bool rx_left = rx_used_peek(c) != 0;
+	uint32_t m = 0;
+
+	if (sent && !rx_left && down_finish(c))
+		return CONN_MASK_FALLBACK;
+	if (REAL(poll)(&p, 1, 0) != 1)
+		p.revents = 0;
+	if (rx_left || c->shut_rd)
+		m |= POLLIN | POLLRDNORM;
+	else
+		m |= p.revents & (POLLIN | POLLRDNORM | POLLRDHUP);
+	if (sent || c->shut_wr)
+		m |= p.revents & (POLLOUT | POLLWRNORM);
+	m |= p.revents & (POLLERR | POLLHUP);
+	if (c->aborted)
+		m |= POLLIN | POLLRDNORM | POLLOUT | POLLWRNORM | POLLERR | POLLHUP;
+	return m;
+}
+
+/* The iovecs after their first `skip` bytes, into out (at most iovcnt entries). */
+static int iov_tail(const struct iovec *iov, int iovcnt, size_t skip, struct iovec *out)
+{
+	int n = 0;
+
+	for (int i = 0; i < iovcnt; i++) {
+		if (skip >= iov[i].iov_len) {
+			skip -= iov[i].iov_len;
+			continue;
+		}
+		out[n].iov_base = (char *)iov[i].iov_base + skip;
+		out[n].iov_len = iov[i].iov_len - skip;
+		skip = 0;
+		n++;
+	}
+	return n;
+}
+
+/* Over the TCP socket, as sock.c's plain calls do it (under a sandbox: read/write). */
+static ssize_t tcp_recv_tail(struct smc_conn *c, const struct iovec *iov, int iovcnt,
+			     size_t skip, int flags)
+{
+	struct iovec rest[iovcnt > 0 ? iovcnt : 1];
+	int n = iov_tail(iov, iovcnt, skip, rest);
+	struct msghdr m = { .msg_iov = rest, .msg_iovlen = (size_t)n };
+	ssize_t r;
+
+	if (n == 0)
+		return 0;
+	if (flags == 0 && sandbox_active())
+		r = REAL(readv)(c->fd, rest, n);
+	else
+		r = REAL(recvmsg)(c->fd, &m, flags);
+	if (r > 0 && !(flags & MSG_PEEK))
+		stats_bytes(SMC_MODE_TCP, 0, (size_t)r);
+	return r;
+}
+
+static ssize_t tcp_send_tail(struct smc_conn *c, const struct iovec *iov, int iovcnt,
+			     size_t skip, int flags)
+{
+	struct iovec rest[iovcnt > 0 ? iovcnt : 1];
+	int n = iov_tail(iov, iovcnt, skip, rest);
+	struct msghdr m = { .msg_iov = rest, .msg_iovlen = (size_t)n };
+	ssize_t r;
+
+	if (n == 0)
+		return 0;
+	if (flags == 0 && sandbox_active())
+		r = REAL(writev)(c->fd, rest, n);
+	else
+		r = REAL(sendmsg)(c->fd, &m, flags);
+	if (r > 0)
+		stats_bytes(SMC_MODE_TCP, (size_t)r, 0);
+	return r;
+}
+
+/* Under tx_lock, the peer gone back to TCP: our re-send first, then the data over TCP.
+ * Bytes sent (from `skip` on), or -1 with errno. */
+static ssize_t down_send(struct smc_conn *c, const struct iovec *iov, int iovcnt, size_t skip,
+			 int flags, bool nonblock, uint64_t deadline)
+{
+	ssize_t r;
+
+	for (;;) {
+		struct pollfd p = { .fd = c->fd, .events = POLLOUT };
+		int ms = -1;
+
+		if (resend_take(c) < 0)
+			return errno = ECONNRESET, -1;
+		if (resend_flush(c, c->fd))
+			break;
+		if (nonblock) {
+			resend_watch(c);
+			return errno = EAGAIN, -1;
+		}
+		if (deadline) {
+			uint64_t now = now_ns();
+
+			if (now >= deadline)
+				return errno = EAGAIN, -1;
+			ms = (int)((deadline - now + 999999) / 1000000);
+		}
+		if (REAL(poll)(&p, 1, ms) < 0 && errno == EINTR && !eintr_restarts(c->sndtimeo_ns))
+			return -1;
+	}
+	r = tcp_send_tail(c, iov, iovcnt, skip, flags | (nonblock ? MSG_DONTWAIT : 0));
+	if (r < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
+		resend_watch(c); /* rings our bells when the socket takes more */
+	return r;
+}
+
+/* The second of two ends leaving at once (the peer's SHM_W_TCP came first): what we owe
+ * goes out now, bounded; what the peer left in our ring has no reader once we are gone. */
+static void down_leave_second(struct smc_conn *c)
+{
+	uint64_t end = now_ns() + DOWN_SECOND_NS;
+	struct sockaddr sa = { .sa_family = AF_UNSPEC };
+
+	if (resend_take(c) == 0) {
+		while (!resend_flush(c, c->fd) && now_ns() < end) {
+			struct pollfd p = { .fd = c->fd, .events = POLLOUT };
+
+			REAL(poll)(&p, 1, 10);
+		}
+	}
+	if (rx_used(c) == 0 && __atomic_load_n(&c->resend_done, __ATOMIC_ACQUIRE))
+		return;
+	log_warn("fd %d: both ends left the rings at once, data unread: connection reset", c->fd);
+	stats_count_abort();
+	REAL(connect)(c->fd, &sa, sizeof(sa)); /* tcp_disconnect: a reset to the peer */
+}
+
+/* A lock held only for a copy is had soon; one held through a sleep in the library is
+ * not, and is gone without us (an exec ends every other thread). */
+static bool lock_briefly(pthread_mutex_t *m)
+{
+	for (int i = 0; i < 1000; i++) {
+		if (pthread_mutex_trylock(m) == 0)
+			return true;
+		REAL(poll)(NULL, 0, 0);
+	}
+	return false;
+}
+
+int conn_downgrade(struct smc_conn *c, enum smc_reason why)
+{
+	bool rx_locked, tx_locked, second;
+
+	pthread_mutex_lock(&c->lock);
+	if (conn_state(c) != CONN_ACTIVE || c->ib) {
+		int st = conn_state(c);
+
+		pthread_mutex_unlock(&c->lock);
+		return st == CONN_ACTIVE ? -EOPNOTSUPP : -EINVAL;
+	}
+	rx_locked = lock_briefly(&c->rx_lock);
+	tx_locked = lock_briefly(&c->tx_lock);
+	second = peer_went_tcp(c);
+	__atomic_store_n(&c->rx->cons, __atomic_load_n(&c->rx_cons, __ATOMIC_RELAXED),
+			 __ATOMIC_RELEASE);
+	__atomic_store_n(&c->tx->prod, __atomic_load_n(&c->tx_prod, __ATOMIC_RELAXED),
+			 __ATOMIC_RELEASE);
+	__atomic_fetch_or(&c->tx->wflags, SHM_W_TCP, __ATOMIC_SEQ_CST);
+	/* the peer may sleep on either direction, or on an epoll set of both */
+	bell_ring(c->peer_rx_bell);
+	bell_ring(c->peer_tx_bell);
+	if (second)
+		down_leave_second(c);
+	else if (c->shut_wr)
+		REAL(shutdown)(c->fd, SHUT_WR);
+	c->reason = why;
+	c->mode = SMC_MODE_TCP;
+	__atomic_store_n(&c->state, CONN_FALLBACK, __ATOMIC_RELEASE);
+	if (tx_locked)
+		pthread_mutex_unlock(&c->tx_lock);
+	if (rx_locked)
+		pthread_mutex_unlock(&c->rx_lock);
+	pthread_mutex_unlock(&c->lock);
+	stats_count_downgrade(false);
+	log_debug("fd %d: plain TCP (%s): sent %llu, received %llu over shared memory", c->fd,
+		  stats_reason_name(why), (unsigned long long)c->bytes_sent,
+		  (unsigned long long)c->bytes_received);
+	conn_wake_local(c);
+	return 0;
+}
+
 /* ------------------------------------------------------------------ readiness */
 
 /* While the handshake runs, a connected socket is writable as TCP's would be: sends are
@@ -865,6 +1293,10 @@ uint32_t conn_poll_mask(struct smc_conn *c)
 		return 0;
 	if (c->aborted)
 		return POLLIN | POLLRDNORM | POLLOUT | POLLWRNORM | POLLERR | POLLHUP | POLLRDHUP;
+	if (side_went_tcp(c))
+		return CONN_MASK_FALLBACK;
+	if (peer_went_tcp(c))
+		return down_poll_mask(c);
 	if (rx_used_peek(c) != 0 || c->shut_rd)
 		m |= POLLIN | POLLRDNORM;
 	if (rx_eof(c))
@@ -998,7 +1430,15 @@ int conn_wait_fds(struct smc_conn *c, uint32_t events, struct pollfd *out, unsig
 		out[n] = (struct pollfd){ .fd = c->tx_bell, .events = POLLIN };
 		tags[n++] = CONN_BELL_TX;
 	}
-	if (!c->tcp_eof) {
+	if (__atomic_load_n(&c->peer_tcp, __ATOMIC_ACQUIRE)) {
+		/* the socket carries the peer's data and takes ours (downgrade) */
+		short tev = (events & POLLIN ? POLLIN | POLLRDHUP : 0) | (events & POLLOUT ? POLLOUT : 0);
+
+		if (tev) {
+			out[n] = (struct pollfd){ .fd = c->fd, .events = tev };
+			tags[n++] = CONN_WAIT_TCP;
+		}
+	} else if (!c->tcp_eof) {
 		out[n] = (struct pollfd){ .fd = c->fd, .events = POLLIN | POLLRDHUP };
 		tags[n++] = CONN_WAIT_TCP;
 	}
@@ -1011,6 +1451,11 @@ void conn_tcp_event(struct smc_conn *c)
 	ssize_t r;
 
 	if (c->tcp_eof || conn_state(c) != CONN_ACTIVE)
+		return;
+	/* after a downgrade the socket is the stream itself (conn.c, "Downgrade"): the
+	 * peer's flag is stored before its new program can write */
+	__atomic_thread_fence(__ATOMIC_SEQ_CST);
+	if (peer_went_tcp(c) || (c->fork_shared && side_went_tcp(c)))
 		return;
 	if (sandbox_active()) {
 		/* no recv(): a read that cannot block (the channel is readable), and what
@@ -1051,6 +1496,9 @@ static bool conn_wait_done(struct smc_conn *c, uint32_t want, bool for_handshake
 {
 	if (for_handshake)
 		return conn_state(c) != CONN_PENDING;
+	/* the callers' loops take a downgrade themselves, under their lock */
+	if (__atomic_load_n(&c->peer_tcp, __ATOMIC_ACQUIRE))
+		return true;
 	return (conn_poll_mask(c) & want) != 0;
 }
 
@@ -1457,8 +1905,11 @@ ssize_t conn_recv(struct smc_conn *c, const struct iovec *iov, int iovcnt, int f
 	size_t want = iov_total(iov, iovcnt), got = 0;
 	bool nonblock = c->nonblock || (flags & MSG_DONTWAIT);
 	uint64_t deadline = deadline_from(c->rcvtimeo_ns);
+	bool tcp_rest = false; /* the peer's stream goes on over TCP (downgrade) */
 	int err = 0;
 
+	if (side_went_tcp(c))
+		return tcp_recv_tail(c, iov, iovcnt, 0, flags);
 	if (flags & MSG_OOB)
 		return errno = EINVAL, -1; /* urgent data is not supported over SMC */
 	if (want == 0)
@@ -1491,6 +1942,13 @@ ssize_t conn_recv(struct smc_conn *c, const struct iovec *iov, int iovcnt, int f
 				break;
 			continue;
 		}
+		if (!c->shut_rd && peer_went_tcp(c)) {
+			/* its last cursor was stored before the flag */
+			if (rx_used(c) > 0)
+				continue;
+			tcp_rest = true;
+			break;
+		}
 		if (c->shut_rd || rx_eof(c)) {
 			/* the peer publishes its last cursor before its close flag */
 			if (!c->shut_rd && !c->aborted && rx_used(c) > 0)
@@ -1513,11 +1971,29 @@ ssize_t conn_recv(struct smc_conn *c, const struct iovec *iov, int iovcnt, int f
 			break;
 		}
 	}
-	pthread_mutex_unlock(&c->rx_lock);
 	if (got && !(flags & MSG_PEEK)) {
 		c->bytes_received += got;
-		stats_bytes(c->mode, 0, got);
+		stats_bytes(c->ib ? SMC_MODE_IB : SMC_MODE_SHM, 0, got);
 	}
+	if (tcp_rest && (!got || ((flags & MSG_WAITALL) && !(flags & MSG_PEEK)))) {
+		/* still under rx_lock: a second reader must not pass the ring's rest */
+		ssize_t r = tcp_recv_tail(c, iov, iovcnt, got,
+					  flags | (nonblock ? MSG_DONTWAIT : 0));
+
+		if (r < 0 && !got)
+			err = errno;
+		else if (r > 0)
+			got += (size_t)r;
+		pthread_mutex_unlock(&c->rx_lock);
+		down_step(c, false);
+		down_finish(c);
+		if (err && !got) {
+			errno = err;
+			return -1;
+		}
+		return (ssize_t)got;
+	}
+	pthread_mutex_unlock(&c->rx_lock);
 	if (err && !got) {
 		errno = err;
 		return -1;
@@ -1540,8 +2016,12 @@ ssize_t conn_send(struct smc_conn *c, const struct iovec *iov, int iovcnt, int f
 	bool adapt = !c->ib && smc_cfg.copy_store < 0;
 	uint64_t t_in = 0, received;
 	bool answered; /* we read from the peer since our last send: see tx_rewind */
+	ssize_t tcp_sent = 0; /* after a downgrade, over TCP */
+	bool tcp_failed = false;
 	int err = 0;
 
+	if (side_went_tcp(c))
+		return tcp_send_tail(c, iov, iovcnt, 0, flags);
 	if (flags & MSG_OOB)
 		return errno = EOPNOTSUPP, -1; /* urgent data is not supported over SMC */
 	pthread_mutex_lock(&c->tx_lock);
@@ -1557,6 +2037,16 @@ ssize_t conn_send(struct smc_conn *c, const struct iovec *iov, int iovcnt, int f
 
 		if (c->aborted) {
 			err = ECONNRESET;
+			break;
+		}
+		if (!c->shut_wr && sent < want && peer_went_tcp(c)) {
+			tcp_sent = down_send(c, iov, iovcnt, sent, flags, nonblock, deadline);
+			if (tcp_sent < 0) {
+				/* the kernel raised its own SIGPIPE */
+				err = sent ? 0 : errno;
+				tcp_failed = true;
+				tcp_sent = 0;
+			}
 			break;
 		}
 		if (c->shut_wr || tx_dead(c)) {
@@ -1598,10 +2088,14 @@ ssize_t conn_send(struct smc_conn *c, const struct iovec *iov, int iovcnt, int f
 	pthread_mutex_unlock(&c->tx_lock);
 	if (sent) {
 		c->bytes_sent += sent;
-		stats_bytes(c->mode, sent, 0);
-		return (ssize_t)sent;
+		stats_bytes(c->ib ? SMC_MODE_IB : SMC_MODE_SHM, sent, 0);
 	}
-	if (err == EPIPE)
+	if (sent || tcp_sent) {
+		if (tcp_sent)
+			down_finish(c);
+		return (ssize_t)sent + tcp_sent;
+	}
+	if (err == EPIPE && !tcp_failed)
 		raise_sigpipe(flags);
 	if (!err && want == 0)
 		return 0;
@@ -1613,6 +2107,20 @@ int conn_shutdown(struct smc_conn *c, int how)
 {
 	if (how != SHUT_RD && how != SHUT_WR && how != SHUT_RDWR)
 		return errno = EINVAL, -1;
+	if (peer_went_tcp(c)) {
+		/* the socket is the stream now; our FIN waits for the re-sent bytes */
+		if (how != SHUT_WR)
+			c->shut_rd = true;
+		if (how != SHUT_RD) {
+			__atomic_store_n(&c->shut_wr, true, __ATOMIC_SEQ_CST);
+			if (__atomic_load_n(&c->resend_done, __ATOMIC_SEQ_CST))
+				REAL(shutdown)(c->fd, SHUT_WR);
+		}
+		if (how != SHUT_WR)
+			REAL(shutdown)(c->fd, SHUT_RD);
+		conn_wake_local(c);
+		return 0;
+	}
 	if (how != SHUT_WR)
 		c->shut_rd = true;
 	if (how != SHUT_RD && !c->shut_wr) {
@@ -1636,6 +2144,11 @@ int conn_rx_available(struct smc_conn *c)
 	rx_resync(c); /* after a fork our cursor may be behind the one in the shared block */
 	used = rx_used(c);
 	pthread_mutex_unlock(&c->rx_lock);
+	if (used == 0 && peer_went_tcp(c)) {
+		int n = 0;
+
+		return REAL(ioctl)(c->fd, FIONREAD, &n) == 0 ? n : 0;
+	}
 	return used > 0 ? (int)used : 0;
 }
 
@@ -1697,6 +2210,15 @@ void conn_release_fd(struct smc_conn *c)
 		 * so its slot must not wait for the server either. */
 		__atomic_store_n(&c->state, CONN_CLOSED, __ATOMIC_RELEASE);
 		st = CONN_CLOSED;
+	}
+	if (st == CONN_ACTIVE && !c->ib && (side_went_tcp(c) || peer_went_tcp(c))) {
+		/* plain TCP from here (downgrade): no SMC close and no reset, the FIN is the
+		 * kernel's; the progress thread sends what the socket did not take yet of
+		 * the re-send, over its own descriptor */
+		if (__atomic_load_n(&c->peer_tcp, __ATOMIC_ACQUIRE))
+			down_step(c, false);
+		conn_wake_local(c);
+		return;
 	}
 	if (st == CONN_ACTIVE) {
 		uint32_t left = __atomic_sub_fetch(&c->map.hdr->side_refs[c->side], 1, __ATOMIC_ACQ_REL);

@@ -102,6 +102,14 @@ struct smc_conn {
 	uint64_t born_ns;           /* connect() time, hs_policy_now_ns */
 
 	struct smc_ep_reg *regs;    /* epoll registrations of this connection */
+
+	/* the peer went back to TCP (conn.c, "Downgrade") */
+	bool peer_tcp;              /* its SHM_W_TCP was seen (atomic) */
+	bool resend_taken;          /* what it did not read is fixed: [resend_at, _end) */
+	bool resend_done;           /* and is all on TCP (atomic) */
+	bool resend_watched;        /* the progress thread sends the rest (under tx_lock) */
+	int resend_fd;              /* its descriptor of the socket, or -1 */
+	smc_cursor resend_at, resend_end; /* under tx_lock */
 };
 
 /* True when the peer's data path last ran on the CPU we run on now: a spin would only
@@ -158,6 +166,14 @@ void conn_fork_failed(void);
 void conn_foreach(void (*fn)(struct smc_conn *c, void *arg), void *arg);
 /* The application closed its last fd of c in this process. */
 void conn_release_fd(struct smc_conn *c);
+/* Takes an ACTIVE shared-memory connection back to plain TCP in this process, for
+ * `why` (SMC_REASON_EXEC), without losing a byte: our producer and consumer cursors
+ * and SHM_W_TCP go into the shared block and the peer's bells ring; the peer reads
+ * the rest of our stream from its ring, then from TCP, and re-sends over TCP what we
+ * did not read. Nothing is waited for: the connection is plain TCP here at once (a
+ * new program may take the socket). 0, -EINVAL when not ACTIVE, -EOPNOTSUPP over RDMA
+ * (the peer's unread data would be in our memory only). */
+int conn_downgrade(struct smc_conn *c, enum smc_reason why);
 
 /* Data path: TCP semantics for flags MSG_PEEK, MSG_WAITALL, MSG_DONTWAIT, MSG_NOSIGNAL. */
 ssize_t conn_recv(struct smc_conn *c, const struct iovec *iov, int iovcnt, int flags);

@@ -978,16 +978,18 @@ int progress_ib_init(void)
 
 /* ------------------------------------------------------------ readable fds */
 
-struct readable_watch {
+struct fd_watch {
 	int fd;
+	short what;           /* EV_READ or EV_WRITE */
+	struct timeval retry; /* EV_WRITE: the longest wait */
 	void (*cb)(void *arg);
 	void *arg;
 	struct event *ev;
 };
 
-static void on_readable(evutil_socket_t fd, short what, void *arg)
+static void on_fd_watch(evutil_socket_t fd, short what, void *arg)
 {
-	struct readable_watch *w = arg;
+	struct fd_watch *w = arg;
 
 	(void)fd;
 	(void)what;
@@ -996,35 +998,49 @@ static void on_readable(evutil_socket_t fd, short what, void *arg)
 	free(w);
 }
 
-static void readable_register(evutil_socket_t fd, short what, void *arg)
+static void fd_watch_register(evutil_socket_t fd, short what, void *arg)
 {
-	struct readable_watch *w = arg;
+	struct fd_watch *w = arg;
 
 	(void)fd;
 	(void)what;
-	w->ev = event_new(progress_base, w->fd, EV_READ, on_readable, w);
-	if (!w->ev || event_add(w->ev, NULL) < 0) {
+	w->ev = event_new(progress_base, w->fd, w->what, on_fd_watch, w);
+	if (!w->ev || event_add(w->ev, w->what == EV_WRITE ? &w->retry : NULL) < 0) {
 		if (w->ev)
 			event_free(w->ev);
-		w->cb(w->arg); /* as if it had become readable: the owner lets go now */
+		w->cb(w->arg); /* as if it had become ready: the owner looks now */
 		free(w);
 	}
 }
 
-int progress_watch_readable(int fd, void (*cb)(void *arg), void *arg)
+static int fd_watch_start(int fd, short what, unsigned retry_ms, void (*cb)(void *arg),
+			  void *arg)
 {
-	struct readable_watch *w = calloc(1, sizeof(*w));
+	struct fd_watch *w = calloc(1, sizeof(*w));
 
 	if (!w)
 		return -ENOMEM;
 	w->fd = fd;
+	w->what = what;
+	w->retry.tv_sec = retry_ms / 1000;
+	w->retry.tv_usec = (retry_ms % 1000) * 1000;
 	w->cb = cb;
 	w->arg = arg;
-	if (progress_call(readable_register, w) < 0) {
+	if (progress_call(fd_watch_register, w) < 0) {
 		free(w);
 		return -ENOMEM;
 	}
 	return 0;
+}
+
+int progress_watch_readable(int fd, void (*cb)(void *arg), void *arg)
+{
+	return fd_watch_start(fd, EV_READ, 0, cb, arg);
+}
+
+int progress_watch_writable(int fd, unsigned retry_ms, void (*cb)(void *arg), void *arg)
+{
+	return fd_watch_start(fd, EV_WRITE, retry_ms, cb, arg);
 }
 
 /* Held while a base and its thread start. ib_watch_lock is not taken: the child drops

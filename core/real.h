@@ -13,7 +13,9 @@
 
 #include <poll.h>
 #include <signal.h>
+#include <spawn.h>
 #include <stddef.h>
+#include <stdio.h>
 #include <sys/epoll.h>
 #include <sys/select.h>
 #include <sys/socket.h>
@@ -74,6 +76,19 @@ struct mmsghdr;
 	X(pid_t, fork, (void)) \
 	X(pid_t, vfork, (void)) \
 	X(int, daemon, (int, int)) \
+	X(int, execve, (const char *, char *const[], char *const[])) \
+	X(int, execveat, (int, const char *, char *const[], char *const[], int)) \
+	X(int, fexecve, (int, char *const[], char *const[])) \
+	X(int, execv, (const char *, char *const[])) \
+	X(int, execvp, (const char *, char *const[])) \
+	X(int, execvpe, (const char *, char *const[], char *const[])) \
+	X(int, posix_spawn, (pid_t *, const char *, const posix_spawn_file_actions_t *, \
+			     const posix_spawnattr_t *, char *const[], char *const[])) \
+	X(int, posix_spawnp, (pid_t *, const char *, const posix_spawn_file_actions_t *, \
+			      const posix_spawnattr_t *, char *const[], char *const[])) \
+	X(int, posix_spawn_file_actions_adddup2, (posix_spawn_file_actions_t *, int, int)) \
+	X(int, system, (const char *)) \
+	X(FILE *, popen, (const char *, const char *)) \
 	X(long, syscall, (long, ...)) \
 	X(int, prctl, (int, ...))
 

@@ -24,6 +24,10 @@
 #define SHM_W_DONE_WRITING 0x1u /* shutdown(SHUT_WR): EOF after the ring drains */
 #define SHM_W_CLOSED       0x2u /* writer side closed */
 #define SHM_W_ABORT        0x4u /* connection aborted (SO_LINGER 0, protocol error) */
+/* The writer's side went back to plain TCP (conn.c, "Downgrade"): its stream goes on
+ * over the TCP socket after prod, and it stopped reading the other direction at that
+ * direction's cons, from where the reader of this one re-sends over TCP. */
+#define SHM_W_TCP          0x8u
 /* Reader -> writer flags (dir_ctl.rflags) */
 #define SHM_R_CLOSED       0x1u /* reader will never read again: writes fail with EPIPE */
 #define SHM_R_ABORT        0x2u

@@ -72,6 +72,14 @@ extern bool smc_epoll_cookies;
 struct smc_conn;
 struct smc_conn *sock_fd_conn(int fd);
 
+/* Before a new program starts with our descriptors (core/exec.c): image_replaced for
+ * the exec family (our own image ends), false for posix_spawn, system and popen (a
+ * child runs it). Every upgraded connection it inherits goes back to plain TCP. */
+void smc_sock_before_exec(bool image_replaced);
+/* fd is named in a spawn's file actions (posix_spawn_file_actions_adddup2): the new
+ * program may get it whatever its FD_CLOEXEC. */
+void smc_sock_before_spawn_dup(int fd);
+
 /* fork handling is installed with pthread_atfork by the core's init (forklock.h). */
 /* Takes every fd stripe; false when one is busy. */
 bool sock_fork_lock(void);

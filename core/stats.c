@@ -35,6 +35,7 @@ static uint64_t pooled;
 static uint64_t pool_pending;
 static uint64_t pool_full;
 static uint64_t hs_background;
+static uint64_t downgrades, peer_downgrades;
 static uint64_t ib_events[SMC_IB_EVENT_MAX];
 
 static const char *const ib_event_names[SMC_IB_EVENT_MAX] = {
@@ -70,6 +71,8 @@ static const char *const reason_names[SMC_REASON_MAX] = {
 	[SMC_REASON_IO_URING] = SMC_STATS_REASON_IO_URING,
 	[SMC_REASON_FD_LIMIT] = SMC_STATS_REASON_FD_LIMIT,
 	[SMC_REASON_RDV_TAKEN] = SMC_STATS_REASON_RDV_TAKEN,
+	[SMC_REASON_EXEC] = SMC_STATS_REASON_EXEC,
+	[SMC_REASON_PEER_DOWNGRADE] = SMC_STATS_REASON_PEER_DOWNGRADE,
 };
 
 /* Order of modes in the JSON objects, as documented. */
@@ -156,6 +159,11 @@ void stats_count_hs_background(void)
 	count(&hs_background, 1);
 }
 
+void stats_count_downgrade(bool by_peer)
+{
+	count(by_peer ? &peer_downgrades : &downgrades, 1);
+}
+
 void stats_count_ib(enum smc_ib_event e, uint64_t n)
 {
 	if ((unsigned)e < SMC_IB_EVENT_MAX)
@@ -171,7 +179,7 @@ void stats_atfork_child(void)
 	memset(bytes_received, 0, sizeof(bytes_received));
 	memset(ib_events, 0, sizeof(ib_events));
 	aborts = wakeups_sent = stream_bytes = rewinds = pooled = pool_pending = pool_full = 0;
-	hs_background = 0;
+	hs_background = downgrades = peer_downgrades = 0;
 }
 
 void stats_snapshot(struct smc_stats_snapshot *out)
@@ -191,6 +199,8 @@ void stats_snapshot(struct smc_stats_snapshot *out)
 	out->pool_pending = load(&pool_pending);
 	out->pool_full = load(&pool_full);
 	out->hs_background = load(&hs_background);
+	out->downgrades = load(&downgrades);
+	out->peer_downgrades = load(&peer_downgrades);
 	for (int e = 0; e < SMC_IB_EVENT_MAX; e++)
 		out->ib[e] = load(&ib_events[e]);
 }
@@ -266,6 +276,9 @@ static void stats_format_json(struct json_buf *jb, const struct smc_stats_snapsh
 		  SMC_STATS_KEY_POOL_PENDING, (unsigned long long)s->pool_pending,
 		  SMC_STATS_KEY_POOL_FULL, (unsigned long long)s->pool_full,
 		  SMC_STATS_KEY_HS_BACKGROUND, (unsigned long long)s->hs_background);
+	jb_printf(jb, ",\"%s\":%llu,\"%s\":%llu", SMC_STATS_KEY_DOWNGRADES,
+		  (unsigned long long)s->downgrades, SMC_STATS_KEY_PEER_DOWNGRADES,
+		  (unsigned long long)s->peer_downgrades);
 	jb_printf(jb, "}}\n");
 }
 
@@ -342,4 +355,14 @@ void stats_at_exit(void)
 		log_debug("stats written to %s", path);
 	free(path);
 	errno = saved_errno;
+}
+
+void stats_before_exec(void)
+{
+	struct smc_stats_snapshot snap, zero;
+
+	stats_snapshot(&snap);
+	memset(&zero, 0, sizeof(zero));
+	if (memcmp(&snap, &zero, sizeof(snap)) != 0)
+		stats_at_exit();
 }

@@ -29,6 +29,10 @@ enum smc_reason {
 	SMC_REASON_IO_URING,        /* the process uses io_uring, which bypasses the library */
 	SMC_REASON_FD_LIMIT,        /* the library's descriptors would crowd RLIMIT_NOFILE */
 	SMC_REASON_RDV_TAKEN,       /* the connection's rendezvous name is held by another user */
+	/* an upgraded connection taken back to TCP (conn_downgrade): the reason is the
+	 * connection's own (smcpstat), not counted in "fallback" (it was upgraded) */
+	SMC_REASON_EXEC,            /* its fd went into a new program (exec, posix_spawn) */
+	SMC_REASON_PEER_DOWNGRADE,  /* the peer took it back to TCP */
 	SMC_REASON_MAX
 };
 
@@ -69,6 +73,8 @@ struct smc_stats_snapshot {
 	uint64_t pool_pending;  /* short-lived TCP connections made while their pool was set up */
 	uint64_t pool_full;     /* short-lived TCP connections made while every slot was taken */
 	uint64_t hs_background; /* server handshakes accept() left to the progress thread */
+	uint64_t downgrades;    /* upgraded connections this process took back to TCP */
+	uint64_t peer_downgrades; /* upgraded connections whose peer took them back to TCP */
 	uint64_t ib[SMC_IB_EVENT_MAX];
 };
 void stats_snapshot(struct smc_stats_snapshot *out);
@@ -81,11 +87,16 @@ void stats_count_pooled(void);
 /* A short-lived connection stayed TCP: its pool not set up yet, or (full) out of slots. */
 void stats_count_pool_miss(bool full);
 void stats_count_hs_background(void);
+/* An upgraded connection went back to TCP mid-stream, taken by us or by the peer. */
+void stats_count_downgrade(bool by_peer);
 
 /* Writes the JSON summary to `path` (already %p-expanded); 0 or -1 with errno. */
 int stats_write(const char *path);
 /* Called at process exit: writes smc_cfg.stats_file if set. */
 void stats_at_exit(void);
+/* Before an exec: the same, when there is anything to report (a forked child that only
+ * execs another program counted nothing and leaves no file). */
+void stats_before_exec(void);
 /* In a forked child: every counter starts at zero. The counts are per process: a
  * connection is counted by the process that made it (connected or accepted), bytes by
  * the process that moved them, over whichever connection; summing the files of a

@@ -104,8 +104,10 @@ uint32_t wait_fds_generation(struct smc_conn *c)
 {
 	uint32_t gen = (uint32_t)__atomic_load_n(&c->state, __ATOMIC_ACQUIRE) & 0xf;
 
-	/* conn_wait_fds() stops listing the TCP socket after its EOF, and lists c->fd. */
-	gen |= (uint32_t)__atomic_load_n(&c->tcp_eof, __ATOMIC_RELAXED) << 4;
+	/* conn_wait_fds() stops listing the TCP socket after its EOF (unless the peer went
+	 * back to TCP: then it is the stream), and lists c->fd. */
+	gen |= (uint32_t)(__atomic_load_n(&c->tcp_eof, __ATOMIC_RELAXED) &&
+			  !__atomic_load_n(&c->peer_tcp, __ATOMIC_RELAXED)) << 4;
 	gen |= (uint32_t)__atomic_load_n(&c->fd, __ATOMIC_RELAXED) << 5;
 	return gen;
 }

@@ -37,12 +37,17 @@
  *                "shm_rewinds": messages written at the beginning of a peer's
  *                shared-memory ring because it was empty and the writer had read
  *                from that peer since its last send (request/response traffic; keeps
- *                the ring's used part small and warm in the caches).
+ *                the ring's used part small and warm in the caches);
+ *                "downgrades": upgraded connections this process took back to plain
+ *                TCP, losslessly, because their fd went into a program exec'd or
+ *                spawned; "peer_downgrades": upgraded connections whose peer did so.
  *
  * All numbers are unsigned 64-bit decimal integers. The file is written to a temporary
  * name in the same directory and renamed, so a reader sees a complete file or none.
- * A process that ends without exit() (killed, _exit, exec) writes nothing; a forked
- * child that calls exit() writes its own file (use %p to keep them apart).
+ * A process that ends without exit() (killed, _exit) writes nothing; one that execs
+ * writes its file just before when it counted anything (a new image under the library
+ * writes it again at its exit); a forked child that calls exit() writes its own file (use %p to keep them
+ * apart).
  *
  * Every number is this process's own: a forked child starts with all of them at zero,
  * nothing of its parent's is copied. A connection is counted (in "connections" and
@@ -86,6 +91,8 @@
 #define SMC_STATS_KEY_POOL_PENDING "pool_pending"
 #define SMC_STATS_KEY_POOL_FULL    "pool_full"
 #define SMC_STATS_KEY_HS_BACKGROUND "hs_background"
+#define SMC_STATS_KEY_DOWNGRADES   "downgrades"
+#define SMC_STATS_KEY_PEER_DOWNGRADES "peer_downgrades"
 
 /* Mode names: keys inside "connections" and "bytes". */
 #define SMC_STATS_MODE_SHM "shm"
@@ -108,5 +115,9 @@
 #define SMC_STATS_REASON_IO_URING      "io-uring"         /* the process uses io_uring */
 #define SMC_STATS_REASON_FD_LIMIT      "fd-limit"         /* descriptors near RLIMIT_NOFILE */
 #define SMC_STATS_REASON_RDV_TAKEN     "rendezvous-taken" /* another user holds the connection's rendezvous name */
+/* Reasons of a connection taken back to TCP after its upgrade (smcpstat; never in
+ * "fallback": the connection counts as upgraded). */
+#define SMC_STATS_REASON_EXEC          "exec"             /* its fd went into a new program */
+#define SMC_STATS_REASON_PEER_DOWNGRADE "peer-downgrade" /* the peer took it back to TCP */
 
 #endif

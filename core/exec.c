@@ -1,0 +1,75 @@
+/* SPDX-License-Identifier: GPL-2.0-only OR BSD-2-Clause */
+/*
+ * What a new program does to connections. The program an exec starts knows nothing of
+ * the rings, and with a kernel socket in its hands it reads and writes TCP: every
+ * upgraded connection whose descriptor it inherits (no FD_CLOEXEC) goes back to plain
+ * TCP first, without losing a byte (conn_downgrade). posix_spawn, system and popen run
+ * the new program in a child that never runs our code: the parent does it before
+ * them, and for a descriptor a spawn's file actions duplicate, when it is named. A
+ * connection still negotiating is decided first (bounded): what it staged must not be
+ * left in a buffer the exec discards.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+
+#include "core/config.h"
+#include "core/conn.h"
+#include "core/fdtab.h"
+#include "core/log.h"
+#include "core/real.h"
+#include "core/sock.h"
+#include "core/stats.h"
+
+static bool fd_survives_exec(int fd)
+{
+	int fl = REAL(fcntl)(fd, F_GETFD);
+
+	return fl >= 0 && !(fl & FD_CLOEXEC);
+}
+
+static void conn_leave_rings(struct smc_conn *c, int fd)
+{
+	int64_t settle_ns = 4 * (int64_t)smc_cfg.handshake_timeout_ms * 1000000;
+
+	if (__atomic_load_n(&c->state, __ATOMIC_ACQUIRE) == CONN_PENDING)
+		conn_wait_pending(c, false, settle_ns);
+	pthread_mutex_lock(&c->lock);
+	if (__atomic_load_n(&c->state, __ATOMIC_ACQUIRE) == CONN_PENDING)
+		conn_fallback(c, SMC_REASON_EXEC); /* staged data goes out over TCP */
+	pthread_mutex_unlock(&c->lock);
+	if (conn_downgrade(c, SMC_REASON_EXEC) == -EOPNOTSUPP)
+		log_warn("fd %d: an RDMA connection cannot follow its descriptor into a new "
+			 "program: the program will see TCP where the peer writes RDMA", fd);
+}
+
+void smc_sock_before_exec(bool image_replaced)
+{
+	for (int fd = fdtab_next_tracked(0); fd >= 0; fd = fdtab_next_tracked(fd + 1)) {
+		struct smc_conn *c;
+
+		if (fdtab_kind(fd) != FD_SMC || !fd_survives_exec(fd))
+			continue;
+		c = sock_fd_conn(fd);
+		if (!c)
+			continue;
+		conn_leave_rings(c, fd);
+		conn_put(c);
+	}
+	/* at exit() it would be too late: the image is gone, atexit handlers with it */
+	if (image_replaced)
+		stats_before_exec();
+}
+
+void smc_sock_before_spawn_dup(int fd)
+{
+	struct smc_conn *c;
+
+	if (fdtab_kind(fd) != FD_SMC)
+		return;
+	c = sock_fd_conn(fd);
+	if (!c)
+		return;
+	conn_leave_rings(c, fd);
+	conn_put(c);
+}

@@ -1,0 +1,139 @@
+/* SPDX-License-Identifier: GPL-2.0-only OR BSD-2-Clause */
+/*
+ * The exec family, posix_spawn, system and popen: before a new program gets our
+ * descriptors, the core takes the upgraded connections it would inherit back to plain
+ * TCP (core/exec.c). libc's own exec variants call execve internally, where no wrapper
+ * sees them: each is wrapped, the execl* forms by building their argument vector.
+ */
+#include "preload/wrap.h"
+
+#include <spawn.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <unistd.h>
+
+extern char **environ;
+
+SMC_EXPORT int execve(const char *path, char *const argv[], char *const envp[])
+{
+	KEEP_ERRNO(smc_sock_before_exec(true));
+	return CALL_REAL(execve, path, argv, envp);
+}
+
+SMC_EXPORT int execveat(int dirfd, const char *path, char *const argv[], char *const envp[],
+			int flags)
+{
+	KEEP_ERRNO(smc_sock_before_exec(true));
+	return CALL_REAL(execveat, dirfd, path, argv, envp, flags);
+}
+
+SMC_EXPORT int fexecve(int fd, char *const argv[], char *const envp[])
+{
+	KEEP_ERRNO(smc_sock_before_exec(true));
+	return CALL_REAL(fexecve, fd, argv, envp);
+}
+
+SMC_EXPORT int execv(const char *path, char *const argv[])
+{
+	KEEP_ERRNO(smc_sock_before_exec(true));
+	return CALL_REAL(execv, path, argv);
+}
+
+SMC_EXPORT int execvp(const char *file, char *const argv[])
+{
+	KEEP_ERRNO(smc_sock_before_exec(true));
+	return CALL_REAL(execvp, file, argv);
+}
+
+SMC_EXPORT int execvpe(const char *file, char *const argv[], char *const envp[])
+{
+	KEEP_ERRNO(smc_sock_before_exec(true));
+	return CALL_REAL(execvpe, file, argv, envp);
+}
+
+/* The arguments after arg up to the terminating NULL; for execle the environment
+ * pointer that follows it. The vector lives on the caller's stack, as in glibc. */
+#define EXECL_ARGV(arg, argv, envp_out)                                        \
+	do {                                                                   \
+		va_list ap_;                                                   \
+		size_t n_ = 1;                                                 \
+		va_start(ap_, arg);                                            \
+		while (va_arg(ap_, const char *))                              \
+			n_++;                                                  \
+		va_end(ap_);                                                   \
+		argv = __builtin_alloca((n_ + 1) * sizeof(char *));           \
+		argv[0] = (char *)(arg);                                       \
+		va_start(ap_, arg);                                            \
+		for (size_t i_ = 1; i_ <= n_; i_++)                            \
+			argv[i_] = va_arg(ap_, char *);                        \
+		envp_out = va_arg(ap_, char **);                               \
+		va_end(ap_);                                                   \
+	} while (0)
+
+SMC_EXPORT int execl(const char *path, const char *arg, ...)
+{
+	char **argv, **unused;
+
+	EXECL_ARGV(arg, argv, unused);
+	(void)unused;
+	KEEP_ERRNO(smc_sock_before_exec(true));
+	return CALL_REAL(execve, path, argv, environ);
+}
+
+SMC_EXPORT int execlp(const char *file, const char *arg, ...)
+{
+	char **argv, **unused;
+
+	EXECL_ARGV(arg, argv, unused);
+	(void)unused;
+	KEEP_ERRNO(smc_sock_before_exec(true));
+	return CALL_REAL(execvp, file, argv);
+}
+
+SMC_EXPORT int execle(const char *path, const char *arg, ...)
+{
+	char **argv, **envp;
+
+	EXECL_ARGV(arg, argv, envp);
+	KEEP_ERRNO(smc_sock_before_exec(true));
+	return CALL_REAL(execve, path, argv, envp);
+}
+
+SMC_EXPORT int posix_spawn(pid_t *pid, const char *path, const posix_spawn_file_actions_t *fa,
+			   const posix_spawnattr_t *attr, char *const argv[], char *const envp[])
+{
+	KEEP_ERRNO(smc_sock_before_exec(false));
+	return REAL(posix_spawn) ? REAL(posix_spawn)(pid, path, fa, attr, argv, envp) : ENOSYS;
+}
+
+SMC_EXPORT int posix_spawnp(pid_t *pid, const char *file, const posix_spawn_file_actions_t *fa,
+			    const posix_spawnattr_t *attr, char *const argv[], char *const envp[])
+{
+	KEEP_ERRNO(smc_sock_before_exec(false));
+	return REAL(posix_spawnp) ? REAL(posix_spawnp)(pid, file, fa, attr, argv, envp) : ENOSYS;
+}
+
+SMC_EXPORT int posix_spawn_file_actions_adddup2(posix_spawn_file_actions_t *fa, int fd, int newfd)
+{
+	KEEP_ERRNO(smc_sock_before_spawn_dup(fd));
+	return REAL(posix_spawn_file_actions_adddup2)
+		       ? REAL(posix_spawn_file_actions_adddup2)(fa, fd, newfd) : ENOSYS;
+}
+
+SMC_EXPORT int system(const char *cmd)
+{
+	if (cmd)
+		KEEP_ERRNO(smc_sock_before_exec(false));
+	return CALL_REAL(system, cmd);
+}
+
+SMC_EXPORT FILE *popen(const char *cmd, const char *mode)
+{
+	KEEP_ERRNO(smc_sock_before_exec(false));
+	if (!REAL(popen)) {
+		errno = ENOSYS;
+		return NULL;
+	}
+	return REAL(popen)(cmd, mode);
+}

@@ -47,6 +47,8 @@ PACKAGES=(build-essential autoconf automake libtool pkg-config libibverbs-dev li
 	postgresql-contrib haproxy openssh-server openssh-client)
 # Node.js's http module (tests/integration/node_http.sh); liburing (tests/lib/io_uring_check)
 PACKAGES+=(nodejs liburing-dev)
+# socat EXEC, with and without nofork (tests/integration/exec.sh)
+PACKAGES+=(socat)
 # libFuzzer's runtime for tests/fuzz (only a Recommends of clang, which is not installed)
 PACKAGES+=(libclang-rt-14-dev)
 # The VM tests (tests/vm/run-vm.sh): qemu boots Debian's kernel with Soft-RoCE and smc.ko.

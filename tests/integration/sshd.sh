@@ -1,19 +1,25 @@
 #!/bin/bash
 # SPDX-License-Identifier: GPL-2.0-only OR BSD-2-Clause
 #
-# OpenSSH under the library on both sides: sshd -D -r (no re-exec per connection: a
-# program exec'd over an upgraded connection is not supported yet) with its own host
-# key, config and authorized key in the test's directory, ssh and scp as clients. An ssh
-# command returns a 4 MiB random file, scp uploads and downloads one, then a few more
-# sessions follow one another; every file must arrive intact (sha256).
-# What it proves beyond the transfers: sshd forks a child per connection ([accepted])
-# that forks again (the pre-authentication child, under a seccomp sandbox with
-# RLIMIT_NOFILE and RLIMIT_FSIZE 0, core/sandbox.h, and the session) while the library's
-# threads run: no child may hang (every sshd child is gone after its session) and the
-# listening sshd keeps no fd of them. Payload: the clients' stats show it moved over
-# shared memory; on the server only the listener writes stats (sshd's per-connection
-# processes end with _exit()), and it must have upgraded every connection it accepted
-# but the one of a plain ssh client, which must work as without the library.
+# OpenSSH under the library on both sides: sshd -D started the default way, so it
+# re-execs itself for every connection it accepts (its child execs sshd -R with the
+# connection as stdin and stdout), with its own host key, config and authorized key in
+# the test's directory, ssh and scp as clients. An ssh command returns a 4 MiB random
+# file, scp uploads and downloads one, a command reads 16 MiB from ssh's stdin and
+# returns its sha256, a few sessions follow one another, then 20 more in a row; every
+# file must arrive intact (sha256).
+# What it proves beyond the transfers: the listener upgrades each connection at
+# accept(), and its child, before the exec, takes the connection back to plain TCP
+# without losing a byte (the client's banner may already be in the ring); the
+# re-exec'd sshd forks again (the pre-authentication child, under a seccomp sandbox
+# with RLIMIT_NOFILE and RLIMIT_FSIZE 0, core/sandbox.h, and the session): no child may
+# hang (every sshd child is gone after its session) and the listening sshd keeps no fd
+# of them. Stats: each ssh client's connection was upgraded and its peer downgraded it
+# (events.peer_downgrades, one per session), the payload after that counted as TCP; on
+# the server the listener's own file shows every connection it accepted upgraded but
+# the one of a plain ssh client, which must work as without the library (the
+# per-connection processes may leave files of their own, written before the exec or at
+# an exit(), none of which counts the listener's connections).
 # Needs root (sshd's privilege separation); skips without the OpenSSH programs.
 [ -n "${BASH_VERSION:-}" ] || exec bash "$0" "$@"
 . "$(dirname -- "$0")/lib.sh"
@@ -50,12 +56,14 @@ Subsystem sftp internal-sftp
 LogLevel VERBOSE
 CONF
 head -c 4194304 /dev/urandom >"$d/big" || smc_hard_error "no random file"
+head -c 16777216 /dev/urandom >"$d/big16" || smc_hard_error "no random file"
 ssh_opts=(-i "$d/client_key" -o StrictHostKeyChecking=no -o UserKnownHostsFile=/dev/null
 	-o BatchMode=yes -o LogLevel=ERROR -o ConnectTimeout=20)
 
 srv=$(smc_stats_dir sshd)
 cli=$(smc_stats_dir clients)
-smc_start_server sshd "$srv" "$sshd_bin" -D -r -e -f "$d/sshd_config" -p "$port"
+# no -r: sshd re-execs itself (an absolute path) for every connection
+smc_start_server sshd "$srv" "$sshd_bin" -D -e -f "$d/sshd_config" -p "$port"
 smc_wait_port sshd "$port"
 listener=${SMC_SERVER_PID[sshd]}
 
@@ -82,7 +90,8 @@ copy() { # copy WHAT FROM TO
 		smc_fail "$1: scp exited with status $?"
 }
 
-sessions=7 # one connection each: warm-up, ssh cat, scp up, scp down, 3 sequential
+# one connection each: warm-up, ssh cat, scp up, scp down, stdin, 3 sequential, 20 in a row
+sessions=28
 smc_log "warm-up session"
 [ "$(remote warm-up echo ready)" = ready ] || smc_fail "warm-up session: no answer"
 sshd_children_gone "the warm-up session"
@@ -101,12 +110,25 @@ copy "scp download" "root@127.0.0.1:$d/big" "$d/downloaded"
 smc_assert_same_file "4 MiB downloaded with scp" "$d/downloaded" "$d/big"
 sshd_children_gone "the scp download"
 
+smc_log "ssh: a command that reads 16 MiB from ssh's stdin"
+want16=$(sha256sum <"$d/big16" | cut -d' ' -f1)
+got=$(remote "ssh sha256sum <16 MiB" sha256sum <"$d/big16" | cut -d' ' -f1)
+smc_assert_eq "16 MiB through ssh's stdin: the server's sha256" "$got" "$want16"
+sshd_children_gone "the ssh stdin session"
+
 want=$(sha256sum <"$d/big" | cut -d' ' -f1)
 for i in 1 2 3; do
 	smc_log "sequential session $i"
 	got=$(remote "session $i" sha256sum "$d/big" | cut -d' ' -f1)
 	smc_assert_eq "session $i: the server's sha256 of the file" "$got" "$want"
 	sshd_children_gone "session $i"
+done
+
+smc_log "20 sessions in a row"
+for i in $(seq 1 20); do
+	got=$(remote "session $i of 20" echo "row $i")
+	smc_assert_eq "session $i of 20: the answer" "$got" "row $i"
+	sshd_children_gone "session $i of 20"
 done
 
 # a client without the library: plain TCP, and the sandboxed child reads and writes it
@@ -121,16 +143,40 @@ fds_after=$(ls "/proc/$listener/fd" | wc -l)
 smc_assert_eq "the listening sshd's open fds after $((sessions + 1)) sessions" "$fds_after" "$fds_before"
 smc_stop_server sshd TERM 20
 
-# three transfers of 4 MiB at least, each by an ssh process under the library
-smc_expect_payload "$cli" $((3 * 4194304)) "ssh and scp clients"
-smc_require_stats "$srv"
-smc_log "stats sshd: $(smc_stats_summary "$srv")"
-smc_assert_eq "connections the listening sshd upgraded" \
-	"$(smc_stats "$srv" ".connections.$SMC_TEST_EXPECT")" "$sessions"
+# The payload: three transfers of 4 MiB and 16 MiB at least, each by an ssh process
+# under the library, over TCP after the downgrade.
+min=$((3 * 4194304 + 16777216))
 if [ "$SMC_TEST_EXPECT" = shm ]; then
+	smc_require_stats "$cli"
+	smc_log "stats ssh and scp clients: $(smc_stats_summary "$cli") peer_downgrades=$(smc_stats "$cli" '.events.peer_downgrades // 0')"
+	smc_assert_eq "connections the ssh clients upgraded" \
+		"$(smc_stats "$cli" '.connections.shm')" "$sessions"
+	smc_assert_eq "connections of the ssh clients that fell back" \
+		"$(smc_stats "$cli" '.connections.tcp')" 0
+	smc_assert_ge "the ssh clients' connections their peer downgraded before its exec" \
+		"$(smc_stats "$cli" '.events.peer_downgrades // 0')" "$sessions"
+	smc_assert_ge "the ssh clients' payload over TCP after the downgrades" \
+		"$(smc_stats "$cli" '.bytes.tcp.sent + .bytes.tcp.received')" "$min"
+else
+	smc_expect_payload "$cli" "$min" "ssh and scp clients"
+fi
+# The listener's own file: the per-connection processes (its children, and the images
+# they exec) count none of its connections.
+smc_require_stats "$srv"
+lst=$srv/$listener.json
+[ -f "$lst" ] || smc_fail "no stats file of the listening sshd (pid $listener) in $srv"
+smc_log "stats sshd: $(smc_stats_summary "$srv") downgrades=$(smc_stats "$srv" '.events.downgrades // 0')"
+smc_log "stats of the listening sshd: $(jq -c '{connections, fallback}' "$lst")"
+if [ "$SMC_TEST_EXPECT" = shm ]; then
+	smc_assert_eq "connections the listening sshd upgraded" \
+		"$(jq '.connections.shm' "$lst")" "$sessions"
 	smc_assert_eq "connections the listening sshd left as TCP (the plain client's)" \
-		"$(smc_stats "$srv" '.connections.tcp')" 1
+		"$(jq '.connections.tcp' "$lst")" 1
 	smc_assert_eq "why the plain client's connection stayed TCP" \
-		"$(jq -c '.fallback' "$srv"/*.json)" '{"peer-not-smc":1}'
+		"$(jq -c '.fallback' "$lst")" '{"peer-not-smc":1}'
+else
+	smc_assert_eq "connections the listening sshd accepted, all TCP" \
+		"$(jq '.connections.tcp' "$lst")" $((sessions + 1))
+	smc_assert_eq "shm connections of the listening sshd" "$(jq '.connections.shm' "$lst")" 0
 fi
 smc_pass

@@ -1,0 +1,233 @@
+#!/bin/bash
+# SPDX-License-Identifier: GPL-2.0-only OR BSD-2-Clause
+#
+# An upgraded connection handed to a new program image by exec. Before the exec the
+# library must take every connection whose fd survives it back to plain TCP without
+# losing a byte: the new image (under the library or not) reads and writes the kernel
+# socket, the peer first drains its ring, and what it wrote that the exec'ing side had
+# not read yet reaches the new image over TCP.
+#
+# exec_midstream (tests/lib): server and client stream 8 MiB each way, every byte
+# checked against its offset. The exec'ing side has read 100 KiB and written 300 KiB,
+# its peer has left most of those 300 KiB unread in its ring and filled the exec'ing
+# side's ring, then the exec happens: execv with the environment (new image
+# preloaded), execve without LD_PRELOAD, execve with an empty environment, fexecve,
+# posix_spawn and system() (the parent's copy closed, or kept while it waits); the
+# server exec'ing and the client exec'ing; with small rings too. A run with no exec
+# is the control. Checked: every byte both ways, both exit 0; the new image got no
+# descriptor or mapping of the old image's library, only the connection; the peer's
+# stats show the connection upgraded, payload over shm before the downgrade and over
+# TCP after it, events.peer_downgrades >= 1, the whole stream received; where the
+# image that ends the exec'ing process is not under the library (no LD_PRELOAD, empty
+# environment) or is another process (posix_spawn, system), that side's stats show
+# events.downgrades >= 1; the peer holds no ring after the close; no process is left.
+#
+# socat under the library with a client under the library sending a 2 MiB random file
+# and reading the echo (sha256): EXEC:cat (socat forks, relays through a socketpair,
+# and the TCP socket does not reach cat: the connection stays on shm, nothing is
+# downgraded), EXEC:cat,nofork (socat execs cat with the socket as its stdin and
+# stdout) and EXEC:'env -u LD_PRELOAD cat',nofork (the new image is not preloaded).
+#
+# With SMC_TEST_EXPECT=tcp nothing is upgraded, nothing is downgraded, and every byte
+# must still arrive.
+# EXEC_BYTES (default 8m) sets the stream size each way; EXEC_CASES (labels separated by
+# blanks: control, server-keep, ..., socat-fork, socat-nofork, socat-nofork-plain) runs
+# only those cases.
+[ -n "${BASH_VERSION:-}" ] || exec bash "$0" "$@"
+. "$(dirname -- "$0")/lib.sh"
+
+: "${SMC_EXEC_MIDSTREAM:=$top_builddir/tests/lib/exec_midstream}"
+EXEC_BYTES=${EXEC_BYTES:-8m}
+# One case: the programs' own timeout, and timeout(1) around each process beyond it.
+CASE_TIMEOUT=60
+
+smc_init
+smc_require_cmd socat pgrep
+smc_require_built "$SMC_EXEC_MIDSTREAM"
+n=$(smc_bytes_of "$EXEC_BYTES")
+
+# want LABEL: whether EXEC_CASES selects the case.
+want() {
+	[ -z "${EXEC_CASES:-}" ] || [[ " $EXEC_CASES " == *" $1 "* ]]
+}
+
+# No exec_midstream or socat of this test may outlive its case.
+nothing_left() { # nothing_left WHAT
+	local left
+	left=$(pgrep -a -f -- "$SMC_EXEC_MIDSTREAM|socat .*:$port" || true)
+	[ -z "$left" ] || smc_fail "$1: processes left behind: $left"
+}
+
+# peer_after_downgrade WHAT DIR [SHM-BEFORE]: the stats of the peer of a connection that
+# the other side took to TCP before an exec. shm mode: upgraded, payload over TCP after
+# the downgrade, the downgrade counted, nothing fell back, and unless SHM-BEFORE is 0
+# some payload over shm before it (a program that execs right after accept() may have
+# had none). tcp mode: plain TCP, nothing downgraded.
+peer_after_downgrade() {
+	local what=$1 dir=$2 shm_before=${3:-1}
+	smc_require_stats "$dir"
+	smc_log "stats $what: $(smc_stats_summary "$dir") peer_downgrades=$(smc_stats "$dir" '.events.peer_downgrades // 0')"
+	if [ "$SMC_TEST_EXPECT" = tcp ]; then
+		smc_assert_ge "$what: tcp connections" "$(smc_stats "$dir" '.connections.tcp')" 1
+		smc_assert_eq "$what: shm connections" "$(smc_stats "$dir" '.connections.shm')" 0
+		smc_assert_eq "$what: peer downgrades" "$(smc_stats "$dir" '.events.peer_downgrades // 0')" 0
+		return
+	fi
+	smc_assert_ge "$what: connections upgraded" "$(smc_stats "$dir" '.connections.shm')" 1
+	smc_assert_eq "$what: connections that fell back" "$(smc_stats "$dir" '.connections.tcp')" 0
+	smc_assert_ge "$what: events.peer_downgrades" \
+		"$(smc_stats "$dir" '.events.peer_downgrades // 0')" 1
+	smc_assert_ge "$what: payload over shm before the downgrade" \
+		"$(smc_stats "$dir" '.bytes.shm.sent + .bytes.shm.received')" "$shm_before"
+	smc_assert_ge "$what: payload over tcp after the downgrade" \
+		"$(smc_stats "$dir" '.bytes.tcp.sent + .bytes.tcp.received')" 1
+}
+
+# midstream LABEL EXEC-SIDE MODE [OPTIONS...]: one exec_midstream connection, the side
+# EXEC-SIDE (server or client) exec'ing in MODE.
+midstream() {
+	local label=$1 side=$2 mode=$3 srv cli sargs cargs out rc peer pdir edir rx
+	shift 3
+	want "$label" || return 0
+	srv=$(smc_stats_dir "server-$label")
+	cli=$(smc_stats_dir "client-$label")
+	sargs=(--bytes "$n" --timeout "$CASE_TIMEOUT" "$@")
+	cargs=(--bytes "$n" --timeout "$CASE_TIMEOUT" "$@")
+	if [ "$side" = server ]; then
+		sargs+=(--exec "$mode")
+		peer=client pdir=$cli edir=$srv
+	else
+		cargs+=(--exec "$mode")
+		peer=server pdir=$srv edir=$cli
+	fi
+	smc_free_port port
+	if [ "$mode" = none ]; then
+		smc_log "midstream $label: no exec, $EXEC_BYTES each way"
+	else
+		smc_log "midstream $label: the $side execs ($mode), $EXEC_BYTES each way"
+	fi
+	smc_start_server "server-$label" "$srv" timeout -k 5 $((CASE_TIMEOUT + 10)) \
+		"$SMC_EXEC_MIDSTREAM" server "$port" "${sargs[@]}"
+	smc_wait_port "server-$label" "$port"
+	out=$SMC_TMP/client-$label.log
+	SMC_CMD_TIMEOUT=$((CASE_TIMEOUT + 10)) smc_run "$cli" "$SMC_EXEC_MIDSTREAM" client "$port" \
+		"${cargs[@]}" >"$out" 2>&1
+	rc=$?
+	smc_wait_server_exit "server-$label" $((CASE_TIMEOUT + 20))
+	cat "$out" "$(smc_server_log "server-$label")"
+	nothing_left "midstream $label"
+	smc_assert_eq "midstream $label: client exit status" "$rc" 0
+	smc_assert_eq "midstream $label: server exit status" "${SMC_SERVER_RC[server-$label]}" 0
+	for rx in server client; do
+		grep -q "^OK $rx pid=[0-9]* sent=$n received=$n\$" "$out" \
+			"$(smc_server_log "server-$label")" ||
+			smc_fail "midstream $label: the $rx did not report $n bytes each way"
+	done
+	if [ "$mode" != none ]; then
+		grep -q "^EXEC $side " "$out" "$(smc_server_log "server-$label")" ||
+			smc_fail "midstream $label: the $side did not exec"
+		grep -Eq "^CONTINUE $side pid=[0-9]+ preloaded=(yes|no) sockets=1 eventfds=0 memfds=0 memfd_maps=0\$" \
+			"$out" "$(smc_server_log "server-$label")" ||
+			smc_fail "midstream $label: the new image got more than the connection across the exec (CONTINUE line above)"
+	fi
+	if [ "$SMC_TEST_EXPECT" = shm ]; then
+		grep -q "^RESOURCES $peer pid=[0-9]* memfds=0 memfd_maps=0\$" "$out" \
+			"$(smc_server_log "server-$label")" ||
+			smc_fail "midstream $label: the $peer holds rings after its connection closed"
+	fi
+	if [ "$mode" = none ]; then
+		smc_expect_payload "$srv" $((2 * n)) "server ($label)"
+		smc_expect_payload "$cli" $((2 * n)) "client ($label)"
+		for d in "$srv" "$cli"; do
+			smc_assert_eq "$label: downgrades without an exec" \
+				"$(smc_stats "$d" '(.events.downgrades // 0) + (.events.peer_downgrades // 0)')" 0
+		done
+		return
+	fi
+	peer_after_downgrade "$peer ($label)" "$pdir"
+	smc_assert_eq "$peer ($label): bytes received (shm + tcp)" \
+		"$(smc_stats "$pdir" '.bytes.shm.received + .bytes.tcp.received')" "$n"
+	smc_assert_ge "$peer ($label): bytes sent (shm + tcp)" \
+		"$(smc_stats "$pdir" '.bytes.shm.sent + .bytes.tcp.sent')" "$n"
+	# The exec'ing process's stats are written just before the exec; a new image under
+	# the library with the same pid writes the same file again at its exit.
+	case $mode in
+	nopreload | empty | spawn | system)
+		if [ "$SMC_TEST_EXPECT" = shm ]; then
+			smc_require_stats "$edir"
+			smc_log "stats $side ($label): $(smc_stats_summary "$edir") downgrades=$(smc_stats "$edir" '.events.downgrades // 0')"
+			smc_assert_ge "$side ($label): events.downgrades" \
+				"$(smc_stats "$edir" '.events.downgrades // 0')" 1
+			smc_assert_ge "$side ($label): connections upgraded" \
+				"$(smc_stats "$edir" '.connections.shm')" 1
+		elif [ -n "$(find "$edir" -maxdepth 1 -name '*.json')" ]; then
+			smc_assert_eq "$side ($label): events.downgrades" \
+				"$(smc_stats "$edir" '.events.downgrades // 0')" 0
+		fi
+		;;
+	esac
+}
+
+midstream control server none
+midstream server-keep server keep
+midstream server-nopreload server nopreload
+midstream server-empty server empty
+midstream server-fexecve server fexecve
+midstream server-spawn server spawn
+midstream server-system server system
+midstream client-keep client keep
+midstream client-nopreload client nopreload
+midstream client-spawn client spawn
+# rings smaller than what is in flight: the exec'ing side's ring is full, the peer's
+# writes wait for room
+SMC_RCVBUF=64k SMC_SNDBUF=64k midstream small-rings server keep
+
+# ------------------------------------------------------------------ socat EXEC
+head -c 2097152 /dev/urandom >"$SMC_TMP/file" || smc_hard_error "no random file"
+
+# socat_echo LABEL EXEC-ADDRESS: socat under the library echoes through EXEC-ADDRESS; a
+# socat client under the library sends the file and reads the echo to its end.
+socat_echo() {
+	local label=$1 addr=$2 srv cli rc
+	srv=$(smc_stats_dir "socat-$label")
+	cli=$(smc_stats_dir "socat-client-$label")
+	smc_free_port port
+	smc_log "socat $label: $addr"
+	smc_start_server "socat-$label" "$srv" timeout -k 5 $((CASE_TIMEOUT + 10)) \
+		socat "TCP-LISTEN:$port,reuseaddr,bind=127.0.0.1" "$addr"
+	smc_wait_port "socat-$label" "$port"
+	SMC_CMD_TIMEOUT=$CASE_TIMEOUT smc_run "$cli" socat -t 30 - "TCP:127.0.0.1:$port" \
+		<"$SMC_TMP/file" >"$SMC_TMP/echo-$label" 2>"$SMC_TMP/socat-client-$label.log"
+	rc=$?
+	[ "$rc" = 124 ] && smc_log "socat $label: the client timed out after ${CASE_TIMEOUT}s"
+	smc_wait_server_exit "socat-$label" $((CASE_TIMEOUT + 20))
+	cat "$SMC_TMP/socat-client-$label.log" "$(smc_server_log "socat-$label")"
+	nothing_left "socat $label"
+	smc_assert_eq "socat $label: client exit status" "$rc" 0
+	smc_assert_eq "socat $label: server exit status" "${SMC_SERVER_RC[socat-$label]}" 0
+	smc_log "socat $label: $(wc -c <"$SMC_TMP/echo-$label") bytes echoed"
+	smc_assert_same_file "socat $label: the echo" "$SMC_TMP/echo-$label" "$SMC_TMP/file"
+}
+
+# socat's child execs cat with a socketpair; the TCP socket is close-on-exec there
+if want socat-fork; then
+	socat_echo fork EXEC:cat
+	smc_expect_payload "$(smc_stats_dir socat-fork)" $((2 * 2097152)) "socat (EXEC:cat)"
+	smc_expect_payload "$(smc_stats_dir socat-client-fork)" $((2 * 2097152)) \
+		"socat client (EXEC:cat)"
+	for d in socat-fork socat-client-fork; do
+		smc_assert_eq "$d: downgrades of a connection no exec got" \
+			"$(smc_stats "$(smc_stats_dir "$d")" '(.events.downgrades // 0) + (.events.peer_downgrades // 0)')" 0
+	done
+fi
+if want socat-nofork; then
+	socat_echo nofork EXEC:cat,nofork
+	peer_after_downgrade "socat client (EXEC:cat,nofork)" \
+		"$(smc_stats_dir socat-client-nofork)" 0
+fi
+if want socat-nofork-plain; then
+	socat_echo nofork-plain "EXEC:env -u LD_PRELOAD cat,nofork"
+	peer_after_downgrade "socat client (EXEC:env -u LD_PRELOAD cat,nofork)" \
+		"$(smc_stats_dir socat-client-nofork-plain)" 0
+fi
+smc_pass

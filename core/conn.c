@@ -1218,7 +1218,7 @@ static bool lock_briefly(pthread_mutex_t *m)
 	return false;
 }
 
-int conn_downgrade(struct smc_conn *c, enum smc_reason why)
+int conn_downgrade(struct smc_conn *c, enum smc_reason why, bool image_ends)
 {
 	bool rx_locked, tx_locked, second;
 
@@ -1231,6 +1231,14 @@ int conn_downgrade(struct smc_conn *c, enum smc_reason why)
 	}
 	rx_locked = lock_briefly(&c->rx_lock);
 	tx_locked = lock_briefly(&c->tx_lock);
+	if (!image_ends && (!rx_locked || !tx_locked)) {
+		if (tx_locked)
+			pthread_mutex_unlock(&c->tx_lock);
+		if (rx_locked)
+			pthread_mutex_unlock(&c->rx_lock);
+		pthread_mutex_unlock(&c->lock);
+		return -EBUSY;
+	}
 	second = peer_went_tcp(c);
 	__atomic_store_n(&c->rx->cons, __atomic_load_n(&c->rx_cons, __ATOMIC_RELAXED),
 			 __ATOMIC_RELEASE);
@@ -1924,6 +1932,11 @@ ssize_t conn_recv(struct smc_conn *c, const struct iovec *iov, int iovcnt, int f
 			err = ECONNRESET;
 			break;
 		}
+		if (conn_state(c) == CONN_FALLBACK) {
+			/* we went back to TCP while this call slept (conn_downgrade) */
+			tcp_rest = true;
+			break;
+		}
 		used = rx_used(c);
 		if (used < 0)
 			continue; /* aborted: reported above */
@@ -1985,8 +1998,10 @@ ssize_t conn_recv(struct smc_conn *c, const struct iovec *iov, int iovcnt, int f
 		else if (r > 0)
 			got += (size_t)r;
 		pthread_mutex_unlock(&c->rx_lock);
-		down_step(c, false);
-		down_finish(c);
+		if (__atomic_load_n(&c->peer_tcp, __ATOMIC_ACQUIRE)) {
+			down_step(c, false);
+			down_finish(c);
+		}
 		if (err && !got) {
 			errno = err;
 			return -1;
@@ -2037,6 +2052,16 @@ ssize_t conn_send(struct smc_conn *c, const struct iovec *iov, int iovcnt, int f
 
 		if (c->aborted) {
 			err = ECONNRESET;
+			break;
+		}
+		if (conn_state(c) == CONN_FALLBACK && sent < want) {
+			/* we went back to TCP while this call slept (conn_downgrade) */
+			tcp_sent = tcp_send_tail(c, iov, iovcnt, sent, flags);
+			if (tcp_sent < 0) {
+				err = sent ? 0 : errno;
+				tcp_failed = true;
+				tcp_sent = 0;
+			}
 			break;
 		}
 		if (!c->shut_wr && sent < want && peer_went_tcp(c)) {

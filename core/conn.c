@@ -874,9 +874,16 @@ static bool peer_went_tcp(struct smc_conn *c)
 {
 	bool no = false;
 
+	uint32_t wf;
+
 	if (__atomic_load_n(&c->peer_tcp, __ATOMIC_ACQUIRE))
 		return true;
-	if (c->ib || !(peer_wflags(c) & SHM_W_TCP))
+	if (c->ib)
+		return false;
+	/* a leaver closes and aborts nothing on the rings after its flag: with either,
+	 * the close or abort is what counts */
+	wf = peer_wflags(c);
+	if ((wf & (SHM_W_TCP | SHM_W_CLOSED | SHM_W_ABORT)) != SHM_W_TCP)
 		return false;
 	if (__atomic_compare_exchange_n(&c->peer_tcp, &no, true, false, __ATOMIC_ACQ_REL,
 					__ATOMIC_ACQUIRE)) {
@@ -999,7 +1006,8 @@ static bool down_finish(struct smc_conn *c)
 
 static void resend_watch(struct smc_conn *c);
 
-/* Progress thread: the socket took more (or DOWN_RETRY_MS passed). Also wakes our
+/* Progress thread: the socket takes more (or DOWN_RETRY_MS passed after a busy lock:
+ * while the socket is full the thread sleeps, as TCP's queue waits). Also wakes our
  * waiters when a send of ours found the socket full: the readiness emulation watches
  * the TCP socket for input only. */
 static void on_resend_writable(void *arg)
@@ -1013,7 +1021,7 @@ static void on_resend_writable(void *arg)
 		pthread_mutex_lock(&c->tx_lock);
 	}
 	if (!c->aborted && !resend_flush(c, c->resend_fd) &&
-	    progress_watch_writable(c->resend_fd, DOWN_RETRY_MS, on_resend_writable, c) == 0) {
+	    progress_watch_writable(c->resend_fd, 0, on_resend_writable, c) == 0) {
 		pthread_mutex_unlock(&c->tx_lock);
 		return;
 	}
@@ -1041,7 +1049,7 @@ static void resend_watch(struct smc_conn *c)
 		fd_budget_take(1);
 	}
 	conn_get(c);
-	if (progress_watch_writable(c->resend_fd, DOWN_RETRY_MS, on_resend_writable, c) < 0) {
+	if (progress_watch_writable(c->resend_fd, 0, on_resend_writable, c) < 0) {
 		log_warn("fd %d: the progress thread cannot finish a re-send to the peer", c->fd);
 		conn_put(c);
 		return;

@@ -1823,7 +1823,7 @@ static void rx_publish(struct smc_conn *c, bool last)
  * lines its CPU still holds, dearer than the cold lines further round (~1 KiB messages
  * into a 1 MiB ring read 3/4 at a time: 5.7 -> 4.8 GB/s when every empty ring rewound).
  * Shared memory only (over RDMA the ring follows SMC-R's cursor rules); both peers must
- * speak CLC_SAMEHOST_PROTO 2.
+ * speak CLC_SAMEHOST_PROTO 2 or later.
  */
 #define CONN_REWIND_MIN (16u * 1024)
 

@@ -76,6 +76,8 @@ ASAN_TESTS+=(tests/integration/fork.sh tests/integration/fork_counts.sh)
 ASAN_TESTS+=(tests/integration/rdv_squat.sh)
 # a peer forging the shared block: a read or write outside a ring is an ASan report
 ASAN_TESTS+=(tests/integration/shm_forge.sh)
+# downgrades across exec: the peer re-sends from its own mapping of the ring
+ASAN_TESTS+=(tests/integration/exec.sh)
 # Not under the sanitizers: the Soft-RoCE tests (ASan inside the emulated VM slows the
 # peers enough for an RC retry timeout to fail the link now and then).
 

@@ -874,9 +874,16 @@ static bool peer_went_tcp(struct smc_conn *c)
 {
 	bool no = false;
 
+	uint32_t wf;
+
 	if (__atomic_load_n(&c->peer_tcp, __ATOMIC_ACQUIRE))
 		return true;
-	if (c->ib || !(peer_wflags(c) & SHM_W_TCP))
+	if (c->ib)
+		return false;
+	/* a leaver closes and aborts nothing on the rings after its flag: with either,
+	 * the close or abort is what counts */
+	wf = peer_wflags(c);
+	if ((wf & (SHM_W_TCP | SHM_W_CLOSED | SHM_W_ABORT)) != SHM_W_TCP)
 		return false;
 	if (__atomic_compare_exchange_n(&c->peer_tcp, &no, true, false, __ATOMIC_ACQ_REL,
 					__ATOMIC_ACQUIRE)) {
@@ -999,7 +1006,8 @@ static bool down_finish(struct smc_conn *c)
 
 static void resend_watch(struct smc_conn *c);
 
-/* Progress thread: the socket took more (or DOWN_RETRY_MS passed). Also wakes our
+/* Progress thread: the socket takes more (or DOWN_RETRY_MS passed after a busy lock:
+ * while the socket is full the thread sleeps, as TCP's queue waits). Also wakes our
  * waiters when a send of ours found the socket full: the readiness emulation watches
  * the TCP socket for input only. */
 static void on_resend_writable(void *arg)
@@ -1013,7 +1021,7 @@ static void on_resend_writable(void *arg)
 		pthread_mutex_lock(&c->tx_lock);
 	}
 	if (!c->aborted && !resend_flush(c, c->resend_fd) &&
-	    progress_watch_writable(c->resend_fd, DOWN_RETRY_MS, on_resend_writable, c) == 0) {
+	    progress_watch_writable(c->resend_fd, 0, on_resend_writable, c) == 0) {
 		pthread_mutex_unlock(&c->tx_lock);
 		return;
 	}
@@ -1041,7 +1049,7 @@ static void resend_watch(struct smc_conn *c)
 		fd_budget_take(1);
 	}
 	conn_get(c);
-	if (progress_watch_writable(c->resend_fd, DOWN_RETRY_MS, on_resend_writable, c) < 0) {
+	if (progress_watch_writable(c->resend_fd, 0, on_resend_writable, c) < 0) {
 		log_warn("fd %d: the progress thread cannot finish a re-send to the peer", c->fd);
 		conn_put(c);
 		return;
@@ -1218,7 +1226,7 @@ static bool lock_briefly(pthread_mutex_t *m)
 	return false;
 }
 
-int conn_downgrade(struct smc_conn *c, enum smc_reason why)
+int conn_downgrade(struct smc_conn *c, enum smc_reason why, bool image_ends)
 {
 	bool rx_locked, tx_locked, second;
 
@@ -1231,6 +1239,14 @@ int conn_downgrade(struct smc_conn *c, enum smc_reason why)
 	}
 	rx_locked = lock_briefly(&c->rx_lock);
 	tx_locked = lock_briefly(&c->tx_lock);
+	if (!image_ends && (!rx_locked || !tx_locked)) {
+		if (tx_locked)
+			pthread_mutex_unlock(&c->tx_lock);
+		if (rx_locked)
+			pthread_mutex_unlock(&c->rx_lock);
+		pthread_mutex_unlock(&c->lock);
+		return -EBUSY;
+	}
 	second = peer_went_tcp(c);
 	__atomic_store_n(&c->rx->cons, __atomic_load_n(&c->rx_cons, __ATOMIC_RELAXED),
 			 __ATOMIC_RELEASE);
@@ -1807,7 +1823,7 @@ static void rx_publish(struct smc_conn *c, bool last)
  * lines its CPU still holds, dearer than the cold lines further round (~1 KiB messages
  * into a 1 MiB ring read 3/4 at a time: 5.7 -> 4.8 GB/s when every empty ring rewound).
  * Shared memory only (over RDMA the ring follows SMC-R's cursor rules); both peers must
- * speak CLC_SAMEHOST_PROTO 2.
+ * speak CLC_SAMEHOST_PROTO 2 or later.
  */
 #define CONN_REWIND_MIN (16u * 1024)
 
@@ -1924,6 +1940,11 @@ ssize_t conn_recv(struct smc_conn *c, const struct iovec *iov, int iovcnt, int f
 			err = ECONNRESET;
 			break;
 		}
+		if (conn_state(c) == CONN_FALLBACK) {
+			/* we went back to TCP while this call slept (conn_downgrade) */
+			tcp_rest = true;
+			break;
+		}
 		used = rx_used(c);
 		if (used < 0)
 			continue; /* aborted: reported above */
@@ -1985,8 +2006,10 @@ ssize_t conn_recv(struct smc_conn *c, const struct iovec *iov, int iovcnt, int f
 		else if (r > 0)
 			got += (size_t)r;
 		pthread_mutex_unlock(&c->rx_lock);
-		down_step(c, false);
-		down_finish(c);
+		if (__atomic_load_n(&c->peer_tcp, __ATOMIC_ACQUIRE)) {
+			down_step(c, false);
+			down_finish(c);
+		}
 		if (err && !got) {
 			errno = err;
 			return -1;
@@ -2037,6 +2060,16 @@ ssize_t conn_send(struct smc_conn *c, const struct iovec *iov, int iovcnt, int f
 
 		if (c->aborted) {
 			err = ECONNRESET;
+			break;
+		}
+		if (conn_state(c) == CONN_FALLBACK && sent < want) {
+			/* we went back to TCP while this call slept (conn_downgrade) */
+			tcp_sent = tcp_send_tail(c, iov, iovcnt, sent, flags);
+			if (tcp_sent < 0) {
+				err = sent ? 0 : errno;
+				tcp_failed = true;
+				tcp_sent = 0;
+			}
 			break;
 		}
 		if (!c->shut_wr && sent < want && peer_went_tcp(c)) {

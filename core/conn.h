@@ -171,9 +171,11 @@ void conn_release_fd(struct smc_conn *c);
  * and SHM_W_TCP go into the shared block and the peer's bells ring; the peer reads
  * the rest of our stream from its ring, then from TCP, and re-sends over TCP what we
  * did not read. Nothing is waited for: the connection is plain TCP here at once (a
- * new program may take the socket). 0, -EINVAL when not ACTIVE, -EOPNOTSUPP over RDMA
- * (the peer's unread data would be in our memory only). */
-int conn_downgrade(struct smc_conn *c, enum smc_reason why);
+ * new program may take the socket). image_ends: an exec follows, which ends every
+ * other thread; a thread asleep in a call on c is then not waited for. Otherwise such
+ * a connection is left as it is: -EBUSY. 0, -EINVAL when not ACTIVE, -EOPNOTSUPP over
+ * RDMA (the peer's unread data would be in our memory only). */
+int conn_downgrade(struct smc_conn *c, enum smc_reason why, bool image_ends);
 
 /* Data path: TCP semantics for flags MSG_PEEK, MSG_WAITALL, MSG_DONTWAIT, MSG_NOSIGNAL. */
 ssize_t conn_recv(struct smc_conn *c, const struct iovec *iov, int iovcnt, int flags);

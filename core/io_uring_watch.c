@@ -9,6 +9,7 @@
 
 #include "core/log.h"
 #include "core/pool.h"
+#include "core/sock.h"
 
 static bool in_use;
 
@@ -21,10 +22,11 @@ void io_uring_note_setup(void)
 {
 	if (__atomic_exchange_n(&in_use, true, __ATOMIC_ACQ_REL))
 		return;
-	log_info("the process uses io_uring, which bypasses this library: new connections "
-		 "stay TCP (connections already upgraded stay SMC)");
+	log_info("the process uses io_uring, which bypasses this library: its connections "
+		 "go back to TCP, new ones stay TCP");
 	/* pooled connections are upgraded before accept() sees them: take no new ones */
 	pool_server_retire_all();
+	smc_sock_downgrade_all(SMC_REASON_IO_URING);
 }
 
 /* The kernel names an io_uring descriptor's file "anon_inode:[io_uring]". */

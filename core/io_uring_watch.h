@@ -4,8 +4,9 @@
  * epoll_ctl...) reaches the kernel without passing through any function this library
  * interposes, so on an upgraded connection its data would go to the TCP socket the
  * peer no longer reads, and its readiness registrations would miss the emulation.
- * Once a ring exists no new connection is upgraded (fallback reason "io-uring");
- * connections upgraded before stay SMC, as there is no way back to TCP for them.
+ * Once a ring exists no new connection is upgraded (fallback reason "io-uring"), and
+ * the connections upgraded before go back to plain TCP (conn_downgrade; one that a
+ * thread is inside a blocking call on at that moment stays SMC).
  *
  * Seen: io_uring_setup through syscall() (preload/syscall.c), liburing's exported
  * setup functions (preload/io_uring.c), and a ring descriptor inherited across exec

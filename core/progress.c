@@ -981,7 +981,7 @@ int progress_ib_init(void)
 struct fd_watch {
 	int fd;
 	short what;           /* EV_READ or EV_WRITE */
-	struct timeval retry; /* EV_WRITE: the longest wait */
+	struct timeval retry; /* the longest wait, or none (0) */
 	void (*cb)(void *arg);
 	void *arg;
 	struct event *ev;
@@ -1005,7 +1005,7 @@ static void fd_watch_register(evutil_socket_t fd, short what, void *arg)
 	(void)fd;
 	(void)what;
 	w->ev = event_new(progress_base, w->fd, w->what, on_fd_watch, w);
-	if (!w->ev || event_add(w->ev, w->what == EV_WRITE ? &w->retry : NULL) < 0) {
+	if (!w->ev || event_add(w->ev, w->retry.tv_sec || w->retry.tv_usec ? &w->retry : NULL) < 0) {
 		if (w->ev)
 			event_free(w->ev);
 		w->cb(w->arg); /* as if it had become ready: the owner looks now */

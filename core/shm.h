@@ -16,9 +16,9 @@
 
 #define SHM_MAGIC   0x534d4350u /* "SMCP" */
 /* Layout and ring rules of the region, for anyone inspecting it: 2 since rewinds (the
- * skip fields below). Peers never read it: the handshake's CLC_SAMEHOST_PROTO is what
+ * skip fields below), 3 since downgrades (SHM_W_TCP). Peers never read it: the handshake's CLC_SAMEHOST_PROTO is what
  * keeps two different versions from sharing a ring. */
-#define SHM_VERSION 2
+#define SHM_VERSION 3
 
 /* Writer -> reader flags (dir_ctl.wflags) */
 #define SHM_W_DONE_WRITING 0x1u /* shutdown(SHUT_WR): EOF after the ring drains */

@@ -18,6 +18,8 @@
 #include <sys/uio.h>
 #include <time.h>
 
+#include "core/stats.h"
+
 /* After a successful real socket()/socketpair()/accept(): decides whether the core tracks fd. */
 void smc_sock_created(int fd, int domain, int type, int protocol);
 /* bind() on fd succeeded. */
@@ -79,6 +81,8 @@ void smc_sock_before_exec(bool image_replaced);
 /* fd is named in a spawn's file actions (posix_spawn_file_actions_adddup2): the new
  * program may get it whatever its FD_CLOEXEC. */
 void smc_sock_before_spawn_dup(int fd);
+/* Every upgraded connection of the process goes back to plain TCP (io_uring). */
+void smc_sock_downgrade_all(enum smc_reason why);
 
 /* fork handling is installed with pthread_atfork by the core's init (forklock.h). */
 /* Takes every fd stripe; false when one is busy. */

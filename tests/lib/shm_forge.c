@@ -362,9 +362,21 @@ static bool f_skip_own(struct target *t, char *b, size_t n)
 /* flags */
 static bool f_wflags_reserved(struct target *t, char *b, size_t n)
 {
-	__atomic_fetch_or(&t->hdr->dir[0].wflags, ~(uint32_t)0x7, __ATOMIC_RELEASE);
+	__atomic_fetch_or(&t->hdr->dir[0].wflags, ~(uint32_t)0xf, __ATOMIC_RELEASE);
 	__atomic_fetch_or(&t->hdr->dir[1].rflags, ~(uint32_t)0x3, __ATOMIC_RELEASE);
-	snprintf(b, n, "dir0.wflags |= %#x, dir1.rflags |= %#x (unknown bits)", ~0x7u, ~0x3u);
+	snprintf(b, n, "dir0.wflags |= %#x, dir1.rflags |= %#x (unknown bits)", ~0xfu, ~0x3u);
+	return true;
+}
+
+/* "Gone back to TCP" (a downgrade, conn.c) with a consumer cursor beyond what the victim
+ * wrote: the victim would re-send bytes it never had. */
+static bool f_tcp_cons_ahead(struct target *t, char *b, size_t n)
+{
+	smc_cursor c = fwd(load_cur(&t->hdr->dir[1].prod), 4096, t->size[1]);
+
+	store_cur(&t->hdr->dir[1].cons, c);
+	__atomic_fetch_or(&t->hdr->dir[0].wflags, SHM_W_TCP, __ATOMIC_RELEASE);
+	snprintf(b, n, "dir1.cons = victim's prod + 4096, then dir0.wflags |= TCP");
 	return true;
 }
 
@@ -515,6 +527,8 @@ static const struct attack attacks[] = {
 	  f_skip_done },
 	{ "skip-own", 1, END, SEND, "the same through the victim's own skip fields", f_skip_own },
 	{ "flags-reserved", 0, WORKS, SEND, "unknown flag bits (ignored)", f_wflags_reserved },
+	{ "tcp-cons-ahead", 1, END, RING, "back to TCP with a consumer cursor beyond the victim's",
+	  f_tcp_cons_ahead },
 	{ "flags-wabort", 0, END, RING, "writer abort flag", f_wflags_abort },
 	{ "flags-all", 0, END, RING, "every flag bit, both directions", f_wflags_all },
 	{ "closed-then-data", 0, END, SEND, "data after the close flag", f_closed_then_data },

@@ -296,6 +296,9 @@ START_TEST(test_out_of_range_encode)
 		       -EPROTONOSUPPORT);
 	/* protocol 1 had no rewinds: its reader would take a skipped lap for data */
 	EXPECT_INVALID(clc_fx_sh_proposal(AF_INET), x_.u.s_prop.proto = 1, -EPROTONOSUPPORT);
+	/* protocol 2 had no downgrades: its reader would take our TCP flag for nothing and
+	 * the new program's bytes on TCP for a broken peer */
+	EXPECT_INVALID(clc_fx_sh_proposal(AF_INET), x_.u.s_prop.proto = 2, -EPROTONOSUPPORT);
 	EXPECT_INVALID(clc_fx_sh_proposal(AF_INET), x_.flags = 0x08, -EPROTO);
 	EXPECT_INVALID(clc_fx_sh_accept(), x_.u.s_acc.server_token = 0, -ERANGE);
 	EXPECT_INVALID(clc_fx_sh_accept(), x_.u.s_acc.c2s_size = 1, -ERANGE);
@@ -589,6 +592,8 @@ START_TEST(test_sh_checks)
 	a.u.s_acc.proto = CLC_SAMEHOST_PROTO + 1;
 	ck_assert_uint_eq(clc_sh_check_accept(&p.u.s_prop, &a.u.s_acc), CLC_DECL_VERSMISMAT);
 	a.u.s_acc.proto = 1;
+	ck_assert_uint_eq(clc_sh_check_accept(&p.u.s_prop, &a.u.s_acc), CLC_DECL_VERSMISMAT);
+	a.u.s_acc.proto = 2;
 	ck_assert_uint_eq(clc_sh_check_accept(&p.u.s_prop, &a.u.s_acc), CLC_DECL_VERSMISMAT);
 	a = clc_fx_sh_accept();
 	ck_assert_uint_eq(clc_sh_check_confirm(&p.u.s_prop, &a.u.s_acc, &c.u.s_conf), 0);

@@ -1,17 +1,22 @@
 /* SPDX-License-Identifier: GPL-2.0-only OR BSD-2-Clause */
 /*
- * What a new program does to connections. The program an exec starts knows nothing of
- * the rings, and with a kernel socket in its hands it reads and writes TCP: every
+ * Where upgraded connections go back to plain TCP (conn_downgrade, the one way back):
+ * a new program gets their descriptors, or the process starts using io_uring.
+ *
+ * The program an exec starts knows nothing of the rings, and with a kernel socket in its hands it reads and writes TCP: every
  * upgraded connection whose descriptor it inherits (no FD_CLOEXEC) goes back to plain
  * TCP first, without losing a byte (conn_downgrade). posix_spawn, system and popen run
  * the new program in a child that never runs our code: the parent does it before
  * them, and for a descriptor a spawn's file actions duplicate, when it is named. A
  * connection still negotiating is decided first (bounded): what it staged must not be
- * left in a buffer the exec discards.
+ * left in a buffer the exec discards. io_uring's operations reach the kernel socket
+ * without passing through the library: once the process has a ring, every connection
+ * it holds goes back.
  */
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
+#include <stdlib.h>
 
 #include "core/config.h"
 #include "core/conn.h"
@@ -38,7 +43,7 @@ static void conn_leave_rings(struct smc_conn *c, int fd)
 	if (__atomic_load_n(&c->state, __ATOMIC_ACQUIRE) == CONN_PENDING)
 		conn_fallback(c, SMC_REASON_EXEC); /* staged data goes out over TCP */
 	pthread_mutex_unlock(&c->lock);
-	if (conn_downgrade(c, SMC_REASON_EXEC) == -EOPNOTSUPP)
+	if (conn_downgrade(c, SMC_REASON_EXEC, true) == -EOPNOTSUPP)
 		log_warn("fd %d: an RDMA connection cannot follow its descriptor into a new "
 			 "program: the program will see TCP where the peer writes RDMA", fd);
 }
@@ -72,4 +77,43 @@ void smc_sock_before_spawn_dup(int fd)
 		return;
 	conn_leave_rings(c, fd);
 	conn_put(c);
+}
+
+struct conn_batch {
+	struct smc_conn **c;
+	size_t n, cap;
+};
+
+static void batch_take(struct smc_conn *c, void *arg)
+{
+	struct conn_batch *b = arg;
+
+	if (__atomic_load_n(&c->state, __ATOMIC_ACQUIRE) != CONN_ACTIVE || c->ib)
+		return;
+	if (b->n == b->cap) {
+		size_t cap = b->cap ? 2 * b->cap : 64;
+		struct smc_conn **m = realloc(b->c, cap * sizeof(*m));
+
+		if (!m)
+			return; /* stays on shared memory: as before io_uring was seen */
+		b->c = m;
+		b->cap = cap;
+	}
+	conn_get(c);
+	b->c[b->n++] = c;
+}
+
+void smc_sock_downgrade_all(enum smc_reason why)
+{
+	struct conn_batch b = { 0 };
+
+	/* conn_foreach's callback may not block: references first, then the downgrades */
+	conn_foreach(batch_take, &b);
+	for (size_t i = 0; i < b.n; i++) {
+		if (conn_downgrade(b.c[i], why, false) == -EBUSY)
+			log_warn("fd %d: busy in another thread, stays on shared memory (%s)",
+				 b.c[i]->fd, stats_reason_name(why));
+		conn_put(b.c[i]);
+	}
+	free(b.c);
 }

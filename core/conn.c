@@ -1101,24 +1101,6 @@ static uint32_t down_poll_mask(struct smc_conn *c)
 	return m;
 }
 
-/* The iovecs after their first `skip` bytes, into out (at most iovcnt entries). */
-static int iov_tail(const struct iovec *iov, int iovcnt, size_t skip, struct iovec *out)
-{
-	int n = 0;
-
-	for (int i = 0; i < iovcnt; i++) {
-		if (skip >= iov[i].iov_len) {
-			skip -= iov[i].iov_len;
-			continue;
-		}
-		out[n].iov_base = (char *)iov[i].iov_base + skip;
-		out[n].iov_len = iov[i].iov_len - skip;
-		skip = 0;
-		n++;
-	}
-	return n;
-}
-
 /* Over the TCP socket, as sock.c's plain calls do it (under a sandbox: read/write). */
 static ssize_t tcp_recv_tail(struct smc_conn *c, const struct iovec *iov, int iovcnt,
 			     size_t skip, int flags)

@@ -33,10 +33,14 @@ static bool fd_survives_exec(int fd)
 	return fl >= 0 && !(fl & FD_CLOEXEC);
 }
 
-static void conn_leave_rings(struct smc_conn *c, int fd)
+/* The connection of fd, if it is one, leaves the rings (a no-op for any other fd). */
+static void fd_leave_rings(int fd)
 {
 	int64_t settle_ns = 4 * (int64_t)smc_cfg.handshake_timeout_ms * 1000000;
+	struct smc_conn *c = sock_fd_conn(fd);
 
+	if (!c)
+		return;
 	if (__atomic_load_n(&c->state, __ATOMIC_ACQUIRE) == CONN_PENDING)
 		conn_wait_pending(c, false, settle_ns);
 	pthread_mutex_lock(&c->lock);
@@ -46,21 +50,14 @@ static void conn_leave_rings(struct smc_conn *c, int fd)
 	if (conn_downgrade(c, SMC_REASON_EXEC, true) == -EOPNOTSUPP)
 		log_warn("fd %d: an RDMA connection cannot follow its descriptor into a new "
 			 "program: the program will see TCP where the peer writes RDMA", fd);
+	conn_put(c);
 }
 
 void smc_sock_before_exec(bool image_replaced)
 {
-	for (int fd = fdtab_next_tracked(0); fd >= 0; fd = fdtab_next_tracked(fd + 1)) {
-		struct smc_conn *c;
-
-		if (fdtab_kind(fd) != FD_SMC || !fd_survives_exec(fd))
-			continue;
-		c = sock_fd_conn(fd);
-		if (!c)
-			continue;
-		conn_leave_rings(c, fd);
-		conn_put(c);
-	}
+	for (int fd = fdtab_next_tracked(0); fd >= 0; fd = fdtab_next_tracked(fd + 1))
+		if (fdtab_kind(fd) == FD_SMC && fd_survives_exec(fd))
+			fd_leave_rings(fd);
 	/* at exit() it would be too late: the image is gone, atexit handlers with it */
 	if (image_replaced)
 		stats_before_exec();
@@ -68,15 +65,7 @@ void smc_sock_before_exec(bool image_replaced)
 
 void smc_sock_before_spawn_dup(int fd)
 {
-	struct smc_conn *c;
-
-	if (fdtab_kind(fd) != FD_SMC)
-		return;
-	c = sock_fd_conn(fd);
-	if (!c)
-		return;
-	conn_leave_rings(c, fd);
-	conn_put(c);
+	fd_leave_rings(fd);
 }
 
 struct conn_batch {

@@ -357,3 +357,20 @@ size_t ring_copy_out_iov(const uint8_t *ring, uint32_t size, smc_cursor at,
 	}
 	return done;
 }
+
+int iov_tail(const struct iovec *iov, int iovcnt, size_t skip, struct iovec *out)
+{
+	int n = 0;
+
+	for (int i = 0; i < iovcnt; i++) {
+		if (skip >= iov[i].iov_len) {
+			skip -= iov[i].iov_len;
+			continue;
+		}
+		out[n].iov_base = (char *)iov[i].iov_base + skip;
+		out[n].iov_len = iov[i].iov_len - skip;
+		skip = 0;
+		n++;
+	}
+	return n;
+}

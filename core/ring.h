@@ -54,6 +54,9 @@ size_t ring_copy_in_iov(uint8_t *ring, uint32_t size, smc_cursor at,
 			const struct iovec *iov, int iovcnt, size_t skip, size_t len, bool stream);
 /* Orders earlier non-temporal stores before later stores (sfence on x86-64). */
 void ring_stream_fence(void);
+/* The iovecs after their first `skip` bytes, into out (room for iovcnt entries);
+ * returns how many. */
+int iov_tail(const struct iovec *iov, int iovcnt, size_t skip, struct iovec *out);
 size_t ring_copy_out_iov(const uint8_t *ring, uint32_t size, smc_cursor at,
 			 const struct iovec *iov, int iovcnt, size_t skip, size_t len);
 

@@ -1352,24 +1352,6 @@ ssize_t smc_sock_recv(int fd, const struct iovec *iov, int iovcnt, int flags)
 	return r;
 }
 
-/* The tail of an iovec array after `skip` bytes, into out (at most iovcnt entries). */
-static int iov_skip(const struct iovec *iov, int iovcnt, size_t skip, struct iovec *out)
-{
-	int n = 0;
-
-	for (int i = 0; i < iovcnt; i++) {
-		if (skip >= iov[i].iov_len) {
-			skip -= iov[i].iov_len;
-			continue;
-		}
-		out[n].iov_base = (char *)iov[i].iov_base + skip;
-		out[n].iov_len = iov[i].iov_len - skip;
-		skip = 0;
-		n++;
-	}
-	return n;
-}
-
 static ssize_t conn_sock_send(struct smc_conn *c, int fd, const struct iovec *iov, int iovcnt,
 			      int flags)
 {
@@ -1387,7 +1369,7 @@ static ssize_t conn_sock_send(struct smc_conn *c, int fd, const struct iovec *io
 	}
 	if (staged > 0) {
 		struct iovec rest[iovcnt > 0 ? iovcnt : 1];
-		int n = iov_skip(iov, iovcnt, (size_t)staged, rest);
+		int n = iov_tail(iov, iovcnt, (size_t)staged, rest);
 
 		if (n == 0)
 			return staged;

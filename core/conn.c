@@ -89,6 +89,40 @@ void conn_foreach(void (*fn)(struct smc_conn *c, void *arg), void *arg)
 	pthread_mutex_unlock(&conn_list_lock);
 }
 
+struct conn_batch {
+	bool (*want)(const struct smc_conn *c);
+	struct smc_conn **c;
+	size_t n, cap;
+};
+
+static void batch_take(struct smc_conn *c, void *arg)
+{
+	struct conn_batch *b = arg;
+
+	if (__atomic_load_n(&c->state, __ATOMIC_ACQUIRE) != CONN_ACTIVE || !b->want(c))
+		return;
+	if (b->n == b->cap) {
+		size_t cap = b->cap ? 2 * b->cap : 64;
+		struct smc_conn **m = realloc(b->c, cap * sizeof(*m));
+
+		if (!m)
+			return;
+		b->c = m;
+		b->cap = cap;
+	}
+	conn_get(c);
+	b->c[b->n++] = c;
+}
+
+struct smc_conn **conn_collect_active(bool (*want)(const struct smc_conn *c), size_t *n)
+{
+	struct conn_batch b = { .want = want };
+
+	conn_foreach(batch_take, &b);
+	*n = b.n;
+	return b.c;
+}
+
 /* fork: the child holds every connection too. Counted before the fork so that a parent
  * closing its copy right away never signals "closed" to a peer the child still talks to.
  * Under the registry lock and every connection's lock (conn_fork_lock_*): fd_refs and
@@ -1918,7 +1952,8 @@ ssize_t conn_recv(struct smc_conn *c, const struct iovec *iov, int iovcnt, int f
 	for (;;) {
 		int64_t used;
 
-		if (c->aborted) {
+		/* over RDMA what arrived before a reset stays readable (ib_conn_rx_used) */
+		if (c->aborted && !(c->ib && rx_used(c) > 0)) {
 			err = ECONNRESET;
 			break;
 		}

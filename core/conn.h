@@ -164,6 +164,10 @@ void conn_fork_failed(void);
 /* Calls fn for every connection of the process (under the registry lock: fn must not
  * block nor call back into the registry). */
 void conn_foreach(void (*fn)(struct smc_conn *c, void *arg), void *arg);
+/* The ACTIVE connections for which want(c) holds (want runs under the registry lock),
+ * each with a reference (conn_put each, then free the array). *n: how many; a short
+ * list when memory ran out. */
+struct smc_conn **conn_collect_active(bool (*want)(const struct smc_conn *c), size_t *n);
 /* The application closed its last fd of c in this process. */
 void conn_release_fd(struct smc_conn *c);
 /* Takes an ACTIVE shared-memory connection back to plain TCP in this process, for

@@ -68,41 +68,23 @@ void smc_sock_before_spawn_dup(int fd)
 	fd_leave_rings(fd);
 }
 
-struct conn_batch {
-	struct smc_conn **c;
-	size_t n, cap;
-};
-
-static void batch_take(struct smc_conn *c, void *arg)
+static bool on_shared_memory(const struct smc_conn *c)
 {
-	struct conn_batch *b = arg;
-
-	if (__atomic_load_n(&c->state, __ATOMIC_ACQUIRE) != CONN_ACTIVE || c->ib)
-		return;
-	if (b->n == b->cap) {
-		size_t cap = b->cap ? 2 * b->cap : 64;
-		struct smc_conn **m = realloc(b->c, cap * sizeof(*m));
-
-		if (!m)
-			return; /* stays on shared memory: as before io_uring was seen */
-		b->c = m;
-		b->cap = cap;
-	}
-	conn_get(c);
-	b->c[b->n++] = c;
+	return !c->ib;
 }
 
 void smc_sock_downgrade_all(enum smc_reason why)
 {
-	struct conn_batch b = { 0 };
+	size_t n;
+	/* a connection left out when memory ran out stays on shared memory, as before
+	 * io_uring was seen */
+	struct smc_conn **c = conn_collect_active(on_shared_memory, &n);
 
-	/* conn_foreach's callback may not block: references first, then the downgrades */
-	conn_foreach(batch_take, &b);
-	for (size_t i = 0; i < b.n; i++) {
-		if (conn_downgrade(b.c[i], why, false) == -EBUSY)
+	for (size_t i = 0; i < n; i++) {
+		if (conn_downgrade(c[i], why, false) == -EBUSY)
 			log_warn("fd %d: busy in another thread, stays on shared memory (%s)",
-				 b.c[i]->fd, stats_reason_name(why));
-		conn_put(b.c[i]);
+				 c[i]->fd, stats_reason_name(why));
+		conn_put(c[i]);
 	}
-	free(b.c);
+	free(c);
 }

@@ -205,7 +205,11 @@ int64_t ib_conn_rx_used(struct ib_conn *c)
 {
 	smc_cursor prod = __atomic_load_n(&c->rx_prod_peer, __ATOMIC_ACQUIRE);
 
-	if (__atomic_load_n(&c->aborted, __ATOMIC_ACQUIRE))
+	/* As TCP keeps what arrived before a reset readable, a peer's abort or a failed
+	 * link leaves the data announced before it; an abort of ours (the peer broke the
+	 * protocol) does not: the RMB may hold anything. rx_prod_peer no longer moves. */
+	if (__atomic_load_n(&c->aborted, __ATOMIC_ACQUIRE) &&
+	    __atomic_load_n(&c->rx_discard, __ATOMIC_RELAXED))
 		return -1;
 	/* validated against our consumer cursor when it arrived */
 	return ring_used(prod, __atomic_load_n(&c->rx_cons, __ATOMIC_RELAXED), c->rmb_size);

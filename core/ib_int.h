@@ -90,6 +90,7 @@ struct ib_conn {
 	uint32_t peer_flags;        /* connection flags the peer announced */
 	uint16_t seq_out;
 	bool aborted;               /* atomic loads */
+	bool rx_discard;            /* aborted by us: what the RMB holds is not to be read */
 	bool closed;                /* the owner called ib_conn_close: freed by the link */
 	bool queued;
 	struct ib_conn *next_pending;

@@ -476,6 +476,31 @@ void ib_lgr_shutdown(void)
 	}
 }
 
+bool ib_lgr_drain(uint64_t idle_ns, uint64_t max_ns)
+{
+	uint64_t start = now_ns(), moved_at = start, seen = 0;
+
+	for (;;) {
+		uint64_t progress = 0, now;
+		bool busy = false;
+
+		pthread_mutex_lock(&lock);
+		for (struct ib_lgr_entry *e = book.head; e; e = e->next)
+			busy |= ib_link_output_pending(e->link, &progress);
+		pthread_mutex_unlock(&lock);
+		if (!busy)
+			return true;
+		now = now_ns();
+		if (progress != seen) {
+			seen = progress;
+			moved_at = now;
+		}
+		if (now - moved_at > idle_ns || now - start > max_ns)
+			return false;
+		REAL(poll)(NULL, 0, 1);
+	}
+}
+
 void ib_lgr_atfork_child(void)
 {
 	pthread_mutex_t fresh = PTHREAD_MUTEX_INITIALIZER;

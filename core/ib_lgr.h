@@ -98,6 +98,10 @@ void ib_lgr_async_process(void);
 /* At exit (after the progress thread stopped): destroys every link and closes the
  * device. Connections still open are freed with their link: call it last. */
 void ib_lgr_shutdown(void);
+/* At exit: waits until no link has output pending (ib_link_output_pending), as long as
+ * completions keep coming within idle_ns, and at most max_ns. The progress thread
+ * handles the completions meanwhile. false when it gave up. */
+bool ib_lgr_drain(uint64_t idle_ns, uint64_t max_ns);
 /* In the child after fork(): forget the parent's links and device (not destroyed: they
  * are the parent's), draw a new peer id. */
 void ib_lgr_atfork_child(void);

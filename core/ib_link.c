@@ -337,7 +337,12 @@ static void link_fail_locked(struct ib_link *l, const char *why)
 
 		if (!c)
 			continue;
-		if (!c->aborted) {
+		if (c->peer_flags & CDC_CONN_CLOSED) {
+			/* the peer closed first (TCP's FIN came before the reset): its data and
+			 * its end stay readable, and a write meets the closed peer */
+			if (c->notify)
+				c->notify(c, IB_EV_RX | IB_EV_TX, c->arg);
+		} else if (!c->aborted) {
 			__atomic_store_n(&c->aborted, true, __ATOMIC_RELEASE);
 			if (c->notify)
 				c->notify(c, IB_EV_ERR | IB_EV_RX | IB_EV_TX, c->arg);
@@ -364,6 +369,7 @@ void ib_conn_abort_locked(struct ib_conn *c, const char *why, int level)
 		return;
 	smc_log_at(level, "ib: connection token %#x aborted: %s", c->token, why);
 	c->link->cnt.conn_aborts++;
+	c->rx_discard = true;
 	__atomic_store_n(&c->aborted, true, __ATOMIC_RELEASE);
 	c->my_flags |= CDC_CONN_ABORT; /* tell the peer, so it does not wait for us */
 	if (c->notify)
@@ -888,6 +894,31 @@ uint64_t ib_link_next_deadline(struct ib_link *l)
 		t = l->last_active + l->opts.keepalive_ms * MS;
 	pthread_mutex_unlock(&l->lock);
 	return t;
+}
+
+/* ------------------------------------------------------------------ exit */
+
+static bool conn_output_pending(const struct ib_conn *c)
+{
+	if (c->aborted || !c->peer_set || (c->peer_flags & (CDC_CONN_CLOSED | CDC_CONN_ABORT)))
+		return false; /* nobody reads what we would still send */
+	return c->tx_prod != c->tx_sent ||
+	       (c->my_flags & ~c->flags_announced & (CDC_CONN_CLOSED | CDC_DONE_WRITING));
+}
+
+bool ib_link_output_pending(struct ib_link *l, uint64_t *progress)
+{
+	bool busy = false;
+
+	pthread_mutex_lock(&l->lock);
+	*progress += l->sq.done + l->cnt.cdc_recv;
+	if (!l->failed && l->connected) {
+		busy = l->pending || l->sq.posted != l->sq.done;
+		for (uint32_t s = 0; s < IB_TOKEN_SLOTS && !busy; s++)
+			busy = l->tokens.key[s] && conn_output_pending(l->tokens.val[s]);
+	}
+	pthread_mutex_unlock(&l->lock);
+	return busy;
 }
 
 /* ------------------------------------------------------------------ release */

@@ -121,6 +121,11 @@ void ib_link_fail(struct ib_link *l, const char *why);
 void ib_link_tick(struct ib_link *l, uint64_t now_ns);
 /* When ib_link_tick has something to do next (UINT64_MAX: nothing, e.g. failed). */
 uint64_t ib_link_next_deadline(struct ib_link *l);
+/* What the process's exit would cut short on this link: a WRITE or SEND not yet
+ * completed, a connection waiting for a credit, or a connection with data or its close
+ * not yet sent to a peer that still reads (TCP's send queue after close()). Adds to
+ * *progress a count that grows with every completion, sent or received. */
+bool ib_link_output_pending(struct ib_link *l, uint64_t *progress);
 /* Connections still registered (including ones waiting for their peer to close). */
 unsigned ib_link_conn_count(struct ib_link *l);
 void ib_link_get_counters(struct ib_link *l, struct ib_link_counters *out);

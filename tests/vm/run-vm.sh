@@ -58,7 +58,7 @@ CACHE_FORMAT=2
 # Modules loaded at boot, in this order (with their dependencies). Built-in ones and ones
 # the kernel does not have are left out with a note.
 MODULES=(crc32_generic virtio_pci virtio_rng 9p 9pnet_virtio overlay veth inet_diag tcp_diag
-	udp_diag unix_diag rdma_rxe ib_uverbs rdma_ucm ib_umad smc smc_diag)
+	udp_diag unix_diag rdma_rxe ib_uverbs rdma_ucm ib_umad smc smc_diag sch_netem)
 
 usage() {
 	sed -n '4,15{s/^# \{0,1\}//;p}' "$0"

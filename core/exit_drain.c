@@ -1,0 +1,49 @@
+/* SPDX-License-Identifier: GPL-2.0-only OR BSD-2-Clause */
+/*
+ * What a process's exit owes the peers of its RDMA connections. The kernel keeps
+ * sending a TCP socket's queued data, then its FIN, after the process is gone; an
+ * SMC-R connection lives in the process (its QP, its send queue and the mirror of the
+ * peer's RMB go with it), so exit does first what the kernel's close would: every RDMA
+ * connection still open announces its close, and the exit waits until the WRITEs and
+ * CDCs of every connection have completed (acknowledged by the peer's device: they are
+ * in its memory, and the peer reads them after we are gone). The wait lasts while the
+ * peer makes progress, and gives up after IDLE_NS without a completion (a peer that
+ * stopped reading: as TCP's zero-window probing would, bounded) or MAX_NS in all.
+ *
+ * A destructor, so that it runs after the program's atexit handlers, which may still
+ * write. Shared-memory connections need nothing: the peer's mapping keeps the ring.
+ * _exit() and a fatal signal skip it: the peer then sees an abort (ib_link.h).
+ */
+#include <stdlib.h>
+
+#include "core/conn.h"
+#include "core/conn_ib.h"
+#include "core/ib_lgr.h"
+#include "core/log.h"
+
+#define IDLE_NS (2ull * 1000000000ull)
+#define MAX_NS (30ull * 1000000000ull)
+
+static bool over_rdma(const struct smc_conn *c)
+{
+	return c->ib != NULL;
+}
+
+__attribute__((destructor)) static void exit_drain(void)
+{
+	struct smc_conn **c;
+	size_t n;
+
+	if (ib_lgr_link_count() == 0)
+		return; /* no RDMA in this process: nothing to wait for */
+	c = conn_collect_active(over_rdma, &n);
+	for (size_t i = 0; i < n; i++) {
+		conn_ib_release(c[i], false);
+		conn_put(c[i]);
+	}
+	free(c);
+	if (!ib_lgr_drain(IDLE_NS, MAX_NS))
+		log_warn("exit: gave up waiting for RDMA peers to take the rest of their "
+			 "data (%llu s without progress, or %llu s in all): it is lost",
+			 IDLE_NS / 1000000000ull, MAX_NS / 1000000000ull);
+}

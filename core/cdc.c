@@ -12,7 +12,8 @@
  *       0x10 consumer cursor update requested, 0x08 failover validation
  *   25  connection state flags: 0x80 done writing, 0x40 closed, 0x20 abort
  *   26  reserved (18); this project uses byte 26 for RQ credits between two
- *       smc-preload peers (a kernel peer writes 0 and ignores it)
+ *       smc-preload peers, and byte 27 for their downgrade flags: 0x80 went back to
+ *       TCP, 0x40 acknowledged the peer's (a kernel peer writes 0 and ignores both)
  * A cursor's 8 bytes are exactly the big-endian form of our packed smc_cursor
  * (reserved 16 | wrap 16 | count 32), so reserved bits survive decoding and make the
  * cursor invalid for cdc_validate_*.
@@ -33,6 +34,7 @@
 #define OFF_PFLAGS 24
 #define OFF_CFLAGS 25
 #define OFF_CREDITS 26
+#define OFF_XFLAGS 27
 
 static void put_be16(uint8_t *p, uint16_t v)
 {
@@ -81,6 +83,8 @@ static const struct {
 	{ CDC_DONE_WRITING, 0x80, OFF_CFLAGS },
 	{ CDC_CONN_CLOSED, 0x40, OFF_CFLAGS },
 	{ CDC_CONN_ABORT, 0x20, OFF_CFLAGS },
+	{ CDC_WENT_TCP, 0x80, OFF_XFLAGS },
+	{ CDC_TCP_ACK, 0x40, OFF_XFLAGS },
 };
 #define FLAG_MAP_N (sizeof(flag_map) / sizeof(flag_map[0]))
 #define CURSOR_RESERVED_MASK 0xFFFF000000000000ULL

@@ -35,9 +35,15 @@ enum cdc_flag {
 	CDC_DONE_WRITING = 1u << 8,    /* peer_done_writing: shutdown(SHUT_WR) */
 	CDC_CONN_CLOSED = 1u << 9,     /* peer_conn_closed: orderly close */
 	CDC_CONN_ABORT = 1u << 10,     /* peer_conn_abort: abnormal close */
+	/* smc-preload peers only (a reserved byte of the RFC's layout): the sender went
+	 * back to plain TCP (conn_downgrade): its stream goes on over TCP after this CDC's
+	 * producer cursor, and the other side re-sends over TCP what it wrote from this
+	 * CDC's consumer cursor on */
+	CDC_WENT_TCP = 1u << 11,
+	CDC_TCP_ACK = 1u << 12,        /* the peer's CDC_WENT_TCP was seen, ours is not coming */
 };
 #define CDC_PROD_FLAGS_MASK 0x001Fu
-#define CDC_CONN_FLAGS_MASK 0x0700u
+#define CDC_CONN_FLAGS_MASK 0x1F00u
 #define CDC_FLAGS_MASK (CDC_PROD_FLAGS_MASK | CDC_CONN_FLAGS_MASK)
 
 /* A connection's control state as one side announces it. */

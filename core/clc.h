@@ -51,7 +51,7 @@ enum clc_variant { CLC_SMCR = 1, CLC_SAMEHOST = 2, CLC_SMCD = 3 };
 
 #define CLC_SMCR_VERSION 1     /* header version nibble for SMC-R v1 */
 #define CLC_SAMEHOST_VERSION 1 /* header version nibble for the same-host variant */
-#define CLC_SAMEHOST_PROTO 3   /* library protocol version in same-host messages (2: rewinds, 3: downgrades) */
+#define CLC_SAMEHOST_PROTO 4   /* library protocol version in same-host messages (2: rewinds, 3: downgrades, 4: RDMA downgrades) */
 
 /* Low nibble of the version byte. */
 #define CLC_FLAG_FIRST_CONTACT 0x08 /* SMC-R Accept/Confirm: new link group */
@@ -244,7 +244,7 @@ uint32_t clc_frame_decline_diag(const uint8_t *buf, size_t len);
  *      12 host id(be64)  20 rendezvous name(be64)  28 rendezvous key(be64)
  *      36 reserved(4)
  */
-#define CLC_BLOCK_VERSION 1
+#define CLC_BLOCK_VERSION 2 /* 2: RDMA downgrades (CDC_WENT_TCP) */
 #define CLC_BLOCK_RDV_PATH 0x01 /* rendezvous: a path socket under SMC_RDV_DIR (else an
 				 * abstract name) */
 #define CLC_BLOCK_NO_SHM 0x02   /* the client offers no shared memory (SMC_TRANSPORT=ib):

@@ -903,6 +903,7 @@ static bool eintr_restarts(int64_t timeo_ns);
 
 #define DOWN_RETRY_MS 20          /* the progress thread looks at least this often */
 #define DOWN_SECOND_NS 1000000000ull /* the second of two leavers: its re-send's bound */
+#define DOWN_ANSWER_NS 3000000000ull /* over RDMA: the peer's answer to our flag */
 
 static bool peer_went_tcp(struct smc_conn *c)
 {
@@ -912,13 +913,19 @@ static bool peer_went_tcp(struct smc_conn *c)
 
 	if (__atomic_load_n(&c->peer_tcp, __ATOMIC_ACQUIRE))
 		return true;
-	if (c->ib)
-		return false;
-	/* a leaver closes and aborts nothing on the rings after its flag: with either,
-	 * the close or abort is what counts */
-	wf = peer_wflags(c);
-	if ((wf & (SHM_W_TCP | SHM_W_CLOSED | SHM_W_ABORT)) != SHM_W_TCP)
-		return false;
+	if (c->ib) {
+		smc_cursor cons;
+
+		/* over RDMA the leaver's close follows its flag (conn_downgrade) */
+		if (!conn_ib_peer_went_tcp(c, &cons))
+			return false;
+	} else {
+		/* a leaver closes and aborts nothing on the rings after its flag: with
+		 * either, the close or abort is what counts */
+		wf = peer_wflags(c);
+		if ((wf & (SHM_W_TCP | SHM_W_CLOSED | SHM_W_ABORT)) != SHM_W_TCP)
+			return false;
+	}
 	if (__atomic_compare_exchange_n(&c->peer_tcp, &no, true, false, __ATOMIC_ACQ_REL,
 					__ATOMIC_ACQUIRE)) {
 		stats_count_downgrade(true);
@@ -956,9 +963,16 @@ static int resend_take(struct smc_conn *c)
 
 	if (c->resend_taken)
 		return c->aborted ? -1 : 0;
-	/* stored before the SHM_W_TCP that peer_went_tcp loaded with acquire */
-	cons = __atomic_load_n(&c->tx->cons, __ATOMIC_ACQUIRE);
-	base = tx_room_base(c, cons);
+	if (c->ib) {
+		/* the CDC_WENT_TCP's cursor; over RDMA there are no rewinds */
+		if (!conn_ib_peer_went_tcp(c, &cons))
+			return -1;
+		base = cons;
+	} else {
+		/* stored before the SHM_W_TCP that peer_went_tcp loaded with acquire */
+		cons = __atomic_load_n(&c->tx->cons, __ATOMIC_ACQUIRE);
+		base = tx_room_base(c, cons);
+	}
 	used = cursor_diff(c->tx_prod, base, c->tx_size);
 	if (cdc_validate_peer_cons(cons, cons, c->tx_prod, c->tx_size) < 0 || used < 0 ||
 	    used > c->tx_size) {
@@ -967,7 +981,8 @@ static int resend_take(struct smc_conn *c)
 	}
 	c->resend_at = base;
 	c->resend_end = c->tx_prod;
-	had = __atomic_fetch_or(&c->tx->wflags, SHM_W_TCP, __ATOMIC_ACQ_REL);
+	/* over RDMA no other process holds our side (a forked child's copy is dead) */
+	had = c->ib ? 0 : __atomic_fetch_or(&c->tx->wflags, SHM_W_TCP, __ATOMIC_ACQ_REL);
 	if (had & SHM_W_TCP)
 		c->resend_at = c->resend_end; /* another process of our side claimed it */
 	__atomic_store_n(&c->resend_taken, true, __ATOMIC_RELEASE);
@@ -1034,6 +1049,8 @@ static bool down_finish(struct smc_conn *c)
 	c->reason = SMC_REASON_PEER_DOWNGRADE;
 	c->mode = SMC_MODE_TCP;
 	log_debug("fd %d: plain TCP (%s)", c->fd, stats_reason_name(c->reason));
+	if (c->ib)
+		conn_ib_release(c, false); /* CDC_CONN_CLOSED: the leaver may free its RMB */
 	conn_wake_local(c);
 	return true;
 }
@@ -1107,6 +1124,38 @@ static bool down_step(struct smc_conn *c, bool tx_locked)
 		resend_watch(c);
 	if (!tx_locked)
 		pthread_mutex_unlock(&c->tx_lock);
+	return done;
+}
+
+bool conn_resend_pending(const struct smc_conn *c)
+{
+	return __atomic_load_n(&c->peer_tcp, __ATOMIC_ACQUIRE) &&
+	       !__atomic_load_n(&c->resend_done, __ATOMIC_ACQUIRE);
+}
+
+bool conn_finish_resend(struct smc_conn *c, uint64_t idle_ns)
+{
+	uint64_t moved_at = now_ns();
+	bool done = false;
+
+	pthread_mutex_lock(&c->tx_lock);
+	for (;;) {
+		/* after the program's close only the progress thread's descriptor is ours */
+		int fd = c->resend_fd >= 0 ? c->resend_fd : c->fd;
+		smc_cursor at = c->resend_at;
+		struct pollfd p = { .fd = fd, .events = POLLOUT };
+
+		if (resend_take(c) < 0 || resend_flush(c, fd)) {
+			done = true;
+			break;
+		}
+		if (c->resend_at != at)
+			moved_at = now_ns();
+		else if (c->aborted || now_ns() - moved_at >= idle_ns)
+			break;
+		REAL(poll)(&p, 1, 10);
+	}
+	pthread_mutex_unlock(&c->tx_lock);
 	return done;
 }
 
@@ -1210,8 +1259,9 @@ static ssize_t down_send(struct smc_conn *c, const struct iovec *iov, int iovcnt
 }
 
 /* The second of two ends leaving at once (the peer's SHM_W_TCP came first): what we owe
- * goes out now, bounded; what the peer left in our ring has no reader once we are gone. */
-static void down_leave_second(struct smc_conn *c)
+ * goes out now, bounded; what the peer left in our ring has no reader once we are gone,
+ * unless it re-sends it too (rest_resent: over RDMA, when the two flags crossed). */
+static void down_leave_second(struct smc_conn *c, bool rest_resent)
 {
 	uint64_t end = now_ns() + DOWN_SECOND_NS;
 	struct sockaddr sa = { .sa_family = AF_UNSPEC };
@@ -1223,7 +1273,7 @@ static void down_leave_second(struct smc_conn *c)
 			REAL(poll)(&p, 1, 10);
 		}
 	}
-	if (rx_used(c) == 0 && __atomic_load_n(&c->resend_done, __ATOMIC_ACQUIRE))
+	if ((rest_resent || rx_used(c) == 0) && __atomic_load_n(&c->resend_done, __ATOMIC_ACQUIRE))
 		return;
 	log_warn("fd %d: both ends left the rings at once, data unread: connection reset", c->fd);
 	stats_count_abort();
@@ -1242,16 +1292,44 @@ static bool lock_briefly(pthread_mutex_t *m)
 	return false;
 }
 
+/* The leaver's side over RDMA, under both data locks: a CDC carries our cursors and
+ * CDC_WENT_TCP (whatever we produced goes in the RMB first), and the peer answers
+ * (bounded: DOWN_ANSWER_NS; its progress thread answers, whatever its program does),
+ * so that both ends know which of them re-sends. */
+static void down_leave_ib(struct smc_conn *c)
+{
+	struct sockaddr sa = { .sa_family = AF_UNSPEC };
+	enum conn_ib_leave how = conn_ib_go_tcp(c, DOWN_ANSWER_NS);
+
+	switch (how) {
+	case CONN_IB_LEFT:
+		if (c->shut_wr)
+			REAL(shutdown)(c->fd, SHUT_WR);
+		break;
+	case CONN_IB_SECOND:
+	case CONN_IB_CROSSED:
+		/* we re-send the peer's part from its cursor; crossed, it re-sends ours */
+		(void)peer_went_tcp(c); /* counts the peer's downgrade */
+		down_leave_second(c, how == CONN_IB_CROSSED);
+		break;
+	case CONN_IB_GONE:
+		/* the peer cannot learn where our stream ends, or did not answer with our
+		 * bytes unread: TCP must not carry on without them */
+		log_warn("fd %d: RDMA connection lost while going back to TCP: reset", c->fd);
+		REAL(connect)(c->fd, &sa, sizeof(sa));
+		break;
+	}
+	conn_ib_release(c, false);
+}
+
 int conn_downgrade(struct smc_conn *c, enum smc_reason why, bool image_ends)
 {
-	bool rx_locked, tx_locked, second;
+	bool rx_locked, tx_locked, second = false;
 
 	pthread_mutex_lock(&c->lock);
-	if (conn_state(c) != CONN_ACTIVE || c->ib) {
-		int st = conn_state(c);
-
+	if (conn_state(c) != CONN_ACTIVE) {
 		pthread_mutex_unlock(&c->lock);
-		return st == CONN_ACTIVE ? -EOPNOTSUPP : -EINVAL;
+		return -EINVAL;
 	}
 	rx_locked = lock_briefly(&c->rx_lock);
 	tx_locked = lock_briefly(&c->tx_lock);
@@ -1263,19 +1341,27 @@ int conn_downgrade(struct smc_conn *c, enum smc_reason why, bool image_ends)
 		pthread_mutex_unlock(&c->lock);
 		return -EBUSY;
 	}
-	second = peer_went_tcp(c);
-	__atomic_store_n(&c->rx->cons, __atomic_load_n(&c->rx_cons, __ATOMIC_RELAXED),
-			 __ATOMIC_RELEASE);
-	__atomic_store_n(&c->tx->prod, __atomic_load_n(&c->tx_prod, __ATOMIC_RELAXED),
-			 __ATOMIC_RELEASE);
-	__atomic_fetch_or(&c->tx->wflags, SHM_W_TCP, __ATOMIC_SEQ_CST);
-	/* the peer may sleep on either direction, or on an epoll set of both */
-	bell_ring(c->peer_rx_bell);
-	bell_ring(c->peer_tx_bell);
-	if (second)
-		down_leave_second(c);
-	else if (c->shut_wr)
-		REAL(shutdown)(c->fd, SHUT_WR);
+	if (c->ib) {
+		down_leave_ib(c);
+	} else {
+		/* another process of our side (fork) may have read or written since we
+		 * last did: the cursors we leave at are the shared block's */
+		rx_resync(c);
+		tx_resync(c);
+		second = peer_went_tcp(c);
+		__atomic_store_n(&c->rx->cons, __atomic_load_n(&c->rx_cons, __ATOMIC_RELAXED),
+				 __ATOMIC_RELEASE);
+		__atomic_store_n(&c->tx->prod, __atomic_load_n(&c->tx_prod, __ATOMIC_RELAXED),
+				 __ATOMIC_RELEASE);
+		__atomic_fetch_or(&c->tx->wflags, SHM_W_TCP, __ATOMIC_SEQ_CST);
+		/* the peer may sleep on either direction, or on an epoll set of both */
+		bell_ring(c->peer_rx_bell);
+		bell_ring(c->peer_tx_bell);
+		if (second)
+			down_leave_second(c, false);
+		else if (c->shut_wr)
+			REAL(shutdown)(c->fd, SHUT_WR);
+	}
 	c->reason = why;
 	c->mode = SMC_MODE_TCP;
 	__atomic_store_n(&c->state, CONN_FALLBACK, __ATOMIC_RELEASE);
@@ -1501,6 +1587,10 @@ void conn_tcp_event(struct smc_conn *c)
 	if (r == 0) {
 		c->tcp_eof = true;
 	} else if (r > 0) {
+		/* over RDMA the leaver's first TCP bytes may overtake its CDC_WENT_TCP (two
+		 * paths): they wait; the link tells what they are */
+		if (c->ib)
+			return;
 		/* After the upgrade nothing may travel over TCP. */
 		conn_abort_protocol(c, "byte on the TCP channel");
 		c->tcp_eof = true;
@@ -2261,7 +2351,7 @@ void conn_release_fd(struct smc_conn *c)
 		__atomic_store_n(&c->state, CONN_CLOSED, __ATOMIC_RELEASE);
 		st = CONN_CLOSED;
 	}
-	if (st == CONN_ACTIVE && !c->ib && (side_went_tcp(c) || peer_went_tcp(c))) {
+	if (st == CONN_ACTIVE && (side_went_tcp(c) || peer_went_tcp(c))) {
 		/* plain TCP from here (downgrade): no SMC close and no reset, the FIN is the
 		 * kernel's; the progress thread sends what the socket did not take yet of
 		 * the re-send, over its own descriptor */

@@ -168,6 +168,12 @@ void conn_foreach(void (*fn)(struct smc_conn *c, void *arg), void *arg);
  * each with a reference (conn_put each, then free the array). *n: how many; a short
  * list when memory ran out. */
 struct smc_conn **conn_collect_active(bool (*want)(const struct smc_conn *c), size_t *n);
+/* The peer went back to TCP and our re-send of what it had not read is not all out
+ * yet (the progress thread sends it, which an exit or exec ends). */
+bool conn_resend_pending(const struct smc_conn *c);
+/* Sends the rest of that re-send, blocking, until it is out (true) or the socket took
+ * nothing for idle_ns. */
+bool conn_finish_resend(struct smc_conn *c, uint64_t idle_ns);
 /* The application closed its last fd of c in this process. */
 void conn_release_fd(struct smc_conn *c);
 /* Takes an ACTIVE shared-memory connection back to plain TCP in this process, for

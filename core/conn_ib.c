@@ -10,6 +10,7 @@
 #include <string.h>
 #include <sys/socket.h>
 #include <sys/time.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "core/config.h"
@@ -237,6 +238,54 @@ void conn_ib_shutdown_wr(struct smc_conn *c)
 		return;
 	ib_conn_shutdown_wr(c->ib->ic);
 	ci_leave(c);
+}
+
+enum conn_ib_leave conn_ib_go_tcp(struct smc_conn *c, uint64_t wait_ns)
+{
+	struct timespec t0, t;
+	enum ib_tcp_answer a;
+
+	conn_ib_rx_published(c); /* the cursor the CDC carries is the one we stopped at */
+	if (!ci_enter(c))
+		return CONN_IB_GONE;
+	a = ib_conn_go_tcp(c->ib->ic);
+	clock_gettime(CLOCK_MONOTONIC, &t0);
+	while (a == IB_TCP_ANNOUNCED) {
+		bool final;
+		enum ib_tcp_answer b;
+
+		clock_gettime(CLOCK_MONOTONIC, &t);
+		final = (uint64_t)(t.tv_sec - t0.tv_sec) * 1000000000ull + (uint64_t)t.tv_nsec -
+				(uint64_t)t0.tv_nsec >= wait_ns;
+		b = ib_conn_tcp_answer(c->ib->ic, final);
+		if (b != IB_TCP_WAITING) {
+			a = b;
+			break;
+		}
+		REAL(poll)(NULL, 0, 1);
+	}
+	ci_leave(c);
+	switch (a) {
+	case IB_TCP_PEER_FIRST:
+		return CONN_IB_SECOND;
+	case IB_TCP_CROSSED:
+		return CONN_IB_CROSSED;
+	case IB_TCP_GONE:
+		return CONN_IB_GONE;
+	default:
+		return CONN_IB_LEFT;
+	}
+}
+
+bool conn_ib_peer_went_tcp(struct smc_conn *c, smc_cursor *peer_cons)
+{
+	bool went;
+
+	if (!ci_enter(c))
+		return false;
+	went = ib_conn_peer_went_tcp(c->ib->ic, peer_cons);
+	ci_leave(c);
+	return went;
 }
 
 static void ci_close(struct conn_ib *ci, bool abort)

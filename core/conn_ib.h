@@ -33,6 +33,7 @@
 #include <sys/types.h>
 
 #include "core/clc.h"
+#include "core/ring.h"
 #include "core/stats.h"
 
 struct smc_conn;
@@ -55,6 +56,17 @@ void conn_ib_tx_blocked(struct smc_conn *c);
 bool conn_ib_rx_eof(struct smc_conn *c);
 bool conn_ib_tx_dead(struct smc_conn *c);
 void conn_ib_shutdown_wr(struct smc_conn *c);
+/* conn_downgrade over RDMA (ib_conn_go_tcp): announces our consumer cursor and the end
+ * of our RDMA stream, then waits up to wait_ns for the peer's answer. */
+enum conn_ib_leave {
+	CONN_IB_LEFT,    /* announced: the peer re-sends (it answered, or it will) */
+	CONN_IB_SECOND,  /* the peer went first: we re-send; our RMB has no reader */
+	CONN_IB_CROSSED, /* both at once: each side re-sends what the other did not read */
+	CONN_IB_GONE,    /* aborted, or the link failed */
+};
+enum conn_ib_leave conn_ib_go_tcp(struct smc_conn *c, uint64_t wait_ns);
+/* The peer went back to TCP: *peer_cons is where our re-send starts. */
+bool conn_ib_peer_went_tcp(struct smc_conn *c, smc_cursor *peer_cons);
 /* The last fd of this process closed. */
 void conn_ib_release(struct smc_conn *c, bool abort);
 /* conn_free: releases what is left (the transport connection if still open). */

@@ -34,7 +34,7 @@ static bool fd_survives_exec(int fd)
 }
 
 /* The connection of fd, if it is one, leaves the rings (a no-op for any other fd). */
-static void fd_leave_rings(int fd)
+static void fd_leave_rings(int fd, enum smc_reason why, bool image_ends)
 {
 	int64_t settle_ns = 4 * (int64_t)smc_cfg.handshake_timeout_ms * 1000000;
 	struct smc_conn *c = sock_fd_conn(fd);
@@ -45,44 +45,68 @@ static void fd_leave_rings(int fd)
 		conn_wait_pending(c, false, settle_ns);
 	pthread_mutex_lock(&c->lock);
 	if (__atomic_load_n(&c->state, __ATOMIC_ACQUIRE) == CONN_PENDING)
-		conn_fallback(c, SMC_REASON_EXEC); /* staged data goes out over TCP */
+		conn_fallback(c, why); /* staged data goes out over TCP */
 	pthread_mutex_unlock(&c->lock);
-	if (conn_downgrade(c, SMC_REASON_EXEC, true) == -EOPNOTSUPP)
-		log_warn("fd %d: an RDMA connection cannot follow its descriptor into a new "
-			 "program: the program will see TCP where the peer writes RDMA", fd);
+	conn_downgrade(c, why, image_ends);
 	conn_put(c);
+}
+
+/* Over RDMA the exec ends the QPs: what the kernel closes (FD_CLOEXEC) is closed first,
+ * as at exit, and the links drained. */
+static bool closed_by_exec(const struct smc_conn *c)
+{
+	return c->ib && !fd_survives_exec(c->fd);
 }
 
 void smc_sock_before_exec(bool image_replaced)
 {
 	for (int fd = fdtab_next_tracked(0); fd >= 0; fd = fdtab_next_tracked(fd + 1))
 		if (fdtab_kind(fd) == FD_SMC && fd_survives_exec(fd))
-			fd_leave_rings(fd);
-	/* at exit() it would be too late: the image is gone, atexit handlers with it */
-	if (image_replaced)
+			fd_leave_rings(fd, SMC_REASON_EXEC, true);
+	if (image_replaced) {
+		smc_sock_finish_resends();
+		smc_sock_drain_rdma(closed_by_exec);
+		/* at exit() it would be too late: the image is gone, atexit handlers too */
 		stats_before_exec();
+	}
+}
+
+void smc_sock_before_fork(void)
+{
+	for (int fd = fdtab_next_tracked(0); fd >= 0; fd = fdtab_next_tracked(fd + 1)) {
+		struct smc_conn *c;
+
+		if (fdtab_kind(fd) != FD_SMC || !fd_survives_exec(fd))
+			continue;
+		c = sock_fd_conn(fd);
+		if (c && c->ib && __atomic_load_n(&c->state, __ATOMIC_ACQUIRE) == CONN_ACTIVE)
+			fd_leave_rings(fd, SMC_REASON_FORK, false);
+		if (c)
+			conn_put(c);
+	}
 }
 
 void smc_sock_before_spawn_dup(int fd)
 {
-	fd_leave_rings(fd);
+	fd_leave_rings(fd, SMC_REASON_EXEC, false);
 }
 
-static bool on_shared_memory(const struct smc_conn *c)
+static bool any_conn(const struct smc_conn *c)
 {
-	return !c->ib;
+	(void)c;
+	return true;
 }
 
 void smc_sock_downgrade_all(enum smc_reason why)
 {
 	size_t n;
-	/* a connection left out when memory ran out stays on shared memory, as before
-	 * io_uring was seen */
-	struct smc_conn **c = conn_collect_active(on_shared_memory, &n);
+	/* a connection left out when memory ran out stays upgraded, as before io_uring
+	 * was seen */
+	struct smc_conn **c = conn_collect_active(any_conn, &n);
 
 	for (size_t i = 0; i < n; i++) {
 		if (conn_downgrade(c[i], why, false) == -EBUSY)
-			log_warn("fd %d: busy in another thread, stays on shared memory (%s)",
+			log_warn("fd %d: busy in another thread, stays upgraded (%s)",
 				 c[i]->fd, stats_reason_name(why));
 		conn_put(c[i]);
 	}

@@ -10,8 +10,13 @@
  * peer makes progress, and gives up after IDLE_NS without a completion (a peer that
  * stopped reading: as TCP's zero-window probing would, bounded) or MAX_NS in all.
  *
+ * The same holds for a re-send to a peer that went back to TCP (conn.c, "Downgrade"):
+ * the progress thread that finishes it ends with the process, so exit finishes it
+ * first (same bound).
+ *
  * A destructor, so that it runs after the program's atexit handlers, which may still
- * write. Shared-memory connections need nothing: the peer's mapping keeps the ring.
+ * write. An exec ends the QPs the same way: smc_sock_before_exec closes the RDMA
+ * connections the new program does not inherit and drains the links too. Shared-memory connections need nothing: the peer's mapping keeps the ring.
  * _exit() and a fatal signal skip it: the peer then sees an abort (ib_link.h).
  */
 #include <stdlib.h>
@@ -20,6 +25,7 @@
 #include "core/conn_ib.h"
 #include "core/ib_lgr.h"
 #include "core/log.h"
+#include "core/sock.h"
 
 #define IDLE_NS (2ull * 1000000000ull)
 #define MAX_NS (30ull * 1000000000ull)
@@ -29,14 +35,34 @@ static bool over_rdma(const struct smc_conn *c)
 	return c->ib != NULL;
 }
 
-__attribute__((destructor)) static void exit_drain(void)
+static bool resending(const struct smc_conn *c)
+{
+	return conn_resend_pending(c);
+}
+
+void smc_sock_finish_resends(void)
+{
+	size_t n;
+	struct smc_conn **c = conn_collect_active(resending, &n);
+
+	for (size_t i = 0; i < n; i++) {
+		if (!conn_finish_resend(c[i], IDLE_NS))
+			log_warn("fd %d: gave up re-sending to a peer gone back to TCP (%llu s "
+				 "without progress): its stream is cut short", c[i]->fd,
+				 IDLE_NS / 1000000000ull);
+		conn_put(c[i]);
+	}
+	free(c);
+}
+
+void smc_sock_drain_rdma(bool (*closing)(const struct smc_conn *c))
 {
 	struct smc_conn **c;
 	size_t n;
 
 	if (ib_lgr_link_count() == 0)
 		return; /* no RDMA in this process: nothing to wait for */
-	c = conn_collect_active(over_rdma, &n);
+	c = conn_collect_active(closing, &n);
 	for (size_t i = 0; i < n; i++) {
 		conn_ib_release(c[i], false);
 		conn_put(c[i]);
@@ -46,4 +72,10 @@ __attribute__((destructor)) static void exit_drain(void)
 		log_warn("exit: gave up waiting for RDMA peers to take the rest of their "
 			 "data (%llu s without progress, or %llu s in all): it is lost",
 			 IDLE_NS / 1000000000ull, MAX_NS / 1000000000ull);
+}
+
+__attribute__((destructor)) static void exit_drain(void)
+{
+	smc_sock_finish_resends();
+	smc_sock_drain_rdma(over_rdma);
 }

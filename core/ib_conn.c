@@ -283,6 +283,11 @@ void ib_conn_tx_produced(struct ib_conn *c, uint32_t n)
 	struct ib_link *l = c->link;
 
 	pthread_mutex_lock(&l->lock);
+	if (c->peer_flags & CDC_WENT_TCP) {
+		/* a writer that raced the peer's flag: its bytes are re-sent over TCP */
+		pthread_mutex_unlock(&l->lock);
+		return;
+	}
 	c->tx_prod = cursor_add(c->tx_prod, n, c->tx_size);
 	c->tx_blocked = false;
 	ib_link_flush_locked(l, c);
@@ -324,6 +329,53 @@ void ib_conn_shutdown_wr(struct ib_conn *c)
 	c->my_flags |= CDC_DONE_WRITING;
 	ib_link_flush_locked(l, c);
 	pthread_mutex_unlock(&l->lock);
+}
+
+enum ib_tcp_answer ib_conn_go_tcp(struct ib_conn *c)
+{
+	struct ib_link *l = c->link;
+	enum ib_tcp_answer a = IB_TCP_ANNOUNCED;
+
+	pthread_mutex_lock(&l->lock);
+	if (c->aborted || l->failed)
+		a = IB_TCP_GONE;
+	else if (c->peer_flags & CDC_WENT_TCP)
+		a = IB_TCP_PEER_FIRST;
+	else
+		c->my_flags |= CDC_WENT_TCP;
+	ib_link_flush_locked(l, c);
+	pthread_mutex_unlock(&l->lock);
+	return a;
+}
+
+enum ib_tcp_answer ib_conn_tcp_answer(struct ib_conn *c, bool final)
+{
+	struct ib_link *l = c->link;
+	enum ib_tcp_answer a = IB_TCP_WAITING;
+
+	pthread_mutex_lock(&l->lock);
+	if (c->aborted || l->failed)
+		a = IB_TCP_GONE;
+	else if (c->peer_flags & CDC_WENT_TCP)
+		a = IB_TCP_CROSSED;
+	else if (c->peer_flags & CDC_TCP_ACK)
+		a = IB_TCP_ACKED;
+	else if (final && c->tx_cons_peer == c->tx_sent)
+		a = IB_TCP_ACKED; /* silent, but it had read all we wrote: nothing at stake */
+	else if (final)
+		a = IB_TCP_GONE;
+	pthread_mutex_unlock(&l->lock);
+	return a;
+}
+
+bool ib_conn_peer_went_tcp(struct ib_conn *c, smc_cursor *peer_cons)
+{
+	if (!__atomic_load_n(&c->peer_tcp, __ATOMIC_ACQUIRE))
+		return false;
+	pthread_mutex_lock(&c->link->lock);
+	*peer_cons = c->tx_cons_peer;
+	pthread_mutex_unlock(&c->link->lock);
+	return true;
 }
 
 void ib_conn_close(struct ib_conn *c, bool abort)

@@ -91,6 +91,7 @@ struct ib_conn {
 	uint16_t seq_out;
 	bool aborted;               /* atomic loads */
 	bool rx_discard;            /* aborted by us: what the RMB holds is not to be read */
+	bool peer_tcp;              /* CDC_WENT_TCP seen (atomic loads: readiness asks often) */
 	bool closed;                /* the owner called ib_conn_close: freed by the link */
 	bool queued;
 	struct ib_conn *next_pending;

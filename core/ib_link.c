@@ -337,9 +337,10 @@ static void link_fail_locked(struct ib_link *l, const char *why)
 
 		if (!c)
 			continue;
-		if (c->peer_flags & CDC_CONN_CLOSED) {
-			/* the peer closed first (TCP's FIN came before the reset): its data and
-			 * its end stay readable, and a write meets the closed peer */
+		if (c->peer_flags & (CDC_CONN_CLOSED | CDC_WENT_TCP)) {
+			/* the peer closed first (TCP's FIN came before the reset), or its stream
+			 * goes on over TCP: its data and its end stay readable, and a write
+			 * meets the closed peer (or goes over TCP) */
 			if (c->notify)
 				c->notify(c, IB_EV_RX | IB_EV_TX, c->arg);
 		} else if (!c->aborted) {
@@ -385,6 +386,8 @@ static bool cdc_wanted(const struct ib_conn *c)
 		return false; /* nothing after our close: the peer may have released it */
 	if (c->aborted) /* only the abort itself is still worth a message */
 		return (c->my_flags & CDC_CONN_ABORT) && !(c->flags_announced & CDC_CONN_ABORT);
+	if (c->peer_flags & CDC_WENT_TCP) /* its RMB has no reader: flags only */
+		return c->my_flags != c->flags_announced;
 	return c->tx_prod != c->tx_sent || c->my_flags != c->flags_announced || c->cons_due ||
 	       (c->tx_blocked && !c->blocked_announced);
 }
@@ -483,7 +486,9 @@ static void mark_announced(struct ib_link *l, struct ib_conn *c, uint32_t writes
 static int post_publish(struct ib_link *l, struct ib_conn *c)
 {
 	struct ib_piece pc[2];
-	int np = c->aborted ? 0 : ib_ring_pieces(c->tx_sent, c->tx_prod, c->tx_size, pc);
+	int np = c->aborted || (c->peer_flags & CDC_WENT_TCP)
+			 ? 0
+			 : ib_ring_pieces(c->tx_sent, c->tx_prod, c->tx_size, pc);
 	struct ibv_send_wr wr[3], *bad;
 	struct ibv_sge sge[3];
 	uint32_t bytes = 0;
@@ -661,8 +666,8 @@ static void conn_on_cdc(struct ib_link *l, struct ib_conn *c, const struct cdc_m
 		ib_conn_abort_locked(c, "CDC cursor out of range", SMC_LOG_WARN);
 		return;
 	}
-	/* nothing may arrive after the peer said it stopped writing */
-	if ((c->peer_flags & (CDC_DONE_WRITING | CDC_CONN_CLOSED)) &&
+	/* nothing may arrive after the peer said it stopped writing (or went to TCP) */
+	if ((c->peer_flags & (CDC_DONE_WRITING | CDC_CONN_CLOSED | CDC_WENT_TCP)) &&
 	    m->st.prod != c->rx_prod_peer) {
 		ib_conn_abort_locked(c, "data after done-writing", SMC_LOG_WARN);
 		return;
@@ -676,6 +681,15 @@ static void conn_on_cdc(struct ib_link *l, struct ib_conn *c, const struct cdc_m
 	__atomic_store_n(&c->rx_prod_peer, m->st.prod, __ATOMIC_RELEASE);
 	c->tx_cons_peer = m->st.cons;
 	c->peer_flags |= newflags;
+	if (newflags & CDC_WENT_TCP) {
+		/* the peer reads no more of its RMB: what we produced and did not post goes
+		 * over TCP with the rest of the re-send (conn.c); if our own flag is not out,
+		 * it is not coming, and the peer waits to hear that */
+		c->tx_prod = c->tx_sent;
+		if (!(c->my_flags & CDC_WENT_TCP))
+			c->my_flags |= CDC_TCP_ACK;
+		__atomic_store_n(&c->peer_tcp, true, __ATOMIC_RELEASE);
+	}
 	c->peer_write_blocked = m->st.flags & (CDC_WRITE_BLOCKED | CDC_CONS_UPDATE_REQ);
 	if (m->st.flags & CDC_CONS_UPDATE_REQ)
 		c->cons_due = cursor_diff(cons_mine, c->cons_announced, c->rmb_size) > 0;
@@ -900,7 +914,8 @@ uint64_t ib_link_next_deadline(struct ib_link *l)
 
 static bool conn_output_pending(const struct ib_conn *c)
 {
-	if (c->aborted || !c->peer_set || (c->peer_flags & (CDC_CONN_CLOSED | CDC_CONN_ABORT)))
+	if (c->aborted || !c->peer_set ||
+	    (c->peer_flags & (CDC_CONN_CLOSED | CDC_CONN_ABORT | CDC_WENT_TCP)))
 		return false; /* nobody reads what we would still send */
 	return c->tx_prod != c->tx_sent ||
 	       (c->my_flags & ~c->flags_announced & (CDC_CONN_CLOSED | CDC_DONE_WRITING));

@@ -193,6 +193,29 @@ bool ib_conn_tx_dead(struct ib_conn *c);
 bool ib_conn_aborted(struct ib_conn *c);
 /* shutdown(SHUT_WR): CDC_DONE_WRITING after the data already produced. */
 void ib_conn_shutdown_wr(struct ib_conn *c);
+/*
+ * Downgrade (conn.c, "Downgrade"): the owner goes back to plain TCP. IB_TCP_ANNOUNCED:
+ * what it produced is posted, then a CDC with CDC_WENT_TCP and its consumer cursor
+ * (the peer reads its RMB up to that CDC's producer cursor, then TCP, and re-sends
+ * over TCP what it wrote from our cursor on); wait for the answer with
+ * ib_conn_tcp_answer. IB_TCP_PEER_FIRST: the peer went first (nothing is announced:
+ * its RMB has no reader any more).
+ */
+enum ib_tcp_answer {
+	IB_TCP_WAITING,      /* nothing yet */
+	IB_TCP_ANNOUNCED,    /* ib_conn_go_tcp: our flag is on its way */
+	IB_TCP_PEER_FIRST,   /* ib_conn_go_tcp: the peer's flag came first */
+	IB_TCP_ACKED,        /* the peer saw ours and stays: it re-sends */
+	IB_TCP_CROSSED,      /* its flag crossed ours: each side re-sends the other's part */
+	IB_TCP_GONE,         /* aborted, or the link failed */
+};
+enum ib_tcp_answer ib_conn_go_tcp(struct ib_conn *c);
+/* final: the wait is over; a peer that did not answer was perhaps leaving too (its flag
+ * still on its way), so unless it had read everything we wrote, IB_TCP_GONE. */
+enum ib_tcp_answer ib_conn_tcp_answer(struct ib_conn *c, bool final);
+/* The peer went back to TCP (CDC_WENT_TCP): its last consumer cursor, from which we
+ * re-send; nothing more is written into its RMB. */
+bool ib_conn_peer_went_tcp(struct ib_conn *c, smc_cursor *peer_cons);
 /* Closes (CDC_CONN_CLOSED, or CDC_CONN_ABORT when abort) and releases the connection.
  * Its RMB stays registered until the peer said it closed too (it may still be writing)
  * and the mirror until our WRITEs completed; ib_link_process frees it then. */

@@ -83,6 +83,18 @@ void smc_sock_before_exec(bool image_replaced);
 void smc_sock_before_spawn_dup(int fd);
 /* Every upgraded connection of the process goes back to plain TCP (io_uring). */
 void smc_sock_downgrade_all(enum smc_reason why);
+/* Before fork(): the child may use any descriptor it inherits, and an RDMA connection
+ * cannot be used there (the QP is the parent's): those whose descriptor a new program
+ * would inherit (no FD_CLOEXEC: inetd-style servers, sshd, a backend per connection)
+ * go back to TCP first. */
+void smc_sock_before_fork(void);
+/* Closes, as the kernel closes a socket, the RDMA connections for which closing(c)
+ * holds, then waits (bounded) until no RDMA link has output pending: the process is
+ * about to lose its QPs (exit, exec). exit_drain.c. */
+void smc_sock_drain_rdma(bool (*closing)(const struct smc_conn *c));
+/* Finishes, blocking (bounded), the re-sends to peers gone back to TCP that the
+ * progress thread still had to send: it is about to end (exit, exec). */
+void smc_sock_finish_resends(void);
 
 /* fork handling is installed with pthread_atfork by the core's init (forklock.h). */
 /* Takes every fd stripe; false when one is busy. */

@@ -32,6 +32,7 @@ enum smc_reason {
 	/* an upgraded connection taken back to TCP (conn_downgrade): the reason is the
 	 * connection's own (smcpstat), not counted in "fallback" (it was upgraded) */
 	SMC_REASON_EXEC,            /* its fd went into a new program (exec, posix_spawn) */
+	SMC_REASON_FORK,            /* an RDMA connection a forked child inherits */
 	SMC_REASON_PEER_DOWNGRADE,  /* the peer took it back to TCP */
 	SMC_REASON_MAX
 };

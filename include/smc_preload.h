@@ -118,6 +118,7 @@
 /* Reasons of a connection taken back to TCP after its upgrade (smcpstat; never in
  * "fallback": the connection counts as upgraded). */
 #define SMC_STATS_REASON_EXEC          "exec"             /* its fd went into a new program */
+#define SMC_STATS_REASON_FORK          "fork"             /* an RDMA connection a forked child inherits */
 #define SMC_STATS_REASON_PEER_DOWNGRADE "peer-downgrade" /* the peer took it back to TCP */
 
 #endif

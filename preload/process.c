@@ -22,10 +22,14 @@ __attribute__((constructor)) static void smc_preload_load(void)
 	smc_sock_adopt_inherited();
 }
 
-/* The core's pthread_atfork handlers (installed by smc_init) do the per-fork work. */
+/* The core's pthread_atfork handlers (installed by smc_init) do the per-fork work;
+ * what may wait for a peer (an RDMA connection going back to TCP) comes before them. */
 SMC_EXPORT pid_t fork(void)
 {
-	pid_t pid = REAL(fork)();
+	pid_t pid;
+
+	KEEP_ERRNO(smc_sock_before_fork());
+	pid = REAL(fork)();
 
 	if (pid < 0)
 		conn_fork_failed();
@@ -48,6 +52,7 @@ pid_t smc_impl_fork(void) SMC_INTERNAL_ALIAS(fork);
  */
 SMC_EXPORT pid_t vfork(void)
 {
+	KEEP_ERRNO(smc_sock_before_fork());
 	return REAL(fork)();
 }
 SMC_EXPORT pid_t __vfork(void) SMC_ALIAS(vfork);

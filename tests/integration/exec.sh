@@ -12,8 +12,9 @@
 # its peer has left most of those 300 KiB unread in its ring and filled the exec'ing
 # side's ring, then the exec happens: execv with the environment (new image
 # preloaded), execve without LD_PRELOAD, execve with an empty environment, fexecve,
-# posix_spawn and system() (the parent's copy closed, or kept while it waits); the
-# server exec'ing and the client exec'ing; with small rings too. A run with no exec
+# posix_spawn and system() (the parent's copy closed, or kept while it waits), fork
+# then exec in the child, fork with the child going on (no exec); the server exec'ing
+# and the client exec'ing; with small rings too. A run with no exec
 # is the control. Checked: every byte both ways, both exit 0; the new image got no
 # descriptor or mapping of the old image's library, only the connection; the peer's
 # stats show the connection upgraded, payload over shm before the downgrade and over
@@ -26,15 +27,21 @@
 # and reading the echo (sha256): EXEC:cat (socat forks, relays through a socketpair,
 # and the TCP socket does not reach cat: the connection stays on shm, nothing is
 # downgraded), EXEC:cat,nofork (socat execs cat with the socket as its stdin and
-# stdout) and EXEC:'env -u LD_PRELOAD cat',nofork (the new image is not preloaded).
+# stdout) and EXEC:'env -u LD_PRELOAD cat',nofork (the new image is not preloaded);
+# resend-exit: 12 MiB left in the ring at the exec of a slow reader, the writer exits
+# right after: its exit finishes the re-send.
 #
 # With SMC_TEST_EXPECT=tcp nothing is upgraded, nothing is downgraded, and every byte
 # must still arrive.
 # EXEC_BYTES (default 8m) sets the stream size each way; EXEC_CASES (labels separated by
-# blanks: control, server-keep, ..., socat-fork, socat-nofork, socat-nofork-plain) runs
-# only those cases.
+# blanks: control, server-keep, ..., socat-fork, socat-nofork, socat-nofork-plain,
+# resend-exit) runs only those cases.
 [ -n "${BASH_VERSION:-}" ] || exec bash "$0" "$@"
-. "$(dirname -- "$0")/lib.sh"
+# tests/rdma/exec.sh runs this over SMC-R in the VM, with lib.sh already sourced
+declare -F smc_init >/dev/null || . "$(dirname -- "${BASH_SOURCE[0]}")/lib.sh"
+# where upgraded payload goes: shared memory, or RDMA under SMC_TRANSPORT=ib
+DATA=shm
+[ "${SMC_TRANSPORT:-}" = ib ] && DATA=ib
 
 : "${SMC_EXEC_MIDSTREAM:=$top_builddir/tests/lib/exec_midstream}"
 EXEC_BYTES=${EXEC_BYTES:-8m}
@@ -45,6 +52,15 @@ smc_init
 smc_require_cmd socat pgrep
 smc_require_built "$SMC_EXEC_MIDSTREAM"
 n=$(smc_bytes_of "$EXEC_BYTES")
+
+# expect_payload DIR MIN [LABEL]: the payload went over $DATA.
+expect_payload() {
+	if [ "$DATA" = ib ]; then
+		ib_expect_payload "$@"
+	else
+		smc_expect_payload "$@"
+	fi
+}
 
 # want LABEL: whether EXEC_CASES selects the case.
 want() {
@@ -69,16 +85,16 @@ peer_after_downgrade() {
 	smc_log "stats $what: $(smc_stats_summary "$dir") peer_downgrades=$(smc_stats "$dir" '.events.peer_downgrades // 0')"
 	if [ "$SMC_TEST_EXPECT" = tcp ]; then
 		smc_assert_ge "$what: tcp connections" "$(smc_stats "$dir" '.connections.tcp')" 1
-		smc_assert_eq "$what: shm connections" "$(smc_stats "$dir" '.connections.shm')" 0
+		smc_assert_eq "$what: $DATA connections" "$(smc_stats "$dir" ".connections.$DATA")" 0
 		smc_assert_eq "$what: peer downgrades" "$(smc_stats "$dir" '.events.peer_downgrades // 0')" 0
 		return
 	fi
-	smc_assert_ge "$what: connections upgraded" "$(smc_stats "$dir" '.connections.shm')" 1
+	smc_assert_ge "$what: connections upgraded" "$(smc_stats "$dir" ".connections.$DATA")" 1
 	smc_assert_eq "$what: connections that fell back" "$(smc_stats "$dir" '.connections.tcp')" 0
 	smc_assert_ge "$what: events.peer_downgrades" \
 		"$(smc_stats "$dir" '.events.peer_downgrades // 0')" 1
-	smc_assert_ge "$what: payload over shm before the downgrade" \
-		"$(smc_stats "$dir" '.bytes.shm.sent + .bytes.shm.received')" "$shm_before"
+	smc_assert_ge "$what: payload over $DATA before the downgrade" \
+		"$(smc_stats "$dir" ".bytes.$DATA.sent + .bytes.$DATA.received")" "$shm_before"
 	smc_assert_ge "$what: payload over tcp after the downgrade" \
 		"$(smc_stats "$dir" '.bytes.tcp.sent + .bytes.tcp.received')" 1
 }
@@ -126,6 +142,8 @@ midstream() {
 	if [ "$mode" != none ]; then
 		grep -q "^EXEC $side " "$out" "$(smc_server_log "server-$label")" ||
 			smc_fail "midstream $label: the $side did not exec"
+	fi
+	if [ "$mode" != none ] && [ "$mode" != fork ]; then
 		grep -Eq "^CONTINUE $side pid=[0-9]+ preloaded=(yes|no) sockets=1 eventfds=0 memfds=0 memfd_maps=0\$" \
 			"$out" "$(smc_server_log "server-$label")" ||
 			smc_fail "midstream $label: the new image got more than the connection across the exec (CONTINUE line above)"
@@ -135,9 +153,10 @@ midstream() {
 			"$(smc_server_log "server-$label")" ||
 			smc_fail "midstream $label: the $peer holds rings after its connection closed"
 	fi
-	if [ "$mode" = none ]; then
-		smc_expect_payload "$srv" $((2 * n)) "server ($label)"
-		smc_expect_payload "$cli" $((2 * n)) "client ($label)"
+	# a forked child goes on on the shared ring: nothing to downgrade
+	if [ "$mode" = none ] || { [ "$mode" = fork ] && [ "$DATA" = shm ]; }; then
+		expect_payload "$srv" $((2 * n)) "server ($label)"
+		expect_payload "$cli" $((2 * n)) "client ($label)"
 		for d in "$srv" "$cli"; do
 			smc_assert_eq "$label: downgrades without an exec" \
 				"$(smc_stats "$d" '(.events.downgrades // 0) + (.events.peer_downgrades // 0)')" 0
@@ -145,10 +164,10 @@ midstream() {
 		return
 	fi
 	peer_after_downgrade "$peer ($label)" "$pdir"
-	smc_assert_eq "$peer ($label): bytes received (shm + tcp)" \
-		"$(smc_stats "$pdir" '.bytes.shm.received + .bytes.tcp.received')" "$n"
-	smc_assert_ge "$peer ($label): bytes sent (shm + tcp)" \
-		"$(smc_stats "$pdir" '.bytes.shm.sent + .bytes.tcp.sent')" "$n"
+	smc_assert_eq "$peer ($label): bytes received ($DATA + tcp)" \
+		"$(smc_stats "$pdir" ".bytes.$DATA.received + .bytes.tcp.received")" "$n"
+	smc_assert_ge "$peer ($label): bytes sent ($DATA + tcp)" \
+		"$(smc_stats "$pdir" ".bytes.$DATA.sent + .bytes.tcp.sent")" "$n"
 	# The exec'ing process's stats are written just before the exec; a new image under
 	# the library with the same pid writes the same file again at its exit.
 	case $mode in
@@ -159,7 +178,7 @@ midstream() {
 			smc_assert_ge "$side ($label): events.downgrades" \
 				"$(smc_stats "$edir" '.events.downgrades // 0')" 1
 			smc_assert_ge "$side ($label): connections upgraded" \
-				"$(smc_stats "$edir" '.connections.shm')" 1
+				"$(smc_stats "$edir" ".connections.$DATA")" 1
 		elif [ -n "$(find "$edir" -maxdepth 1 -name '*.json')" ]; then
 			smc_assert_eq "$side ($label): events.downgrades" \
 				"$(smc_stats "$edir" '.events.downgrades // 0')" 0
@@ -178,6 +197,10 @@ midstream server-system server system
 midstream client-keep client keep
 midstream client-nopreload client nopreload
 midstream client-spawn client spawn
+# inetd and sshd: a child per connection execs; a backend per connection goes on in
+# the child (over RDMA both go back to TCP at the fork: the QP stays the parent's)
+midstream server-fork-exec server fork-exec
+midstream server-fork server fork
 # rings smaller than what is in flight: the exec'ing side's ring is full, the peer's
 # writes wait for room
 SMC_RCVBUF=64k SMC_SNDBUF=64k midstream small-rings server keep
@@ -212,8 +235,8 @@ socat_echo() {
 # socat's child execs cat with a socketpair; the TCP socket is close-on-exec there
 if want socat-fork; then
 	socat_echo fork EXEC:cat
-	smc_expect_payload "$(smc_stats_dir socat-fork)" $((2 * 2097152)) "socat (EXEC:cat)"
-	smc_expect_payload "$(smc_stats_dir socat-client-fork)" $((2 * 2097152)) \
+	expect_payload "$(smc_stats_dir socat-fork)" $((2 * 2097152)) "socat (EXEC:cat)"
+	expect_payload "$(smc_stats_dir socat-client-fork)" $((2 * 2097152)) \
 		"socat client (EXEC:cat)"
 	for d in socat-fork socat-client-fork; do
 		smc_assert_eq "$d: downgrades of a connection no exec got" \
@@ -229,5 +252,50 @@ if want socat-nofork-plain; then
 	socat_echo nofork-plain "EXEC:env -u LD_PRELOAD cat,nofork"
 	peer_after_downgrade "socat client (EXEC:env -u LD_PRELOAD cat,nofork)" \
 		"$(smc_stats_dir socat-client-nofork-plain)" 0
+fi
+# The peer's re-send outlives its program: the client writes 12 MiB (they stay in the
+# server's 16 MiB ring), the server execs a slow reader with the socket while the
+# client sleeps, then the client closes and exits at once, long before the slow reader
+# has taken the re-sent bytes (more than the TCP buffers hold): its exit must finish
+# the re-send, as TCP's send queue outlives a process.
+if want resend-exit; then
+	srv=$(smc_stats_dir resend-exit)
+	cli=$(smc_stats_dir resend-exit-client)
+	head -c 12582912 /dev/urandom >"$SMC_TMP/file12" || smc_hard_error "no random file"
+	smc_free_port port
+	smc_log "resend-exit: 12 MiB in the ring, exec of a slow reader, the writer exits"
+	SMC_RCVBUF=16m SMC_SNDBUF=16m smc_start_server resend-exit "$srv" \
+		timeout -k 5 $((CASE_TIMEOUT + 10)) python3 -c '
+import os, socket, sys, time
+l = socket.socket()
+l.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+l.bind(("127.0.0.1", int(sys.argv[1])))
+l.listen(1)
+c, _ = l.accept()
+time.sleep(1)
+os.dup2(c.fileno(), 0)
+os.execv("/bin/sh", ["sh", "-c", "sleep 3; exec sha256sum >" + sys.argv[2]])' \
+		"$port" "$SMC_TMP/resend.sum"
+	smc_wait_port resend-exit "$port"
+	SMC_RCVBUF=16m SMC_SNDBUF=16m SMC_CMD_TIMEOUT=$CASE_TIMEOUT smc_run "$cli" python3 -c '
+import socket, sys, time
+s = socket.create_connection(("127.0.0.1", int(sys.argv[1])))
+s.sendall(open(sys.argv[2], "rb").read())
+time.sleep(2)
+s.close()' "$port" "$SMC_TMP/file12"
+	rc=$?
+	smc_wait_server_exit resend-exit $((CASE_TIMEOUT + 20))
+	cat "$(smc_server_log resend-exit)"
+	smc_assert_eq "resend-exit: client exit status" "$rc" 0
+	smc_assert_eq "resend-exit: server exit status" "${SMC_SERVER_RC[resend-exit]}" 0
+	smc_assert_eq "resend-exit: sha256 of what the new program read" \
+		"$(cut -d' ' -f1 "$SMC_TMP/resend.sum")" "$(sha256sum <"$SMC_TMP/file12" | cut -d' ' -f1)"
+	if [ "$SMC_TEST_EXPECT" = shm ]; then
+		# the re-sent bytes were counted when they went into the ring
+		smc_assert_ge "resend-exit client: connections upgraded" \
+			"$(smc_stats "$cli" ".connections.$DATA")" 1
+		smc_assert_ge "resend-exit client: events.peer_downgrades" \
+			"$(smc_stats "$cli" '.events.peer_downgrades // 0')" 1
+	fi
 fi
 smc_pass

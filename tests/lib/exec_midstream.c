@@ -25,6 +25,10 @@
  *   spawn       posix_spawn() of the new image; the parent closes its copy of the
  *               connection and waits for the child, and exits with its status
  *   system      system("exec NEW-IMAGE..."): through /bin/sh, the parent waits
+ *   fork-exec   fork(), the child execv()s the new image, the parent closes its copy
+ *               and waits (inetd, sshd)
+ *   fork        fork(), the child goes on in the same image (no exec: a backend per
+ *               connection), the parent closes its copy and waits
  * The other side (the peer) writes its whole stream at once from a thread while it
  * reads: it reads HOLD_AT bytes, then stops reading for HOLD_MS (longer than the exec
  * side's pause, so the ring it reads from still holds unread bytes when the exec
@@ -509,6 +513,25 @@ static int exec_side(int fd, const struct opts *o)
 		while (waitpid(pid, &status, 0) < 0 && errno == EINTR)
 			;
 		return WIFEXITED(status) ? WEXITSTATUS(status) : X_IO;
+	} else if (strcmp(o->exec_mode, "fork-exec") == 0 || strcmp(o->exec_mode, "fork") == 0) {
+		pid = fork();
+		if (pid < 0) {
+			fprintf(stderr, "ERROR %s: fork: %s\n", role, strerror(errno));
+			return X_USAGE;
+		}
+		if (pid == 0) {
+			if (strcmp(o->exec_mode, "fork") == 0) {
+				arm_timeout(left ? left : 1);
+				exit(finish(fd, o->bytes));
+			}
+			execv(self_exe, argv);
+			fprintf(stderr, "ERROR %s: execv: %s\n", role, strerror(errno));
+			_exit(X_USAGE);
+		}
+		close(fd);
+		while (waitpid(pid, &status, 0) < 0 && errno == EINTR)
+			;
+		return WIFEXITED(status) ? WEXITSTATUS(status) : X_IO;
 	} else if (strcmp(o->exec_mode, "system") == 0) {
 		char cmd[8192];
 
@@ -547,7 +570,7 @@ static uint64_t size_arg(const char *s)
 static void usage(void)
 {
 	fprintf(stderr, "usage: exec_midstream server|client PORT [--exec none|keep|nopreload|"
-		"empty|fexecve|spawn|system] [--bytes N] [--first-read N] [--first-write N]\n"
+		"empty|fexecve|spawn|system|fork-exec|fork] [--bytes N] [--first-read N] [--first-write N]\n"
 		"       [--pause-ms MS] [--hold-at N] [--hold-ms MS] [--timeout S]\n");
 	exit(X_USAGE);
 }

@@ -299,6 +299,8 @@ START_TEST(test_out_of_range_encode)
 	/* protocol 2 had no downgrades: its reader would take our TCP flag for nothing and
 	 * the new program's bytes on TCP for a broken peer */
 	EXPECT_INVALID(clc_fx_sh_proposal(AF_INET), x_.u.s_prop.proto = 2, -EPROTONOSUPPORT);
+	/* protocol 3 had no RDMA downgrades: it ignores CDC_WENT_TCP */
+	EXPECT_INVALID(clc_fx_sh_proposal(AF_INET), x_.u.s_prop.proto = 3, -EPROTONOSUPPORT);
 	EXPECT_INVALID(clc_fx_sh_proposal(AF_INET), x_.flags = 0x08, -EPROTO);
 	EXPECT_INVALID(clc_fx_sh_accept(), x_.u.s_acc.server_token = 0, -ERANGE);
 	EXPECT_INVALID(clc_fx_sh_accept(), x_.u.s_acc.c2s_size = 1, -ERANGE);
@@ -594,6 +596,8 @@ START_TEST(test_sh_checks)
 	a.u.s_acc.proto = 1;
 	ck_assert_uint_eq(clc_sh_check_accept(&p.u.s_prop, &a.u.s_acc), CLC_DECL_VERSMISMAT);
 	a.u.s_acc.proto = 2;
+	ck_assert_uint_eq(clc_sh_check_accept(&p.u.s_prop, &a.u.s_acc), CLC_DECL_VERSMISMAT);
+	a.u.s_acc.proto = 3;
 	ck_assert_uint_eq(clc_sh_check_accept(&p.u.s_prop, &a.u.s_acc), CLC_DECL_VERSMISMAT);
 	a = clc_fx_sh_accept();
 	ck_assert_uint_eq(clc_sh_check_confirm(&p.u.s_prop, &a.u.s_acc, &c.u.s_conf), 0);

@@ -1,18 +1,19 @@
 # SPDX-License-Identifier: GPL-2.0-only OR BSD-2-Clause
 # shellcheck shell=bash
 #
-# vm-image.sh: the part of the VM harness that does not depend on what runs in the VM,
-# sourced by run-vm.sh: the kernel and initrd cache, the environment file a guest reads,
-# and qemu's common arguments. The sourcing script sets
+# vm-image.sh: the part of the VM harness that run-vm.sh (one VM) and run-twovm.sh (two
+# VMs on one virtual network) share, sourced by both: the kernel and initrd cache, the
+# environment file a guest reads, and qemu's common arguments. The sourcing script sets
 # prog, cache_root, and defines skip (exit 77) and die (exit 99) before calling these.
 
 # Bump when build_cache changes what it puts in the cache.
 CACHE_FORMAT=2
 
 # Modules loaded at boot, in this order (with their dependencies). Built-in ones and ones
-# the kernel does not have are left out with a note.
-MODULES=(crc32_generic virtio_pci virtio_rng 9p 9pnet_virtio overlay veth inet_diag tcp_diag
-	udp_diag unix_diag rdma_rxe ib_uverbs rdma_ucm ib_umad smc smc_diag sch_netem)
+# the kernel does not have are left out with a note. virtio_net is for run-twovm.sh's NIC
+# (a VM of run-vm.sh has none).
+MODULES=(crc32_generic virtio_pci virtio_rng virtio_net 9p 9pnet_virtio overlay veth inet_diag
+	tcp_diag udp_diag unix_diag rdma_rxe ib_uverbs rdma_ucm ib_umad smc smc_diag sch_netem)
 
 # ------------------------------------------------------------------ kernel and initrd
 

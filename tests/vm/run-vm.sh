@@ -30,8 +30,8 @@
 #     script's stdout.
 #
 # Kernel and initrd are built once (apt-get download of linux-image-amd64's kernel, a
-# busybox initrd with the modules) and cached in $SMC_VM_CACHE (default
-# /var/tmp/smc-preload-vm); a later run boots in a few seconds. SMC_VM_KERNEL_DEB=FILE
+# busybox initrd with the modules; vm-image.sh, shared with run-twovm.sh) and cached in
+# $SMC_VM_CACHE (default /var/tmp/smc-preload-vm); a later run boots in a few seconds. SMC_VM_KERNEL_DEB=FILE
 # uses that kernel package instead of downloading one. No KVM: nested KVM hung at boot on
 # the project's machines, so the VM runs under TCG (SMC_VM_ACCEL overrides); SMC_VM_MEM
 # (MiB, default 2048) and SMC_VM_SMP (default 2) size it; SMC_VM_QEMU names the qemu

@@ -75,7 +75,10 @@ iperf() {
 		smc_log "$label: sent=$sent received=$received" \
 			"($(jq -r '.end.sum_received.bits_per_second / 1e6 | floor' "$out") Mbit/s)"
 		smc_assert_ge "$label: bytes received" "$received" 1
-		smc_assert_ge "$label: bytes received x 10 vs sent x 9" $((received * 10)) $((sent * 9))
+		# The sender's last RMB and send buffer are still on their way when a 3 s run
+		# ends (at 30 Mbit/s about half a second's worth: 13% was seen with -R while
+		# another pair of VMs ran): iperf3 counts them as sent, not received.
+		smc_assert_ge "$label: bytes received x 4 vs sent x 3" $((received * 4)) $((sent * 3))
 		ib_expect_payload "$dir" "$received" "$label client"
 	fi
 	twovm_barrier "$label.done" 120

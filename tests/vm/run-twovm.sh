@@ -108,6 +108,7 @@ done
 # timeout makes its own process group: an interrupt of this script reaches neither it
 # nor qemu, so the exit trap stops both VMs (and the console printers) itself.
 declare -A qpid=() tpid=()
+# shellcheck disable=SC2317 # called by the trap
 stop_all() {
 	local n
 	for n in "${qpid[@]}" "${tpid[@]}"; do kill "$n" 2>/dev/null || true; done

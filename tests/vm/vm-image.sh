@@ -5,6 +5,7 @@
 # VMs on one virtual network) share, sourced by both: the kernel and initrd cache, the
 # environment file a guest reads, and qemu's common arguments. The sourcing script sets
 # prog, cache_root, and defines skip (exit 77) and die (exit 99) before calling these.
+# shellcheck disable=SC2154,SC2034 # prog, cache_root, qemu, ... are the sourcing script's
 
 # Bump when build_cache changes what it puts in the cache.
 CACHE_FORMAT=2

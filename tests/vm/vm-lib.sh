@@ -116,9 +116,10 @@ twovm_nap() {
 # twovm_put NAME [VALUE]: publish NAME (with VALUE, default 1) for the other VM; written
 # whole, then renamed, so the reader never sees half a value.
 twovm_put() {
-	printf '%s\n' "${2:-1}" >"$TWOVM_SYNC/.$SMC_VM_ID.$1.tmp" &&
-		mv -f "$TWOVM_SYNC/.$SMC_VM_ID.$1.tmp" "$TWOVM_SYNC/$SMC_VM_ID.$1" ||
+	if ! printf '%s\n' "${2-1}" >"$TWOVM_SYNC/.$SMC_VM_ID.$1.tmp" ||
+		! mv -f "$TWOVM_SYNC/.$SMC_VM_ID.$1.tmp" "$TWOVM_SYNC/$SMC_VM_ID.$1"; then
 		vm_fail "cannot write $TWOVM_SYNC/$SMC_VM_ID.$1"
+	fi
 }
 
 # twovm_get VAR NAME [SECONDS]: wait until the other VM published NAME and set VAR to its

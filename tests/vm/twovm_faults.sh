@@ -20,6 +20,7 @@
 
 : "${TWOVM_FAULT_SECS:=15}"
 smc_require_built "$SMC_STREAM"
+base_packets=0
 
 secs_since() { awk -v a="$1" -v b="$EPOCHREALTIME" 'BEGIN { printf "%.1f", b - a }'; }
 
@@ -31,16 +32,36 @@ start_side() {
 		twovm_serve "$label" "$dir" "$SMC_STREAM" server @PORT@ --bind "$SMC_VM_ADDR" --mode block
 	else
 		twovm_get port "$label.port"
+		rxe_packets base_packets
 		smc_start_server "$label" "$dir" "$SMC_STREAM" client "$TWOVM_SERVER" "$port" \
 			--bytes 1g --seed "$RANDOM" --mode block
 	fi
 }
 
-# running LABEL: in VM 2, after some seconds of data, the client still runs: publish it.
+# rxe_packets VAR: packets rxe0 sent and received so far (the connection under test is the
+# only RDMA traffic of the VM).
+rxe_packets() {
+	local c=/sys/class/infiniband/rxe0/ports/1/hw_counters sent rcvd
+	read -r sent <"$c/sent_pkts"
+	read -r rcvd <"$c/rcvd_pkts"
+	printf -v "$1" '%s' $((sent + rcvd))
+}
+
+# running LABEL: in VM 2, once the stream moves over rxe0 (4000 packets, some MB: the
+# handshake alone took more than 7 s once, under load), the client still running: publish
+# it.
 running() {
-	twovm_nap 4
-	_smc_group_alive "${SMC_SERVER_PID[$1]}" ||
-		smc_fail "$1: ended before the fault: $(cat "$(smc_server_log "$1")")"
+	local i now
+	for ((i = 0; i < 300; i++)); do
+		_smc_group_alive "${SMC_SERVER_PID[$1]}" ||
+			smc_fail "$1: ended before the fault: $(cat "$(smc_server_log "$1")")"
+		rxe_packets now
+		[ $((now - base_packets)) -ge 4000 ] && break
+		twovm_nap 0.2
+	done
+	[ $((now - base_packets)) -ge 4000 ] ||
+		smc_fail "$1: only $((now - base_packets)) packets over rxe0 in 60 s"
+	smc_log "$1: $((now - base_packets)) packets over rxe0, data flows"
 	twovm_put "$1.running"
 }
 

@@ -155,10 +155,15 @@ while alive 1 || alive 2; do
 			continue
 		fi
 		[ "${done_at[$n]}" -gt 0 ] || [ ! -f "$xdir/rc.$n" ] || done_at[$n]=$SECONDS
-		if [ "${stopped[$n]}" = 0 ] &&
-			{ { [ "${done_at[$n]}" -gt 0 ] && [ $((SECONDS - done_at[$n])) -ge 15 ]; } ||
-				{ [ "$ended" -gt 0 ] && [ $((SECONDS - ended)) -ge "$grace" ]; }; }; then
-			echo "$prog: VM $n did not power off by itself, stopping it" >&2
+		[ "${stopped[$n]}" = 0 ] || continue
+		why=
+		if [ "${done_at[$n]}" -gt 0 ] && [ $((SECONDS - done_at[$n])) -ge 15 ]; then
+			why="did not power off within 15 s of its command's end"
+		elif [ "$ended" -gt 0 ] && [ $((SECONDS - ended)) -ge "$grace" ]; then
+			why="still runs ${grace}s after the other VM stopped"
+		fi
+		if [ -n "$why" ]; then
+			echo "$prog: VM $n $why: stopping it" >&2
 			kill "${qpid[$n]}" 2>/dev/null || true
 			stopped[$n]=1
 		fi

@@ -22,6 +22,8 @@ power_off() {
 id=$(sed -n 's/.*[[:space:]]smcvm\.id=\([12]\).*/\1/p' /proc/cmdline)
 [ -n "$id" ] || { echo "smc-vm: no smcvm.id= on the kernel command line"; power_off; }
 hostname "vm$id"
+# run-twovm.sh boots the pair again when a VM does not get this far
+: >"/run/smcvm/up.$id"
 # devtmpfs has no /dev/fd: bash's process substitution <(...) needs it
 ln -sf /proc/self/fd /dev/fd
 # A FIFO nobody writes: `read -t` on it is a sleep without starting a process (each

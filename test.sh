@@ -51,7 +51,8 @@ PACKAGES+=(nodejs liburing-dev)
 PACKAGES+=(socat)
 # libFuzzer's runtime for tests/fuzz (only a Recommends of clang, which is not installed)
 PACKAGES+=(libclang-rt-14-dev)
-# The VM tests (tests/vm/run-vm.sh): qemu boots Debian's kernel with Soft-RoCE and smc.ko.
+# The VM tests (tests/vm/run-vm.sh, run-twovm.sh): qemu boots Debian's kernel with Soft-RoCE
+# and smc.ko (the two-VM tests also use socat, python3, tcpdump, redis, iperf3: above).
 PACKAGES+=(qemu-system-x86 busybox-static cpio kmod rdma-core ibverbs-providers ibverbs-utils)
 
 # Integration tests that run in --quick mode and under the sanitizers.

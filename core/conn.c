@@ -123,6 +123,45 @@ struct smc_conn **conn_collect_active(bool (*want)(const struct smc_conn *c), si
 	return b.c;
 }
 
+struct fd_list {
+	int *fd;
+	size_t n, cap;
+};
+
+static void fd_list_add(struct fd_list *l, int fd)
+{
+	if (fd < 0)
+		return;
+	if (l->n == l->cap) {
+		size_t cap = l->cap ? 2 * l->cap : 64;
+		int *m = realloc(l->fd, cap * sizeof(*m));
+
+		if (!m)
+			return;
+		l->fd = m;
+		l->cap = cap;
+	}
+	l->fd[l->n++] = fd;
+}
+
+static void bells_take(struct smc_conn *c, void *arg)
+{
+	fd_list_add(arg, c->rx_bell);
+	fd_list_add(arg, c->tx_bell);
+	fd_list_add(arg, c->peer_rx_bell);
+	fd_list_add(arg, c->peer_tx_bell);
+	fd_list_add(arg, c->resend_fd);
+}
+
+size_t conn_own_fds(int **out)
+{
+	struct fd_list l = { 0 };
+
+	conn_foreach(bells_take, &l);
+	*out = l.fd;
+	return l.n;
+}
+
 /* fork: the child holds every connection too. Counted before the fork so that a parent
  * closing its copy right away never signals "closed" to a peer the child still talks to.
  * Under the registry lock and every connection's lock (conn_fork_lock_*): fd_refs and

@@ -164,6 +164,9 @@ void conn_fork_failed(void);
 /* Calls fn for every connection of the process (under the registry lock: fn must not
  * block nor call back into the registry). */
 void conn_foreach(void (*fn)(struct smc_conn *c, void *arg), void *arg);
+/* The descriptors the connections of the process hold besides the application's (their
+ * doorbells, a re-send's socket); free(*out) after. */
+size_t conn_own_fds(int **out);
 /* The ACTIVE connections for which want(c) holds (want runs under the registry lock),
  * each with a reference (conn_put each, then free the array). *n: how many; a short
  * list when memory ran out. */

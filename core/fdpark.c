@@ -1,7 +1,9 @@
 /* SPDX-License-Identifier: GPL-2.0-only OR BSD-2-Clause */
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <stdbool.h>
+#include <stdlib.h>
 #include <sys/resource.h>
 #include <unistd.h>
 
@@ -80,4 +82,34 @@ int fd_park(int fd)
 			return fd;
 		span *= 2;
 	}
+}
+
+static int cmp_int(const void *a, const void *b)
+{
+	int x = *(const int *)a, y = *(const int *)b;
+
+	return (x > y) - (x < y);
+}
+
+int fd_close_range_sparing(unsigned int first, unsigned int last, int flags, int *keep,
+			   size_t n)
+{
+	unsigned int from = first;
+	int rc = 0;
+
+	qsort(keep, n, sizeof(*keep), cmp_int);
+	for (size_t i = 0; i < n && from <= last; i++) {
+		unsigned int k = (unsigned int)keep[i];
+
+		if (k < from || k > last)
+			continue;
+		if (k > from && REAL(close_range)(from, k - 1, flags) < 0)
+			rc = -1;
+		if (k == UINT_MAX)
+			return rc;
+		from = k + 1;
+	}
+	if (from <= last && from >= first && REAL(close_range)(from, last, flags) < 0)
+		rc = -1;
+	return rc;
 }

@@ -12,6 +12,11 @@
 /* Returns fd moved to a high number (CLOEXEC), or fd itself when there is no room. */
 int fd_park(int fd);
 
+/* close_range(first, last, flags) except for the descriptors in keep[0..n) (sorted in
+ * place): the program's call closes its own descriptors, not the library's. */
+int fd_close_range_sparing(unsigned int first, unsigned int last, int flags, int *keep,
+			   size_t n);
+
 /* At load, while the process is most likely still single-threaded: grows its fd table
  * to the limit once (see fdpark.c), for limits up to FD_PARK_PREPARE_MAX. */
 void fd_park_prepare(void);

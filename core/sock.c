@@ -29,6 +29,7 @@
 #include "core/epoll.h"
 #include "core/epoll_track.h"
 #include "core/fd_budget.h"
+#include "core/fdpark.h"
 #include "core/fdtab.h"
 #include "core/forklock.h"
 #include "core/handshake.h"
@@ -1510,6 +1511,17 @@ void smc_sock_before_close(int fd)
 		fdtab_clear(fd);
 		break;
 	}
+}
+
+int smc_sock_close_range(unsigned int first, unsigned int last, int flags)
+{
+	int *keep;
+	size_t n = conn_own_fds(&keep);
+	int rc = n ? fd_close_range_sparing(first, last, flags, keep, n)
+		   : REAL(close_range)(first, last, flags);
+
+	free(keep);
+	return rc;
 }
 
 void smc_sock_dup(int oldfd, int newfd)

@@ -78,6 +78,12 @@ struct smc_conn *sock_fd_conn(int fd);
  * the exec family (our own image ends), false for posix_spawn, system and popen (a
  * child runs it). Every upgraded connection it inherits goes back to plain TCP. */
 void smc_sock_before_exec(bool image_replaced);
+/* close_range() that closes (no CLOSE_RANGE_CLOEXEC), after smc_sock_before_close of
+ * the tracked fds in the range: everything but the descriptors the connections still
+ * need, which the library closes itself. A child that closes every descriptor above 2
+ * before its exec (Python's subprocess, systemd's spawn) keeps the doorbells its exec
+ * must ring to take the connections back to TCP (else the peer sleeps for ever). */
+int smc_sock_close_range(unsigned int first, unsigned int last, int flags);
 /* fd is named in a spawn's file actions (posix_spawn_file_actions_adddup2): the new
  * program may get it whatever its FD_CLOEXEC. */
 void smc_sock_before_spawn_dup(int fd);

@@ -156,6 +156,7 @@ SMC_EXPORT int close_range(unsigned int first, unsigned int last, int flags)
 		     fd = fd == INT_MAX ? -1 : fdtab_next_tracked(fd + 1))
 			smc_sock_before_close(fd);
 		errno = saved_errno;
+		return smc_sock_close_range(first, last, flags);
 	}
 	return CALL_REAL(close_range, first, last, flags);
 }

@@ -28,6 +28,8 @@
 # and the TCP socket does not reach cat: the connection stays on shm, nothing is
 # downgraded), EXEC:cat,nofork (socat execs cat with the socket as its stdin and
 # stdout) and EXEC:'env -u LD_PRELOAD cat',nofork (the new image is not preloaded);
+# popen: Python's subprocess.Popen(["cat"], stdin=conn, stdout=conn) echoes 2 MiB (its
+# child close_range()s every descriptor above 2 before the exec).
 # resend-exit: 12 MiB left in the ring at the exec of a slow reader, the writer exits
 # right after: its exit finishes the re-send.
 #
@@ -35,7 +37,7 @@
 # must still arrive.
 # EXEC_BYTES (default 8m) sets the stream size each way; EXEC_CASES (labels separated by
 # blanks: control, server-keep, ..., socat-fork, socat-nofork, socat-nofork-plain,
-# resend-exit) runs only those cases.
+# popen, resend-exit) runs only those cases.
 [ -n "${BASH_VERSION:-}" ] || exec bash "$0" "$@"
 # tests/rdma/exec.sh runs this over SMC-R in the VM, with lib.sh already sourced
 declare -F smc_init >/dev/null || . "$(dirname -- "${BASH_SOURCE[0]}")/lib.sh"
@@ -253,6 +255,50 @@ if want socat-nofork-plain; then
 	peer_after_downgrade "socat client (EXEC:env -u LD_PRELOAD cat,nofork)" \
 		"$(smc_stats_dir socat-client-nofork-plain)" 0
 fi
+# Python's subprocess with the connection as the child's stdin and stdout: the child
+# closes every descriptor above 2 (close_range) before its exec, the library's
+# doorbells among them were it not for the close_range wrapper, and the peer, asleep
+# in its read, was never told to re-send (it waited for ever).
+if want popen; then
+	srv=$(smc_stats_dir popen)
+	cli=$(smc_stats_dir popen-client)
+	smc_free_port port
+	smc_log "popen: subprocess.Popen(['cat'], stdin=conn, stdout=conn) echoes 2 MiB"
+	smc_start_server popen "$srv" timeout -k 5 $((CASE_TIMEOUT + 10)) python3 -c '
+import socket, subprocess, sys, time
+l = socket.socket()
+l.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+l.bind(("127.0.0.1", int(sys.argv[1])))
+l.listen(1)
+c, _ = l.accept()
+time.sleep(0.5)  # the client has sent its file and sleeps in its read
+sys.exit(subprocess.Popen(["cat"], stdin=c, stdout=c).wait())' "$port"
+	smc_wait_port popen "$port"
+	# a blocking read, asleep when the server's child execs
+	SMC_CMD_TIMEOUT=$CASE_TIMEOUT smc_run "$cli" python3 -c '
+import socket, sys
+data = open(sys.argv[2], "rb").read()
+s = socket.create_connection(("127.0.0.1", int(sys.argv[1])))
+s.sendall(data)
+got = bytearray()
+while len(got) < len(data):
+    b = s.recv(65536)
+    if not b:
+        break
+    got += b
+s.shutdown(socket.SHUT_WR)
+rest = s.recv(1)
+open(sys.argv[3], "wb").write(got + rest)' "$port" "$SMC_TMP/file" "$SMC_TMP/echo-popen" \
+		2>"$SMC_TMP/popen-client.log"
+	rc=$?
+	smc_wait_server_exit popen $((CASE_TIMEOUT + 20))
+	cat "$SMC_TMP/popen-client.log" "$(smc_server_log popen)"
+	smc_assert_eq "popen: client exit status" "$rc" 0
+	smc_assert_eq "popen: server exit status" "${SMC_SERVER_RC[popen]}" 0
+	smc_assert_same_file "popen: the echo" "$SMC_TMP/echo-popen" "$SMC_TMP/file"
+	peer_after_downgrade "popen client" "$cli" 0
+fi
+
 # The peer's re-send outlives its program: the client writes 12 MiB (they stay in the
 # server's 16 MiB ring), the server execs a slow reader with the socket while the
 # client sleeps, then the client closes and exits at once, long before the slow reader

@@ -1469,11 +1469,18 @@ uint32_t conn_poll_mask(struct smc_conn *c)
 	return m;
 }
 
-/* Counts a sleeper in the shared block so the peer rings (once per sequence). */
+/* Counts a sleeper in the shared block so the peer rings (once per sequence). A count
+ * the peer scribbled to ~0 would wrap to "nobody sleeps" with ours: then we count twice
+ * (sleeper_del gives back one per sleep, so the extra one stays: a spare ring at most). */
 static void sleeper_hold(uint32_t *sleepers, uint32_t *mine)
 {
-	__atomic_add_fetch(sleepers, 1, __ATOMIC_SEQ_CST);
-	__atomic_add_fetch(mine, 1, __ATOMIC_RELAXED);
+	uint32_t add = 1;
+
+	if (__atomic_add_fetch(sleepers, 1, __ATOMIC_SEQ_CST) == 0) {
+		__atomic_add_fetch(sleepers, 1, __ATOMIC_SEQ_CST);
+		add = 2;
+	}
+	__atomic_add_fetch(mine, add, __ATOMIC_RELAXED);
 }
 
 /* ... and bumps the sequence so that it rings once for this sleep. */

@@ -8,7 +8,8 @@
  * CDCs of every connection have completed (acknowledged by the peer's device: they are
  * in its memory, and the peer reads them after we are gone). The wait lasts while the
  * peer makes progress, and gives up after IDLE_NS without a completion (a peer that
- * stopped reading: as TCP's zero-window probing would, bounded) or MAX_NS in all.
+ * stopped reading: as TCP's zero-window probing would, bounded) or, over RDMA, MAX_NS
+ * in all.
  *
  * The same holds for a re-send to a peer that went back to TCP (conn.c, "Downgrade"):
  * the progress thread that finishes it ends with the process, so exit finishes it
@@ -27,8 +28,11 @@
 #include "core/log.h"
 #include "core/sock.h"
 
-#define IDLE_NS (2ull * 1000000000ull)
-#define MAX_NS (30ull * 1000000000ull)
+/* TCP keeps an orphan's data for minutes; a process cannot wait that long, but a
+ * reader busy for a few seconds (a loaded host, a program between two reads) must not
+ * lose the end of the stream */
+#define IDLE_NS (10ull * 1000000000ull)
+#define MAX_NS (60ull * 1000000000ull)
 
 static bool over_rdma(const struct smc_conn *c)
 {

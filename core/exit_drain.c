@@ -39,15 +39,10 @@ static bool over_rdma(const struct smc_conn *c)
 	return c->ib != NULL;
 }
 
-static bool resending(const struct smc_conn *c)
-{
-	return conn_resend_pending(c);
-}
-
 void smc_sock_finish_resends(void)
 {
 	size_t n;
-	struct smc_conn **c = conn_collect_active(resending, &n);
+	struct smc_conn **c = conn_collect_active(conn_resend_pending, &n);
 
 	for (size_t i = 0; i < n; i++) {
 		if (!conn_finish_resend(c[i], IDLE_NS))

@@ -432,6 +432,21 @@ smc_wrk_check() {
 	return 0
 }
 
+# smc_redis_bench_check OUT ERR TEST...: redis-benchmark's --csv output OUT and its
+# stderr ERR report no error, and a positive rate for every TEST (SET, GET, ...).
+smc_redis_bench_check() {
+	local out=$1 err=$2 t rps
+	shift 2
+	grep -Eiq 'error|could not|refused|reset' "$err" "$out" &&
+		smc_fail "redis-benchmark reported errors: $(head -5 "$err")"
+	for t in "$@"; do
+		rps=$(awk -F, -v t="\"$t\"" '$1 == t { gsub(/"/, "", $2); print $2 }' "$out")
+		[ -n "$rps" ] || smc_fail "redis-benchmark: no result line for $t"
+		awk -v r="$rps" 'BEGIN { exit !(r > 0) }' || smc_fail "redis-benchmark: $t rate is '$rps'"
+	done
+	return 0
+}
+
 # smc_expect_payload DIR MIN_BYTES [LABEL]: the transport check of every test, following
 # SMC_TEST_EXPECT. shm: at least one shm connection, shm bytes (sent + received) >=
 # MIN_BYTES (>= 1 when MIN_BYTES is 0), and no connection fell back to TCP. tcp: at least

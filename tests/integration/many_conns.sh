@@ -57,13 +57,7 @@ log=$(smc_server_log redis)
 if grep -Eiq 'too many open files|EMFILE' "$out" "$err" "$log"; then
 	smc_fail "EMFILE: $(grep -Eih 'too many open files|EMFILE' "$out" "$err" "$log" | head -3)"
 fi
-grep -Eiq 'error|could not|refused|reset' "$err" "$out" &&
-	smc_fail "redis-benchmark reported errors: $(head -5 "$err")"
-for t in PING_MBULK SET GET; do
-	rps=$(awk -F, -v t="\"$t\"" '$1 == t { gsub(/"/, "", $2); print $2 }' "$out")
-	[ -n "$rps" ] || smc_fail "redis-benchmark: no result line for $t"
-	awk -v r="$rps" 'BEGIN { exit !(r > 0) }' || smc_fail "redis-benchmark: $t rate is '$rps'"
-done
+smc_redis_bench_check "$out" "$err" PING_MBULK SET GET
 
 info=$(redis-cli -h 127.0.0.1 -p "$port" info stats | tr -d '\r') || smc_fail "redis-cli info failed"
 stat() { printf '%s\n' "$info" | awk -F: -v k="$1" '$1 == k { print $2 }'; }

@@ -34,13 +34,7 @@ smc_run "$cli" redis-benchmark -h ::1 -p "$port" -c 50 -n "$REQUESTS" -t set,get
 	-d "$VALUE_SIZE" --csv >"$out" 2>"$err" ||
 	smc_fail "redis-benchmark failed (status $?): $(cat "$err")"
 cat "$out"
-grep -Eiq 'error|could not|refused|reset' "$err" "$out" &&
-	smc_fail "redis-benchmark reported errors: $(cat "$err")"
-for t in SET GET; do
-	rps=$(awk -F, -v t="\"$t\"" '$1 == t { gsub(/"/, "", $2); print $2 }' "$out")
-	[ -n "$rps" ] || smc_fail "redis-benchmark: no result line for $t"
-	awk -v r="$rps" 'BEGIN { exit !(r > 0) }' || smc_fail "redis-benchmark: $t rate is '$rps'"
-done
+smc_redis_bench_check "$out" "$err" SET GET
 
 info=$(smc_run "$cli" redis-cli -h ::1 -p "$port" info stats) || smc_fail "redis-cli info failed"
 processed=$(printf '%s\n' "$info" | tr -d '\r' | awk -F: '$1 == "total_commands_processed" { print $2 }')

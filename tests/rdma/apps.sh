@@ -22,7 +22,7 @@ CHURN_THREADS=4
 smc_init
 
 redis() {
-	local port srv cli out=$SMC_TMP/bench.csv err=$SMC_TMP/bench.err t rps len
+	local port srv cli out=$SMC_TMP/bench.csv err=$SMC_TMP/bench.err len
 	if ! command -v redis-server >/dev/null || ! command -v redis-benchmark >/dev/null; then
 		smc_log "SKIP redis: not installed"
 		return
@@ -38,13 +38,7 @@ redis() {
 		-t set,get -d "$VALUE_SIZE" --csv >"$out" 2>"$err" ||
 		smc_fail "redis-benchmark failed (status $?): $(cat "$err")"
 	cat "$out"
-	grep -Eiq 'error|could not|refused|reset' "$err" "$out" &&
-		smc_fail "redis-benchmark reported errors: $(cat "$err")"
-	for t in SET GET; do
-		rps=$(awk -F, -v t="\"$t\"" '$1 == t { gsub(/"/, "", $2); print $2 }' "$out")
-		[ -n "$rps" ] || smc_fail "redis-benchmark: no result line for $t"
-		awk -v r="$rps" 'BEGIN { exit !(r > 0) }' || smc_fail "redis-benchmark: $t rate '$rps'"
-	done
+	smc_redis_bench_check "$out" "$err" SET GET
 	len=$(smc_run "$cli" redis-cli -h 127.0.0.1 -p "$port" strlen key:__rand_int__ | tr -d '\r')
 	smc_assert_eq "length of the value stored by redis-benchmark" "$len" "$VALUE_SIZE"
 	smc_stop_server redis TERM 30

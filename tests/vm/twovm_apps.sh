@@ -17,7 +17,7 @@ VALUE_SIZE=1024
 smc_require_cmd redis-server redis-benchmark redis-cli iperf3
 
 redis() {
-	local dir out=$SMC_TMP/bench.csv err=$SMC_TMP/bench.err rc t rps len
+	local dir out=$SMC_TMP/bench.csv err=$SMC_TMP/bench.err rc len
 	dir=$(smc_stats_dir redis)
 	if twovm_server; then
 		twovm_serve redis "$dir" redis-server --port @PORT@ --bind "$SMC_VM_ADDR" \
@@ -37,13 +37,7 @@ redis() {
 		twovm_put redis.client "$rc"
 		cat "$out"
 		smc_assert_eq "redis-benchmark exit status ($(cat "$err"))" "$rc" 0
-		grep -Eiq 'error|could not|refused|reset' "$err" "$out" &&
-			smc_fail "redis-benchmark reported errors: $(cat "$err")"
-		for t in SET GET; do
-			rps=$(awk -F, -v t="\"$t\"" '$1 == t { gsub(/"/, "", $2); print $2 }' "$out")
-			[ -n "$rps" ] || smc_fail "redis-benchmark: no result line for $t"
-			awk -v r="$rps" 'BEGIN { exit !(r > 0) }' || smc_fail "redis-benchmark: $t rate '$rps'"
-		done
+		smc_redis_bench_check "$out" "$err" SET GET
 		smc_assert_eq "length of the value stored by redis-benchmark (redis-cli)" "$len" "$VALUE_SIZE"
 		ib_expect_payload "$dir" $((2 * TWOVM_REDIS_REQUESTS * VALUE_SIZE)) "redis clients"
 	fi

@@ -27,21 +27,7 @@ fi
 
 # A reader slower than the network (as a loaded host is): it still has most of an RMB
 # to read when the writer's process is gone.
-SLOW_READER='
-import socket, sys, time
-l = socket.socket()
-l.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-l.bind(("127.0.0.1", int(sys.argv[2])))
-l.listen(1)
-c, _ = l.accept()
-with open(sys.argv[1], "wb") as out:
-    while True:
-        b = c.recv(16384)
-        if not b:
-            break
-        out.write(b)
-        time.sleep(0.01)
-'
+SLOW_READER=$top_srcdir/tests/lib/slow_reader.py
 
 # one_way LABEL fast|slow WRITER...: a reader (socat, or the slow python one) stores
 # what arrives; WRITER (its @PORT@ replaced by the reader's port) sends $SMC_TMP/in and
@@ -54,7 +40,7 @@ one_way() {
 	cli=$(smc_stats_dir "writer-$label")
 	rm -f "$SMC_TMP/out"
 	if [ "$speed" = slow ]; then
-		smc_start_server "reader-$label" "$srv" python3 -c "$SLOW_READER" "$SMC_TMP/out" "$port"
+		smc_start_server "reader-$label" "$srv" python3 "$SLOW_READER" "$SMC_TMP/out" "$port"
 	else
 		smc_start_server "reader-$label" "$srv" socat -u \
 			"TCP-LISTEN:$port,bind=127.0.0.1,reuseaddr" "CREATE:$SMC_TMP/out"

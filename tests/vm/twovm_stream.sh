@@ -31,21 +31,7 @@ TWOVM_CAPTURE=1 twovm_stream_case stream "$TWOVM_STREAM_BYTES" --mode block
 
 # ------------------------------------------------ 2. one way, the writer exits at once
 N=$(smc_bytes_of "$TWOVM_ONEWAY_BYTES")
-SLOW_READER='
-import socket, sys, time
-l = socket.socket()
-l.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-l.bind((sys.argv[3], int(sys.argv[2])))
-l.listen(1)
-c, _ = l.accept()
-with open(sys.argv[1], "wb") as out:
-    while True:
-        b = c.recv(16384)
-        if not b:
-            break
-        out.write(b)
-        time.sleep(0.01)
-'
+SLOW_READER=$top_srcdir/tests/lib/slow_reader.py
 # one_way LABEL fast|slow
 one_way() {
 	local label=$1 speed=$2 dir got want t0
@@ -53,7 +39,7 @@ one_way() {
 	if twovm_server; then
 		rm -f "$SMC_TMP/out"
 		if [ "$speed" = slow ]; then
-			twovm_serve "$label" "$dir" python3 -c "$SLOW_READER" "$SMC_TMP/out" @PORT@ "$SMC_VM_ADDR"
+			twovm_serve "$label" "$dir" python3 "$SLOW_READER" "$SMC_TMP/out" @PORT@ "$SMC_VM_ADDR"
 		else
 			twovm_serve "$label" "$dir" socat -u \
 				"TCP-LISTEN:@PORT@,bind=$SMC_VM_ADDR,reuseaddr" "CREATE:$SMC_TMP/out"

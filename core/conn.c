@@ -537,6 +537,9 @@ static void conn_wake_local(struct smc_conn *c)
  * send buffer: small, so it always fits an empty ring or a fresh TCP send buffer. */
 #define CONN_PENDING_BUF (8u * 1024)
 
+static void ring_if_asleep(const uint32_t *sleepers, const uint32_t *seq, uint32_t *rung,
+			   int bell);
+
 /* With tx_lock held, before the state leaves PENDING: into the (empty) ring. */
 static void pending_flush_shm(struct smc_conn *c)
 {
@@ -548,6 +551,12 @@ static void pending_flush_shm(struct smc_conn *c)
 	__atomic_store_n(&c->tx->prod, c->tx_prod, __ATOMIC_RELEASE);
 	if (c->ib)
 		conn_ib_tx_published(c);
+	else
+		/* the peer may be active and asleep in its read already: a client's
+		 * Confirm leaves before it turns active, and a server finishing in the
+		 * background turns active after its client */
+		ring_if_asleep(&c->tx->r_sleepers, &c->tx->r_seq, &c->rung_rx_seq,
+			       c->peer_rx_bell);
 	c->bytes_sent += n;
 	stats_bytes(c->mode, n, 0);
 	c->pend_len = 0;

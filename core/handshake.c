@@ -379,14 +379,18 @@ int hs_client_step(struct hs_flow *f, bool final)
 	c->peer_tx_bell = bell_take(in[2]);
 	fd_budget_take(2);
 	in[1] = in[2] = -1;
+	conf.u.s_conf.client_token = p->client_token;
+	conf.u.s_conf.server_token = acc.u.s_acc.server_token;
+	/* The Confirm leaves before the connection turns active: once it is active the
+	 * program may hand it to a new image (exec right after a nonblocking connect),
+	 * which closes this rendezvous socket, and a server still waiting for the Confirm
+	 * would take that for a client gone and reset the connection. If it is lost the
+	 * server resets the TCP connection: both see it fail. */
+	(void)hs_send(f->ufd, &conf, auth->by_key ? bells : NULL, auth->by_key ? 2 : 0);
 	conn_activate(c);
 	pthread_mutex_unlock(&c->lock);
 	statsrv_ensure();
 	close_fds(in, 1);
-	conf.u.s_conf.client_token = p->client_token;
-	conf.u.s_conf.server_token = acc.u.s_acc.server_token;
-	/* If this is lost the server resets the TCP connection: both see it fail. */
-	(void)hs_send(f->ufd, &conf, auth->by_key ? bells : NULL, auth->by_key ? 2 : 0);
 	return 0;
 }
 

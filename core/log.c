@@ -18,6 +18,7 @@
 
 #include "core/config.h"
 #include "core/fd_budget.h"
+#include "core/fdpark.h"
 #include "core/log.h"
 #include "core/real.h"
 #include "core/sandbox.h"
@@ -140,7 +141,9 @@ void log_init(void)
 		smc_log(SMC_LOG_ERR, "cannot open SMC_LOG_FILE %s: %s; logging to stderr", path,
 			strerror(errno));
 	else
-		log_fd = fd;
+		/* off the low numbers: a program that puts its own descriptors at fixed
+		 * numbers (systemd-socket-activate's listener at 3) must find them free */
+		log_fd = fd_park(fd);
 	if (fd >= 0)
 		fd_budget_take(1);
 	free(path);

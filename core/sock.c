@@ -663,8 +663,8 @@ int smc_sock_listen(int fd, int backlog)
 	return r;
 }
 
-/* An inherited socket (fd) that listens for TCP and was opted in for the SMC option. */
-static bool inherited_opted_in_listener(int fd)
+/* An inherited socket (fd) that listens for TCP. */
+static bool inherited_tcp_listener(int fd)
 {
 	int v = 0, dom = 0, type = 0, proto = 0;
 	socklen_t len = sizeof(v);
@@ -679,13 +679,22 @@ static bool inherited_opted_in_listener(int fd)
 	if (REAL(getsockopt)(fd, SOL_SOCKET, SO_TYPE, &type, &len) < 0 || type != SOCK_STREAM)
 		return false;
 	len = sizeof(proto);
-	if (REAL(getsockopt)(fd, SOL_SOCKET, SO_PROTOCOL, &proto, &len) < 0 ||
-	    proto != IPPROTO_TCP)
-		return false;
-	/* an entry in the map: opted in (peer-sent is 0 on a listener) */
-	return tcpopt_available() && tcpopt_peer_sent(fd) >= 0;
+	return REAL(getsockopt)(fd, SOL_SOCKET, SO_PROTOCOL, &proto, &len) == 0 &&
+	       proto == IPPROTO_TCP;
 }
 
+/*
+ * A listener handed over by exec (systemd socket activation, inetd's wait services, a
+ * server that re-execs itself, nginx's binary upgrade) is tracked as if this image had
+ * called listen(): its rendezvous name is registered again (the old image's went with
+ * its descriptors, or a sibling still holds it), and one opted in for the option
+ * before the exec (the kernel keeps that) negotiates by it. Left untracked, its clients
+ * would still find a name that a process forked before the exec holds, or one that was
+ * there when they connected, and wait their handshake timeout for a server that never
+ * comes. A listener made by a process without the library (systemd itself) upgrades
+ * over the rendezvous only: with the option set up its clients take the missing option
+ * for a peer without SMC.
+ */
 void smc_sock_adopt_inherited(void)
 {
 	DIR *d;
@@ -699,6 +708,7 @@ void smc_sock_adopt_inherited(void)
 	while ((de = readdir(d)) != NULL) {
 		char *end;
 		long fd = strtol(de->d_name, &end, 10);
+		bool opted_in;
 
 		if (*end || end == de->d_name || fd < 0 || fd == dirfd(d) || fd > INT32_MAX)
 			continue;
@@ -706,12 +716,17 @@ void smc_sock_adopt_inherited(void)
 			io_uring_note_setup();
 			continue;
 		}
-		if (fdtab_kind((int)fd) != FD_NONE || !inherited_opted_in_listener((int)fd))
+		if (fdtab_kind((int)fd) != FD_NONE || !inherited_tcp_listener((int)fd))
 			continue;
-		log_debug("fd %ld: inherited listener opted in for the SMC option: tracked", fd);
+		/* an entry in the map: opted in before the exec (peer-sent is 0 on a
+		 * listener). One that was not cannot be now: the eBPF program prepares a
+		 * listener for the option when it starts listening. */
+		opted_in = tcpopt_available() && tcpopt_peer_sent((int)fd) >= 0;
+		log_debug("fd %ld: inherited listener tracked (%s)", fd,
+			  opted_in ? "SMC option" : "rendezvous only");
 		/* its history is not known: ask the kernel for its options */
 		fdtab_flags_reset((int)fd, FDF_SOCKOPTS | FDF_BOUND);
-		listener_track((int)fd, true);
+		listener_track((int)fd, opted_in);
 	}
 	closedir(d);
 }

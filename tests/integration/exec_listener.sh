@@ -1,0 +1,181 @@
+#!/bin/bash
+# SPDX-License-Identifier: GPL-2.0-only OR BSD-2-Clause
+#
+# Listeners handed to a new program by exec, and a client that execs right after a
+# nonblocking connect() (tests/lib/exec_listener.py), first over the same-host
+# rendezvous, then (root, eBPF) with the SMC TCP option set up under a map directory of
+# the test's own:
+#  - reexec: a preloaded server listens, then execs itself with the listener as fd 3
+#    (LISTEN_FDS style); the new image serves 3 clients under the library: all three
+#    are upgraded (the new image tracks the inherited listener; before, the first client
+#    waited its handshake timeout and ran TCP, counted as handshake-failed);
+#  - activate: systemd-socket-activate under the library (its log in SMC_LOG_FILE,
+#    whose descriptor must not take the fd 3 it gives the listener) execs the
+#    preloaded server at the first connection: all upgraded; activate-plain: the same
+#    with systemd-socket-activate not preloaded: the first client, which connects
+#    before any process of the library holds the listener, is plain TCP
+#    (peer-not-smc), the others are upgraded over the rendezvous (with the option set
+#    up, all plain TCP: that listener was not opted in when it started listening);
+#  - nopreload (rendezvous only): the server execs itself without LD_PRELOAD: every
+#    connection is plain TCP and every byte arrives;
+#  - connect-exec: 20 clients each exec /bin/sh on a socket whose nonblocking connect()
+#    was just made; sh writes a line and reads its echo back from a preloaded echo
+#    server: every line comes back, the server counts 20 upgraded connections, no abort
+#    and 20 peer downgrades (before, 1 in 8 was reset: the client's Confirm left after
+#    the connection turned active, and the exec closed its rendezvous socket first).
+# With SMC_TEST_EXPECT=tcp nothing is upgraded and every byte arrives all the same.
+[ -n "${BASH_VERSION:-}" ] || exec bash "$0" "$@"
+. "$(dirname -- "$0")/lib.sh"
+
+PROG=$top_srcdir/tests/lib/exec_listener.py
+N=3
+CONNECT_EXECS=20
+
+smc_init
+smc_require_cmd python3
+export SMC_SHORT_CONN_US=0 # every connection is upgraded with a full handshake
+PRELOAD=${SMC_TEST_PRELOAD_FIRST:+$SMC_TEST_PRELOAD_FIRST:}$SMC_PRELOAD_LIB
+
+# expect_all DIR COUNT LABEL: COUNT connections in DIR in the expected mode, none other,
+# and no abort.
+expect_all() {
+	local dir=$1 count=$2 label=$3 other=tcp
+	[ "$SMC_TEST_EXPECT" = tcp ] && other=shm
+	smc_require_stats "$dir"
+	smc_log "stats $label: $(smc_stats_summary "$dir")"
+	smc_assert_eq "$label: $SMC_TEST_EXPECT connections" \
+		"$(smc_stats "$dir" ".connections.$SMC_TEST_EXPECT")" "$count"
+	smc_assert_eq "$label: $other connections" "$(smc_stats "$dir" ".connections.$other")" 0
+	smc_assert_eq "$label: aborts" "$(smc_stats "$dir" '.events.aborts')" 0
+}
+
+# expect_first_tcp DIR LABEL: the first of the N connections plain TCP (peer-not-smc),
+# the others upgraded, no abort.
+expect_first_tcp() {
+	local dir=$1 label=$2
+	smc_require_stats "$dir"
+	smc_log "stats $label: $(smc_stats_summary "$dir")"
+	smc_assert_eq "$label: shm connections" "$(smc_stats "$dir" '.connections.shm')" "$((N - 1))"
+	smc_assert_eq "$label: the first one, peer-not-smc" \
+		"$(smc_stats "$dir" '.fallback["peer-not-smc"] // 0')" 1
+	smc_assert_eq "$label: aborts" "$(smc_stats "$dir" '.events.aborts')" 0
+}
+
+# serve_and_check LABEL SERVER-STATSDIR-OR-DASH EXPECT_SERVER SERVER-CMD...: starts the
+# server, runs the client (N connections), waits for the server to serve them and exit.
+serve_and_check() {
+	local label=$1 sdir=$2 cdir out
+	shift 2
+	smc_free_port port
+	cdir=$(smc_stats_dir "client-$label")
+	# the port goes where the command says @PORT@
+	smc_start_server "$label" "$sdir" "${@//@PORT@/$port}"
+	smc_wait_port "$label" "$port"
+	out=$(smc_run "$cdir" python3 "$PROG" client "$port" "$N") ||
+		smc_fail "$label: client failed: $out"
+	smc_assert_eq "$label: client" "$out" "CLIENT OK"
+	smc_wait_server_exit "$label" 30
+	grep -qx "SERVED $N" "$(smc_server_log "$label")" ||
+		smc_fail "$label: the server did not serve $N connections"
+	client_dir=$cdir
+}
+
+run_cases() { # run_cases PATH-LABEL
+	local path=$1 sdir
+	smc_log "---- $path: reexec"
+	sdir=$(smc_stats_dir "server-reexec-$path")
+	serve_and_check "reexec-$path" "$sdir" python3 "$PROG" listen-exec @PORT@ "$N"
+	expect_all "$client_dir" "$N" "reexec-$path client"
+	expect_all "$sdir" "$N" "reexec-$path server"
+
+	if command -v systemd-socket-activate >/dev/null; then
+		smc_log "---- $path: activate (systemd-socket-activate under the library)"
+		sdir=$(smc_stats_dir "server-activate-$path")
+		serve_and_check "activate-$path" "$sdir" env SMC_LOG_LEVEL=debug \
+			"SMC_LOG_FILE=$SMC_TMP/activate-$path.%p.smclog" \
+			systemd-socket-activate -l 127.0.0.1:@PORT@ -E LD_PRELOAD -E SMC_STATS_FILE \
+			-E SMC_SHORT_CONN_US -E SMC_BPF_DIR -E SMC_TRANSPORT \
+			python3 "$PROG" serve "$N"
+		expect_all "$client_dir" "$N" "activate-$path client"
+		expect_all "$sdir" "$N" "activate-$path server"
+
+		smc_log "---- $path: activate-plain (systemd-socket-activate without the library)"
+		sdir=$(smc_stats_dir "server-activate-plain-$path")
+		serve_and_check "activate-plain-$path" - systemd-socket-activate \
+			-l 127.0.0.1:@PORT@ -E "LD_PRELOAD=$PRELOAD" -E "SMC_STATS_FILE=$sdir/%p.json" \
+			-E SMC_SHORT_CONN_US -E SMC_BPF_DIR -E SMC_TRANSPORT -E ASAN_OPTIONS \
+			python3 "$PROG" serve "$N"
+		# the first client connects before any process of the library holds the
+		# listener: plain TCP (peer-not-smc), the others are upgraded over the
+		# rendezvous; with the option set up, a listener that was not opted in when
+		# it started listening answers without it: all plain TCP (peer-not-smc)
+		if [ "$SMC_TEST_EXPECT" = shm ] && [ "$path" = tcpopt ]; then
+			smc_expect_fallback "$client_dir" peer-not-smc "$((N * 2))" "activate-plain-$path client"
+			smc_assert_eq "activate-plain-$path client: tcp connections" \
+				"$(smc_stats "$client_dir" '.connections.tcp')" "$N"
+		elif [ "$SMC_TEST_EXPECT" = shm ]; then
+			expect_first_tcp "$client_dir" "activate-plain-$path client"
+			expect_first_tcp "$sdir" "activate-plain-$path server"
+		else
+			expect_all "$client_dir" "$N" "activate-plain-$path client"
+		fi
+	else
+		smc_log "systemd-socket-activate not installed: its cases skipped"
+	fi
+
+	# With the option set up, a listener opted in before the exec keeps answering it
+	# (the eBPF program decides a SYN-ACK by flags the listener got at listen(), which
+	# only it can clear): a program without the library would read the clients'
+	# Proposals as data (LIMITATIONS in libsmc_preload(7)).
+	if [ "$path" = rendezvous ]; then
+		smc_log "---- $path: nopreload (the server execs a program without the library)"
+		serve_and_check "nopreload-$path" "$(smc_stats_dir "server-nopreload-$path")" \
+			python3 "$PROG" listen-exec @PORT@ "$N" nopreload
+		smc_require_stats "$client_dir"
+		smc_log "stats nopreload-$path client: $(smc_stats_summary "$client_dir")"
+		smc_assert_eq "nopreload-$path client: tcp connections" \
+			"$(smc_stats "$client_dir" '.connections.tcp')" "$N"
+		smc_assert_eq "nopreload-$path client: aborts" \
+			"$(smc_stats "$client_dir" '.events.aborts')" 0
+	fi
+
+	smc_log "---- $path: connect-exec ($CONNECT_EXECS clients exec right after connect)"
+	local edir cdir i out
+	smc_free_port port
+	edir=$(smc_stats_dir "echo-$path")
+	cdir=$(smc_stats_dir "connect-exec-$path")
+	smc_start_server "echo-$path" "$edir" python3 "$PROG" echo "$port" "$CONNECT_EXECS"
+	smc_wait_port "echo-$path" "$port"
+	for ((i = 0; i < CONNECT_EXECS; i++)); do
+		out=$(smc_run "$cdir" python3 "$PROG" connect-exec "$port" 2>&1)
+		smc_assert_eq "connect-exec-$path $i: what sh read back" "$out" "hello-from-sh"
+	done
+	smc_wait_server_exit "echo-$path" 30
+	grep -qx "ECHOED $CONNECT_EXECS" "$(smc_server_log "echo-$path")" ||
+		smc_fail "connect-exec-$path: the echo server did not finish"
+	expect_all "$edir" "$CONNECT_EXECS" "connect-exec-$path echo server"
+	if [ "$SMC_TEST_EXPECT" = shm ]; then
+		smc_assert_eq "connect-exec-$path echo server: peer downgrades" \
+			"$(smc_stats "$edir" '.events.peer_downgrades')" "$CONNECT_EXECS"
+	fi
+}
+
+# no eBPF map, even where the host has the TCP option set up
+export SMC_BPF_DIR=/sys/fs/bpf/smc-exec-listener-none-$$
+run_cases rendezvous
+
+if [ "$(id -u)" != 0 ]; then
+	smc_log "not root: the TCP option cases skipped"
+	smc_pass
+fi
+BPF_OBJ=${SMC_BPF_OBJ:-$top_builddir/bpf/smc_tcpopt.bpf.o}
+export SMC_BPF_DIR=/sys/fs/bpf/smc-exec-listener-$$
+if [ ! -f "$BPF_OBJ" ] || ! out=$(SMC_BPF_OBJ=$BPF_OBJ "$SMC_WRAPPER" --setup 2>&1); then
+	smc_log "eBPF setup not possible here (${out:-$BPF_OBJ not built}): the TCP option cases skipped"
+	smc_pass
+fi
+teardown() { SMC_BPF_OBJ=$BPF_OBJ "$SMC_WRAPPER" --teardown >/dev/null 2>&1; }
+# lib.sh's cleanup reads the exit status first: keep it for it
+trap '_rc=$?; teardown; (exit $_rc); _smc_cleanup' EXIT
+run_cases tcpopt
+smc_pass

@@ -51,6 +51,10 @@ PACKAGES+=(nodejs liburing-dev)
 PACKAGES+=(socat)
 # libFuzzer's runtime for tests/fuzz (only a Recommends of clang, which is not installed)
 PACKAGES+=(libclang-rt-14-dev)
+# The Debian packages (tests/integration/debian_package.sh: dpkg-buildpackage, lintian, a
+# clean root made by mmdebstrap), the boot unit (systemd_unit.sh: systemd-analyze),
+# smcpstat's JSON schema (smcpstat_json.sh)
+PACKAGES+=(debhelper lintian mmdebstrap systemd python3-jsonschema)
 # The VM tests (tests/vm/run-vm.sh, run-twovm.sh): qemu boots Debian's kernel with Soft-RoCE
 # and smc.ko (the two-VM tests also use socat, python3, tcpdump, redis, iperf3: above).
 PACKAGES+=(qemu-system-x86 busybox-static cpio kmod rdma-core ibverbs-providers ibverbs-utils)

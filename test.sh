@@ -83,6 +83,8 @@ ASAN_TESTS+=(tests/integration/rdv_squat.sh)
 ASAN_TESTS+=(tests/integration/shm_forge.sh)
 # downgrades across exec: the peer re-sends from its own mapping of the ring
 ASAN_TESTS+=(tests/integration/exec.sh)
+# smcpstat's totals and filters (the tool instrumented too)
+ASAN_TESTS+=(tests/integration/smcpstat_json.sh)
 # Not under the sanitizers: the Soft-RoCE tests (ASan inside the emulated VM slows the
 # peers enough for an RC retry timeout to fail the link now and then).
 

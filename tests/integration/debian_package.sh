@@ -32,6 +32,16 @@ release=$(. /etc/os-release 2>/dev/null && [ "${ID:-}" = debian ] && echo "${VER
 SMC_TEST_TIMEOUT=${SMC_TEST_TIMEOUT_PKG:-900}
 smc_init
 
+# archive_reachable: can the root be made? (asked before the build when no root of this
+# release is kept, so that a machine without the archive skips at once)
+archive_reachable() {
+	local host=${DEBIAN_PKG_MIRROR#*://}
+	host=${host%%/*}
+	timeout 20 bash -c ': <>"/dev/tcp/$1/80"' sh "$host" 2>/dev/null ||
+		smc_skip "cannot reach $host to make a $release root (no network to the archive)"
+}
+compgen -G "$top_builddir/tests/debian-root-$release-*.tar" >/dev/null || archive_reachable
+
 # ------------------------------------------------------------------ build
 version=$(sed -n 's/^VERSION = //p' "$top_builddir/Makefile")
 src=$SMC_TMP/build/smc-preload-$version
@@ -66,10 +76,7 @@ include=${deps}redis-server,redis-tools
 tarball=$top_builddir/tests/debian-root-$release-$(printf '%s %s' "$include" "$DEBIAN_PKG_MIRROR" |
 	sha256sum | cut -c1-12).tar
 if [ ! -s "$tarball" ]; then
-	host=${DEBIAN_PKG_MIRROR#*://}
-	host=${host%%/*}
-	timeout 20 bash -c ': <>"/dev/tcp/$1/80"' sh "$host" 2>/dev/null ||
-		smc_skip "cannot reach $host to make a $release root (no network to the archive)"
+	archive_reachable
 	t0=$SECONDS
 	mkdir -p "$top_builddir/tests"
 	if command -v mmdebstrap >/dev/null 2>&1; then

@@ -39,8 +39,8 @@ hosts); connections to anyone else stay plain TCP.
   --setup         (root, once per boot) load, pin and attach the eBPF program
                   that puts the SMC TCP option on the wire; idempotent
   --teardown      (root) detach and unpin it; idempotent
-  --status        is it loaded and attached? exit 0 yes, 3 not set up,
-                  4 set up partly
+  --status        is it loaded and attached, and does smc-preload.service set
+                  it up at boot? exit 0 loaded, 3 not set up, 4 set up partly
 
 SIZE: bytes, or with a k, m or g suffix (1k = 1024). Other settings are read
 from SMC_* environment variables: see libsmc_preload(7) or --print-config.
@@ -442,8 +442,38 @@ status_rdv_only() {
 	exit 0
 }
 
+# The last line of --status: does the systemd unit repeat --setup at every boot?
+# (systemctl reads the unit files, so this works without a running systemd too;
+# SMC_UNIT_ROOT asks about the system installed under another root, an image.)
+status_unit() {
+	local unit=smc-preload.service state
+	if ! command -v systemctl >/dev/null 2>&1; then
+		printf '  boot       no systemctl: nothing runs --setup at boot\n'
+		return 0
+	fi
+	state=$(systemctl ${SMC_UNIT_ROOT:+--root="$SMC_UNIT_ROOT"} is-enabled "$unit" 2>/dev/null)
+	case $state in
+	enabled | enabled-runtime)
+		printf '  boot       %s is %s: --setup runs at every boot\n' "$unit" "$state" ;;
+	"" | not-found)
+		printf '  boot       %s is not installed: nothing runs --setup at boot\n' "$unit" ;;
+	*)
+		printf '  boot       %s is %s: nothing runs --setup at boot (systemctl enable %s)\n' \
+			"$unit" "$state" "$unit" ;;
+	esac
+}
+
 # Exit 0: loaded and attached; 3: nothing set up; 4: set up partly, or not attached.
+# The state of the boot unit follows, whatever the exit status.
 do_status() {
+	local rc
+	(status_option)
+	rc=$?
+	status_unit
+	exit "$rc"
+}
+
+status_option() {
 	local pid mid
 	bpf_init_paths
 	if [ ! -e "$prog_pin" ] && [ ! -e "$map_pin" ]; then

@@ -51,6 +51,10 @@ PACKAGES+=(nodejs liburing-dev)
 PACKAGES+=(socat)
 # libFuzzer's runtime for tests/fuzz (only a Recommends of clang, which is not installed)
 PACKAGES+=(libclang-rt-14-dev)
+# The Debian packages (tests/integration/debian_package.sh: dpkg-buildpackage, lintian, a
+# clean root made by mmdebstrap), the boot unit (systemd_unit.sh: systemd-analyze),
+# smcpstat's JSON schema (smcpstat_json.sh)
+PACKAGES+=(debhelper lintian mmdebstrap systemd python3-jsonschema)
 # The VM tests (tests/vm/run-vm.sh, run-twovm.sh): qemu boots Debian's kernel with Soft-RoCE
 # and smc.ko (the two-VM tests also use socat, python3, tcpdump, redis, iperf3: above).
 PACKAGES+=(qemu-system-x86 busybox-static cpio kmod rdma-core ibverbs-providers ibverbs-utils)
@@ -79,6 +83,8 @@ ASAN_TESTS+=(tests/integration/rdv_squat.sh)
 ASAN_TESTS+=(tests/integration/shm_forge.sh)
 # downgrades across exec: the peer re-sends from its own mapping of the ring
 ASAN_TESTS+=(tests/integration/exec.sh)
+# smcpstat's totals and filters (the tool instrumented too)
+ASAN_TESTS+=(tests/integration/smcpstat_json.sh)
 # Not under the sanitizers: the Soft-RoCE tests (ASan inside the emulated VM slows the
 # peers enough for an RC retry timeout to fail the link now and then).
 

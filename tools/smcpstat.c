@@ -27,6 +27,8 @@
 #define QUERY_TIMEOUT_S 2
 #define UNIX_FLAG_ACCEPTCON 0x10000 /* __SO_ACCEPTCON in /proc/net/unix: listening */
 #define UNIX_TYPE_SEQPACKET 5
+/* of the -t JSON object; bumped only when a key changes meaning or goes away */
+#define JSON_VERSION 1
 
 /* ------------------------------------------------------------------ records */
 
@@ -458,7 +460,7 @@ static void json_addr(FILE *f, const char *key, const char *addr, long port)
 		fprintf(f, ",\"%s_port\":null", key);
 }
 
-static void print_json(const struct rec_list *l)
+static void print_json_array(const struct rec_list *l)
 {
 	fputs("[", stdout);
 	for (size_t i = 0; i < l->n; i++) {
@@ -480,7 +482,118 @@ static void print_json(const struct rec_list *l)
 			"\"bytes_received\":%llu}", r->rx_size, r->tx_size, r->bytes_sent,
 			r->bytes_received);
 	}
-	fputs(l->n ? "\n]\n" : "]\n", stdout);
+	fputs(l->n ? "\n]" : "]", stdout);
+}
+
+/* ------------------------------------------------------------------ totals */
+
+/* The modes in the order of the SMC_STATS_FILE summary, whose shape the totals copy so
+ * that one reader serves both. */
+static const char *const mode_names[] = { "shm", "ib", "tcp" };
+#define NMODES (sizeof(mode_names) / sizeof(mode_names[0]))
+#define MAX_REASONS 32 /* the library has 18 reason names */
+
+struct totals {
+	size_t processes;
+	unsigned long long conns[NMODES], sent[NMODES], received[NMODES];
+	struct { char name[32]; unsigned long long n; } reason[MAX_REASONS];
+	size_t nreasons;
+};
+
+static void totals_add_reason(struct totals *t, const char *name)
+{
+	size_t i;
+
+	for (i = 0; i < t->nreasons; i++)
+		if (!strcmp(t->reason[i].name, name))
+			break;
+	if (i == t->nreasons) {
+		if (t->nreasons == MAX_REASONS)
+			return;
+		snprintf(t->reason[i].name, sizeof(t->reason[i].name), "%s", name);
+		t->nreasons++;
+	}
+	t->reason[i].n++;
+}
+
+/* Over the records as listed (sorted by pid): a record of an unknown mode counts in no
+ * mode, a reason only when it is one ("none" is an upgraded connection). */
+static void totals_compute(const struct rec_list *l, struct totals *t)
+{
+	memset(t, 0, sizeof(*t));
+	for (size_t i = 0; i < l->n; i++) {
+		const struct conn_rec *r = &l->v[i];
+
+		if (i == 0 || r->pid != l->v[i - 1].pid)
+			t->processes++;
+		for (size_t m = 0; m < NMODES; m++) {
+			if (strcmp(r->mode, mode_names[m]))
+				continue;
+			t->conns[m]++;
+			t->sent[m] += r->bytes_sent;
+			t->received[m] += r->bytes_received;
+		}
+		if (r->reason[0] && strcmp(r->reason, "none"))
+			totals_add_reason(t, r->reason);
+	}
+}
+
+static void print_json_totals(const struct totals *t)
+{
+	printf("{\"processes\":%zu,\"connections\":{", t->processes);
+	for (size_t m = 0; m < NMODES; m++)
+		printf("%s\"%s\":%llu", m ? "," : "", mode_names[m], t->conns[m]);
+	fputs("},\"fallback\":{", stdout);
+	for (size_t i = 0; i < t->nreasons; i++) {
+		fputs(i ? "," : "", stdout);
+		json_string(stdout, t->reason[i].name);
+		printf(":%llu", t->reason[i].n);
+	}
+	fputs("},\"bytes\":{", stdout);
+	for (size_t m = 0; m < NMODES; m++)
+		printf("%s\"%s\":{\"sent\":%llu,\"received\":%llu}", m ? "," : "",
+		       mode_names[m], t->sent[m], t->received[m]);
+	fputs("}}", stdout);
+}
+
+static void print_json(const struct rec_list *l, bool with_totals)
+{
+	struct totals t;
+
+	if (!with_totals) {
+		print_json_array(l);
+		putchar('\n');
+		return;
+	}
+	totals_compute(l, &t);
+	printf("{\"version\":%d,\"connections\":", JSON_VERSION);
+	print_json_array(l);
+	fputs(",\n\"totals\":", stdout);
+	print_json_totals(&t);
+	puts("}");
+}
+
+/* One line after the table, in the words of the JSON totals. */
+static void print_totals_line(const struct rec_list *l)
+{
+	struct totals t;
+	unsigned long long all = 0;
+
+	totals_compute(l, &t);
+	for (size_t m = 0; m < NMODES; m++)
+		all += t.conns[m];
+	printf("Total: %llu connection%s in %zu process%s (", all, all == 1 ? "" : "s",
+	       t.processes, t.processes == 1 ? "" : "es");
+	for (size_t m = 0; m < NMODES; m++)
+		printf("%s%s %llu", m ? ", " : "", mode_names[m], t.conns[m]);
+	fputs("); fallback:", stdout);
+	for (size_t i = 0; i < t.nreasons; i++)
+		printf("%s %s %llu", i ? "," : "", t.reason[i].name, t.reason[i].n);
+	fputs(t.nreasons ? "" : " none", stdout);
+	fputs("; bytes sent/received:", stdout);
+	for (size_t m = 0; m < NMODES; m++)
+		printf("%s %s %llu/%llu", m ? "," : "", mode_names[m], t.sent[m], t.received[m]);
+	putchar('\n');
 }
 
 /* "addr:port", "[v6]:port" or "*" when unknown. */
@@ -597,42 +710,122 @@ static int cmp_rec(const void *a, const void *b)
 static void usage(FILE *f)
 {
 	fprintf(f,
-		"Usage: smcpstat [-j] [-v] [-p PID]\n"
+		"Usage: smcpstat [-j] [-t] [-v] [-p PID|NAME] [-P PORT] [-m MODE]\n"
 		"List the SMC connections of the processes running smc-preload.\n"
 		"\n"
-		"  -j        print a JSON array, one object per connection\n"
-		"  -p PID    only the connections of process PID\n"
-		"  -v        report processes that could not be queried on stderr\n"
-		"  -h        show this help\n"
+		"  -j, --json        print JSON: an array, one object per connection\n"
+		"  -t, --totals      add the totals (connections per mode, fallback reasons,\n"
+		"                    bytes): a last line, or with -j an object holding the\n"
+		"                    array and the totals\n"
+		"  -p, --process P   only the connections of process P: a pid, or a name\n"
+		"                    as in the COMM column\n"
+		"  -P, --port PORT   only connections with PORT as local or peer port\n"
+		"  -m, --mode MODE   only connections in MODE: shm, ib or tcp\n"
+		"  -v, --verbose     report processes that could not be queried on stderr\n"
+		"  -h, --help        show this help\n"
 		"\n"
 		"Processes of other users are listed only when run as root.\n");
 }
 
+struct filter {
+	long pid;         /* -1: any */
+	const char *comm; /* NULL: any */
+	long port;        /* -1: any */
+	const char *mode; /* NULL: any */
+};
+
+/* server_pid: the pid in the name the record came from, which -p also matches (the
+ * record's own pid is the one seen from our pid namespace). */
+static bool filter_keep(const struct filter *f, const struct conn_rec *r, long server_pid)
+{
+	if (f->pid > 0 && r->pid != f->pid && server_pid != f->pid)
+		return false;
+	if (f->comm && strcmp(r->comm, f->comm))
+		return false;
+	if (f->port >= 0 && r->local_port != f->port && r->peer_port != f->port)
+		return false;
+	if (f->mode && strcmp(r->mode, f->mode))
+		return false;
+	return true;
+}
+
+/* -p: all digits is a pid, anything else a process name. */
+static int parse_process(const char *arg, struct filter *f)
+{
+	char *end;
+
+	if (*arg >= '0' && *arg <= '9') {
+		errno = 0;
+		f->pid = strtol(arg, &end, 10);
+		if (errno || *end || f->pid <= 0) {
+			fprintf(stderr, "smcpstat: -p: not a pid: '%s'\n", arg);
+			return -1;
+		}
+		return 0;
+	}
+	if (!*arg) {
+		fprintf(stderr, "smcpstat: -p: empty process name\n");
+		return -1;
+	}
+	f->comm = arg;
+	return 0;
+}
+
 int main(int argc, char **argv)
 {
+	static const struct option longopts[] = {
+		{ "json", no_argument, NULL, 'j' },
+		{ "totals", no_argument, NULL, 't' },
+		{ "process", required_argument, NULL, 'p' },
+		{ "pid", required_argument, NULL, 'p' },
+		{ "port", required_argument, NULL, 'P' },
+		{ "mode", required_argument, NULL, 'm' },
+		{ "verbose", no_argument, NULL, 'v' },
+		{ "help", no_argument, NULL, 'h' },
+		{ NULL, 0, NULL, 0 },
+	};
+	struct filter filt = { .pid = -1, .port = -1 };
 	struct pid_list pids = { 0 };
 	struct rec_list recs = { 0 };
-	bool json = false, verbose = false;
-	long only_pid = -1;
+	bool json = false, verbose = false, totals = false;
 	int opt, rc = 0;
 
-	while ((opt = getopt(argc, argv, "hjp:v")) != -1) {
+	while ((opt = getopt_long(argc, argv, "hjtp:P:m:v", longopts, NULL)) != -1) {
 		char *end;
+		size_t m;
 
 		switch (opt) {
 		case 'j':
 			json = true;
 			break;
+		case 't':
+			totals = true;
+			break;
 		case 'v':
 			verbose = true;
 			break;
 		case 'p':
+			if (parse_process(optarg, &filt) < 0)
+				return 2;
+			break;
+		case 'P':
 			errno = 0;
-			only_pid = strtol(optarg, &end, 10);
-			if (errno || *end || end == optarg || only_pid <= 0) {
-				fprintf(stderr, "smcpstat: -p: not a pid: '%s'\n", optarg);
+			filt.port = strtol(optarg, &end, 10);
+			if (errno || *end || end == optarg || filt.port < 1 || filt.port > 65535) {
+				fprintf(stderr, "smcpstat: -P: not a port: '%s'\n", optarg);
 				return 2;
 			}
+			break;
+		case 'm':
+			for (m = 0; m < NMODES; m++)
+				if (!strcmp(optarg, mode_names[m]))
+					break;
+			if (m == NMODES) {
+				fprintf(stderr, "smcpstat: -m: mode '%s' is none of shm, ib, tcp\n",
+					optarg);
+				return 2;
+			}
+			filt.mode = mode_names[m];
 			break;
 		case 'h':
 			usage(stdout);
@@ -650,26 +843,26 @@ int main(int argc, char **argv)
 	if (find_servers(&pids) < 0)
 		return 1;
 	for (size_t i = 0; i < pids.n; i++) {
-		size_t first = recs.n;
+		size_t first = recs.n, keep = first;
 
-		if (query_server(pids.v[i], &recs, verbose) < 0)
+		if (query_server(pids.v[i], &recs, verbose) < 0) {
+			recs.n = first;
 			continue;
-		if (only_pid > 0 && pids.v[i] != only_pid) {
-			/* keep the records whose namespace-translated pid matches */
-			size_t keep = first;
-
-			for (size_t k = first; k < recs.n; k++)
-				if (recs.v[k].pid == only_pid)
-					recs.v[keep++] = recs.v[k];
-			recs.n = keep;
 		}
+		for (size_t k = first; k < recs.n; k++)
+			if (filter_keep(&filt, &recs.v[k], pids.v[i]))
+				recs.v[keep++] = recs.v[k];
+		recs.n = keep;
 	}
 	if (recs.n)
 		qsort(recs.v, recs.n, sizeof(recs.v[0]), cmp_rec);
-	if (json)
-		print_json(&recs);
-	else if (print_table(&recs) < 0)
+	if (json) {
+		print_json(&recs, totals);
+	} else if (print_table(&recs) < 0) {
 		rc = 1;
+	} else if (totals) {
+		print_totals_line(&recs);
+	}
 	if (fflush(stdout) != 0)
 		rc = 1;
 	free(pids.v);

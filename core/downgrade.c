@@ -17,10 +17,13 @@
 #include <fcntl.h>
 #include <pthread.h>
 #include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
 
 #include "core/config.h"
 #include "core/conn.h"
 #include "core/fdtab.h"
+#include "core/hs_policy.h"
 #include "core/log.h"
 #include "core/real.h"
 #include "core/sock.h"
@@ -71,18 +74,69 @@ void smc_sock_before_exec(bool image_replaced)
 	}
 }
 
+/* How long a fork waits in all for the handshakes still running (below): a client
+ * answers in microseconds, one that holds its handshake open (another user's, on
+ * purpose) costs each fork this much at most. */
+#define FORK_SETTLE_NS (200 * 1000000LL)
+
+/*
+ * Before fork(), for every connection a new program may inherit (no FD_CLOEXEC):
+ *  - one still negotiating is given until FORK_SETTLE_NS to be decided: its handshake
+ *    runs on this process's progress thread, which the child does not have, so a child
+ *    that execs (inetd, xinetd, ncat --exec) would take it for TCP while the parent's
+ *    thread upgraded it for the peer, and the peer's bytes would go into a ring nobody
+ *    reads;
+ *  - an RDMA one goes back to TCP: a child cannot use its parent's QP.
+ */
 void smc_sock_before_fork(void)
 {
+	int64_t until = (int64_t)hs_policy_now_ns() + FORK_SETTLE_NS;
+
 	for (int fd = fdtab_next_tracked(0); fd >= 0; fd = fdtab_next_tracked(fd + 1)) {
 		struct smc_conn *c;
 
 		if (fdtab_kind(fd) != FD_SMC || !fd_survives_exec(fd))
 			continue;
 		c = sock_fd_conn(fd);
-		if (c && c->ib && __atomic_load_n(&c->state, __ATOMIC_ACQUIRE) == CONN_ACTIVE)
+		if (!c)
+			continue;
+		if (__atomic_load_n(&c->state, __ATOMIC_ACQUIRE) == CONN_PENDING) {
+			int64_t left = until - (int64_t)hs_policy_now_ns();
+
+			if (left > 0)
+				conn_wait_pending(c, false, left);
+		}
+		if (c->ib && __atomic_load_n(&c->state, __ATOMIC_ACQUIRE) == CONN_ACTIVE)
 			fd_leave_rings(fd, SMC_REASON_FORK, false);
-		if (c)
-			conn_put(c);
+		conn_put(c);
+	}
+}
+
+/*
+ * A connection handed to another process over a unix socket (SCM_RIGHTS: Python's
+ * multiprocessing.reduction.send_handle, Node's cluster and child.send(), a
+ * pre-forked server's acceptor) arrives there as a bare kernel socket: that process
+ * reads and writes TCP, and our close of the copy we keep would end the rings under
+ * it. Each such connection goes back to TCP before the message leaves.
+ */
+void smc_sock_before_fd_pass(const struct msghdr *msg)
+{
+	struct msghdr m = *msg; /* CMSG_NXTHDR takes a non-const header */
+
+	for (struct cmsghdr *cm = CMSG_FIRSTHDR(&m); cm; cm = CMSG_NXTHDR(&m, cm)) {
+		size_t n;
+
+		if (cm->cmsg_level != SOL_SOCKET || cm->cmsg_type != SCM_RIGHTS ||
+		    cm->cmsg_len < CMSG_LEN(0))
+			continue;
+		n = (cm->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+		for (size_t i = 0; i < n; i++) {
+			int fd;
+
+			memcpy(&fd, CMSG_DATA(cm) + i * sizeof(int), sizeof(fd));
+			if (fdtab_kind(fd) == FD_SMC)
+				fd_leave_rings(fd, SMC_REASON_FD_PASSED, false);
+		}
 	}
 }
 

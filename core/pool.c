@@ -55,6 +55,7 @@ struct pool_set {
 	pthread_mutex_t lock;
 	struct smc_pool *pools;
 	int count;
+	bool refuses; /* pool_set_refuse */
 	struct pool_set *next; /* all sets of the process, for fork */
 };
 
@@ -692,6 +693,15 @@ refused:
 	return NULL;
 }
 
+void pool_set_refuse(struct pool_set *set)
+{
+	if (!set)
+		return;
+	pthread_mutex_lock(&set->lock);
+	set->refuses = true;
+	pthread_mutex_unlock(&set->lock);
+}
+
 void pool_set_serve(struct pool_set *set, int name_fd, int lfd)
 {
 	bool refuse;
@@ -703,6 +713,7 @@ void pool_set_serve(struct pool_set *set, int name_fd, int lfd)
 	pthread_mutex_unlock(&sets_lock);
 	refuse = refuse || smc_cfg.pool_slots == 0 || listener_reuseport(lfd);
 	pthread_mutex_lock(&set->lock);
+	refuse = refuse || set->refuses;
 	/* a few per call: each costs the accept that found them */
 	for (int k = 0; k < 4; k++) {
 		struct pool_req raw, req;

@@ -642,6 +642,20 @@ static void listener_track(int fd, bool opted_in)
 	fdtab_set(fd, FD_LISTEN, l);
 }
 
+/* An inherited listener serves no pool: who else accepts on it is not known (a process
+ * without the library would read a pooled client's bytes as TCP). */
+static void listener_refuse_pools(int fd)
+{
+	struct fd_entry *e = fdtab_peek(fd);
+
+	if (!e)
+		return;
+	pthread_mutex_lock(fd_lock(fd));
+	if (e->kind == FD_LISTEN)
+		pool_set_refuse(((struct smc_listener *)e->obj)->pools);
+	pthread_mutex_unlock(fd_lock(fd));
+}
+
 int smc_sock_listen(int fd, int backlog)
 {
 	bool opted_in = false;
@@ -727,6 +741,7 @@ void smc_sock_adopt_inherited(void)
 		/* its history is not known: ask the kernel for its options */
 		fdtab_flags_reset((int)fd, FDF_SOCKOPTS | FDF_BOUND);
 		listener_track((int)fd, opted_in);
+		listener_refuse_pools((int)fd);
 	}
 	closedir(d);
 }

@@ -87,6 +87,10 @@ int smc_sock_close_range(unsigned int first, unsigned int last, int flags);
 /* fd is named in a spawn's file actions (posix_spawn_file_actions_adddup2): the new
  * program may get it whatever its FD_CLOEXEC. */
 void smc_sock_before_spawn_dup(int fd);
+/* sendmsg() with control data on any socket: the upgraded connections whose
+ * descriptors it passes (SCM_RIGHTS) go back to plain TCP first (downgrade.c). */
+struct msghdr;
+void smc_sock_before_fd_pass(const struct msghdr *msg);
 /* Every upgraded connection of the process goes back to plain TCP (io_uring). */
 void smc_sock_downgrade_all(enum smc_reason why);
 /* Before fork(): the child may use any descriptor it inherits, and an RDMA connection

@@ -34,6 +34,7 @@ enum smc_reason {
 	SMC_REASON_EXEC,            /* its fd went into a new program (exec, posix_spawn) */
 	SMC_REASON_FORK,            /* an RDMA connection a forked child inherits */
 	SMC_REASON_PEER_DOWNGRADE,  /* the peer took it back to TCP */
+	SMC_REASON_FD_PASSED,       /* its fd went to another process over a unix socket */
 	SMC_REASON_MAX
 };
 

@@ -120,5 +120,6 @@
 #define SMC_STATS_REASON_EXEC          "exec"             /* its fd went into a new program */
 #define SMC_STATS_REASON_FORK          "fork"             /* an RDMA connection a forked child inherits */
 #define SMC_STATS_REASON_PEER_DOWNGRADE "peer-downgrade" /* the peer took it back to TCP */
+#define SMC_STATS_REASON_FD_PASSED     "fd-passed"        /* its fd went to another process (SCM_RIGHTS) */
 
 #endif

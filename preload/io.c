@@ -253,6 +253,8 @@ static ssize_t sendmsg_tracked(int fd, const struct msghdr *msg, int flags)
 
 SMC_EXPORT ssize_t sendmsg(int fd, const struct msghdr *msg, int flags)
 {
+	if (msg && msg->msg_controllen)
+		KEEP_ERRNO(smc_sock_before_fd_pass(msg));
 	if (!kind_is_sock(fdtab_kind(fd)))
 		return REAL(sendmsg)(fd, msg, flags);
 	return sendmsg_tracked(fd, msg, flags);
@@ -263,6 +265,9 @@ ssize_t smc_impl_sendmsg(int fd, const struct msghdr *msg, int flags) SMC_INTERN
  * sent if any, otherwise the error. */
 SMC_EXPORT int sendmmsg(int fd, struct mmsghdr *vec, unsigned int vlen, int flags)
 {
+	for (unsigned int i = 0; vec && i < vlen; i++)
+		if (vec[i].msg_hdr.msg_controllen)
+			KEEP_ERRNO(smc_sock_before_fd_pass(&vec[i].msg_hdr));
 	if (!kind_is_sock(fdtab_kind(fd)))
 		return REAL(sendmmsg)(fd, vec, vlen, flags);
 	if (vlen > SMC_UIO_MAXIOV)

@@ -16,6 +16,10 @@
 #    before any process of the library holds the listener, is plain TCP
 #    (peer-not-smc), the others are upgraded over the rendezvous (with the option set
 #    up, all plain TCP: that listener was not opted in when it started listening);
+#  - short-own / short-exec: 12 short connections in a row; a listener of the serving
+#    image serves the client a pool (pooled connections, the control), one inherited
+#    across exec serves none (no pooled connection, every answer right): a process
+#    without the library may accept on it too, and would read a pooled client's bytes;
 #  - nopreload (rendezvous only): the server execs itself without LD_PRELOAD: every
 #    connection is plain TCP and every byte arrives;
 #  - connect-exec: 20 clients each exec /bin/sh on a socket whose nonblocking connect()
@@ -87,6 +91,33 @@ run_cases() { # run_cases PATH-LABEL
 	serve_and_check "reexec-$path" "$sdir" python3 "$PROG" listen-exec @PORT@ "$N"
 	expect_all "$client_dir" "$N" "reexec-$path client"
 	expect_all "$sdir" "$N" "reexec-$path server"
+
+	if [ "$SMC_TEST_EXPECT" = shm ]; then
+		# Short connections: after 4 a client asks the listener's process for a pool.
+		# One that listens itself serves it; one that got its listener by exec does
+		# not (who else accepts on it is not known), and they stay TCP (short-lived).
+		local n_saved=$N
+		N=$((4 * N))
+		export SMC_SHORT_CONN_US=1000000 # each of them counts as short
+		smc_log "---- $path: short connections, listener of this image (control)"
+		serve_and_check "short-own-$path" "$(smc_stats_dir "server-short-own-$path")" \
+			python3 "$PROG" listen-serve @PORT@ "$N"
+		smc_require_stats "$client_dir"
+		smc_log "stats short-own-$path client: $(smc_stats_summary "$client_dir")"
+		smc_assert_ge "short-own-$path client: pooled connections" \
+			"$(smc_stats "$client_dir" '.events.shm_pooled')" 1
+		smc_log "---- $path: short connections, listener inherited across exec"
+		serve_and_check "short-exec-$path" "$(smc_stats_dir "server-short-exec-$path")" \
+			python3 "$PROG" listen-exec @PORT@ "$N"
+		smc_require_stats "$client_dir"
+		smc_log "stats short-exec-$path client: $(smc_stats_summary "$client_dir")"
+		smc_assert_eq "short-exec-$path client: pooled connections" \
+			"$(smc_stats "$client_dir" '.events.shm_pooled')" 0
+		smc_assert_eq "short-exec-$path client: aborts" \
+			"$(smc_stats "$client_dir" '.events.aborts')" 0
+		export SMC_SHORT_CONN_US=0
+		N=$n_saved
+	fi
 
 	if command -v systemd-socket-activate >/dev/null; then
 		smc_log "---- $path: activate (systemd-socket-activate under the library)"

@@ -8,6 +8,7 @@
 #                                   that re-execs itself, inetd's wait services); with
 #                                   nopreload LD_PRELOAD is taken out of the new
 #                                   program's environment first
+#   listen-serve PORT N             listens and serves in the same image (a control)
 #   serve N                         accepts N connections on fd 3 (LISTEN_FDS style:
 #                                   systemd socket activation), answers each request
 #                                   line with the line upper-cased, closes; prints
@@ -63,12 +64,17 @@ def client(port, n):
     print("CLIENT OK", flush=True)
 
 
-def listen_exec(port, n, nopreload):
+def listen_on_3(port):
     ls = socket.socket()
     ls.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     ls.bind(("127.0.0.1", port))
     ls.listen(16)
     os.dup2(ls.fileno(), 3)
+    return ls
+
+
+def listen_exec(port, n, nopreload):
+    ls = listen_on_3(port)
     os.set_inheritable(3, True)  # dup2 onto itself (fileno 3) keeps FD_CLOEXEC
     env = dict(os.environ)
     if nopreload:
@@ -122,6 +128,10 @@ if role == "serve":
     serve(int(sys.argv[2]))
 elif role == "client":
     client(int(sys.argv[2]), int(sys.argv[3]))
+elif role == "listen-serve":
+    listener = listen_on_3(int(sys.argv[2]))  # kept: its fd may be 3 itself
+    print("LISTENING", flush=True)
+    serve(int(sys.argv[3]))
 elif role == "listen-exec":
     listen_exec(int(sys.argv[2]), int(sys.argv[3]), len(sys.argv) > 4 and sys.argv[4] == "nopreload")
 elif role == "echo":
@@ -129,4 +139,4 @@ elif role == "echo":
 elif role == "connect-exec":
     connect_exec(int(sys.argv[2]))
 else:
-    sys.exit("usage: exec_listener.py listen-exec|serve|client|echo|connect-exec ...")
+    sys.exit("usage: exec_listener.py listen-exec|listen-serve|serve|client|echo|connect-exec ...")

@@ -835,6 +835,39 @@ static inline uint32_t peer_rflags(struct smc_conn *c)
 	return __atomic_load_n(&c->tx->rflags, __ATOMIC_ACQUIRE);
 }
 
+/*
+ * After a fork several processes may read from (or write to) this side's rings while one
+ * of them leaves for TCP (conn_downgrade at its exec). Each copy is made under the
+ * direction's word of the shared block, after checking the side is still on the rings,
+ * and the leaver stores its cursors and the flag under both: otherwise a sibling that
+ * checked before the flag publishes its cursor after the leaver's, and the peer re-sends
+ * over TCP what that sibling already took (ncat -k --exec echoed a first line twice).
+ * Nothing waits under it; a holder that died is taken over.
+ */
+static void fork_lock(struct smc_conn *c, int dir)
+{
+	uint32_t *w = &c->map.hdr->fork_lock[c->side][dir];
+	uint32_t me = (uint32_t)getpid();
+
+	for (unsigned tries = 1;; tries++) {
+		uint32_t cur = 0;
+
+		if (__atomic_compare_exchange_n(w, &cur, me, false, __ATOMIC_ACQUIRE,
+						__ATOMIC_RELAXED))
+			return;
+		if (tries % 1024 == 0 && !sandbox_active() && kill((pid_t)cur, 0) < 0 &&
+		    errno == ESRCH)
+			__atomic_compare_exchange_n(w, &cur, 0, false, __ATOMIC_RELAXED,
+						    __ATOMIC_RELAXED);
+		sandbox_yield();
+	}
+}
+
+static void fork_unlock(struct smc_conn *c, int dir)
+{
+	__atomic_store_n(&c->map.hdr->fork_lock[c->side][dir], 0, __ATOMIC_RELEASE);
+}
+
 /* After a fork, this side of the connection may be driven by several processes in
  * turn (a parent hands a connection to its child, or takes it back): our cursors are
  * then the ones in the shared control block, not our private copies. */
@@ -1394,6 +1427,10 @@ int conn_downgrade(struct smc_conn *c, enum smc_reason why, bool image_ends)
 	} else {
 		/* another process of our side (fork) may have read or written since we
 		 * last did: the cursors we leave at are the shared block's */
+		if (c->fork_shared) {
+			fork_lock(c, 0);
+			fork_lock(c, 1);
+		}
 		rx_resync(c);
 		tx_resync(c);
 		second = peer_went_tcp(c);
@@ -1402,6 +1439,10 @@ int conn_downgrade(struct smc_conn *c, enum smc_reason why, bool image_ends)
 		__atomic_store_n(&c->tx->prod, __atomic_load_n(&c->tx_prod, __ATOMIC_RELAXED),
 				 __ATOMIC_RELEASE);
 		__atomic_fetch_or(&c->tx->wflags, SHM_W_TCP, __ATOMIC_SEQ_CST);
+		if (c->fork_shared) {
+			fork_unlock(c, 1);
+			fork_unlock(c, 0);
+		}
 		/* the peer may sleep on either direction, or on an epoll set of both */
 		bell_ring(c->peer_rx_bell);
 		bell_ring(c->peer_tx_bell);
@@ -2119,7 +2160,24 @@ ssize_t conn_recv(struct smc_conn *c, const struct iovec *iov, int iovcnt, int f
 				got += n;
 				break;
 			}
-			rx_copy_publish(c, iov, iovcnt, got, n);
+			if (c->fork_shared) {
+				fork_lock(c, 0);
+				if (side_went_tcp(c)) { /* a sibling left at the shared cursors */
+					fork_unlock(c, 0);
+					tcp_rest = true;
+					break;
+				}
+				rx_resync(c);
+				if (rx_used(c) <= 0) {
+					fork_unlock(c, 0);
+					continue;
+				}
+				n = (size_t)rx_used(c) < want - got ? (size_t)rx_used(c) : want - got;
+				rx_copy_publish(c, iov, iovcnt, got, n);
+				fork_unlock(c, 0);
+			} else {
+				rx_copy_publish(c, iov, iovcnt, got, n);
+			}
 			got += n;
 			if (got == want || !(flags & MSG_WAITALL))
 				break;
@@ -2256,9 +2314,31 @@ ssize_t conn_send(struct smc_conn *c, const struct iovec *iov, int iovcnt, int f
 		if (room > 0) {
 			size_t n = (size_t)room < want - sent ? (size_t)room : want - sent;
 
+			if (c->fork_shared) {
+				fork_lock(c, 1);
+				if (side_went_tcp(c)) { /* a sibling left at the shared cursors */
+					fork_unlock(c, 1);
+					tcp_sent = tcp_send_tail(c, iov, iovcnt, sent, flags);
+					if (tcp_sent < 0) {
+						err = sent ? 0 : errno;
+						tcp_failed = true;
+						tcp_sent = 0;
+					}
+					break;
+				}
+				tx_resync(c);
+				room = tx_free(c);
+				if (room <= 0) {
+					fork_unlock(c, 1);
+					continue;
+				}
+				n = (size_t)room < want - sent ? (size_t)room : want - sent;
+			}
 			if (!c->ib && room == c->tx_size && answered)
 				tx_rewind(c, n);
 			tx_copy_publish(c, iov, iovcnt, sent, n);
+			if (c->fork_shared)
+				fork_unlock(c, 1);
 			sent += n;
 			continue;
 		}

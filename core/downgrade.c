@@ -80,13 +80,14 @@ void smc_sock_before_exec(bool image_replaced)
 #define FORK_SETTLE_NS (200 * 1000000LL)
 
 /*
- * Before fork(), for every connection a new program may inherit (no FD_CLOEXEC):
- *  - one still negotiating is given until FORK_SETTLE_NS to be decided: its handshake
- *    runs on this process's progress thread, which the child does not have, so a child
- *    that execs (inetd, xinetd, ncat --exec) would take it for TCP while the parent's
- *    thread upgraded it for the peer, and the peer's bytes would go into a ring nobody
- *    reads;
- *  - an RDMA one goes back to TCP: a child cannot use its parent's QP.
+ * Before fork():
+ *  - a connection still negotiating is given until FORK_SETTLE_NS to be decided: its
+ *    handshake runs on this process's progress thread, which the child does not have,
+ *    so a child that execs (inetd, xinetd, ncat --exec; FD_CLOEXEC or not, the child
+ *    may dup2 it) would take it for TCP while the parent's thread upgraded it for the
+ *    peer, and the peer's bytes would go into a ring nobody reads;
+ *  - an RDMA one whose descriptor a new program may inherit (no FD_CLOEXEC) goes back
+ *    to TCP: a child cannot use its parent's QP.
  */
 void smc_sock_before_fork(void)
 {
@@ -95,7 +96,7 @@ void smc_sock_before_fork(void)
 	for (int fd = fdtab_next_tracked(0); fd >= 0; fd = fdtab_next_tracked(fd + 1)) {
 		struct smc_conn *c;
 
-		if (fdtab_kind(fd) != FD_SMC || !fd_survives_exec(fd))
+		if (fdtab_kind(fd) != FD_SMC)
 			continue;
 		c = sock_fd_conn(fd);
 		if (!c)
@@ -106,7 +107,8 @@ void smc_sock_before_fork(void)
 			if (left > 0)
 				conn_wait_pending(c, false, left);
 		}
-		if (c->ib && __atomic_load_n(&c->state, __ATOMIC_ACQUIRE) == CONN_ACTIVE)
+		if (c->ib && fd_survives_exec(fd) &&
+		    __atomic_load_n(&c->state, __ATOMIC_ACQUIRE) == CONN_ACTIVE)
 			fd_leave_rings(fd, SMC_REASON_FORK, false);
 		conn_put(c);
 	}
@@ -138,6 +140,19 @@ void smc_sock_before_fd_pass(const struct msghdr *msg)
 				fd_leave_rings(fd, SMC_REASON_FD_PASSED, false);
 		}
 	}
+}
+
+/*
+ * The C library's stdio writes and reads a FILE's descriptor with its own internal
+ * system calls, which no wrapper sees: bash's `echo ... >&3` on a /dev/tcp connection
+ * (a dup2 onto 1, then stdout), fputs on an fdopen()ed socket, an inetd-style program's
+ * stdin and stdout. An upgraded connection that becomes a standard stream or a FILE
+ * goes back to TCP first.
+ */
+void smc_sock_before_stdio(int fd)
+{
+	if (fdtab_kind(fd) == FD_SMC)
+		fd_leave_rings(fd, SMC_REASON_STDIO, false);
 }
 
 void smc_sock_before_spawn_dup(int fd)

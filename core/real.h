@@ -89,6 +89,7 @@ struct mmsghdr;
 	X(int, posix_spawn_file_actions_adddup2, (posix_spawn_file_actions_t *, int, int)) \
 	X(int, system, (const char *)) \
 	X(FILE *, popen, (const char *, const char *)) \
+	X(FILE *, fdopen, (int, const char *)) \
 	X(long, syscall, (long, ...)) \
 	X(int, prctl, (int, ...))
 

@@ -60,6 +60,10 @@ struct shm_hdr {
 		_Alignas(64) uint32_t cpu;
 	} side_cpu[2];
 	_Alignas(64) struct shm_dir_ctl dir[2]; /* dir[0]: client->server, dir[1]: server->client */
+	/* The processes of one side after a fork copy out of and into the rings under
+	 * these, and a downgrade moves the side to TCP under both (conn.c, fork_lock):
+	 * [side][0: receive, 1: send], the holder's pid or 0. The peer never touches them. */
+	_Alignas(64) uint32_t fork_lock[2][2];
 };
 
 #define SHM_HDR_SPACE 4096u

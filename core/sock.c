@@ -1594,6 +1594,8 @@ void smc_sock_dup(int oldfd, int newfd)
 	default:
 		break;
 	}
+	if (newfd <= STDERR_FILENO)
+		smc_sock_before_stdio(newfd); /* a standard stream: stdio's from now on */
 }
 
 void smc_sock_set_nonblock(int fd, bool on)

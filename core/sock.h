@@ -91,6 +91,9 @@ void smc_sock_before_spawn_dup(int fd);
  * descriptors it passes (SCM_RIGHTS) go back to plain TCP first (downgrade.c). */
 struct msghdr;
 void smc_sock_before_fd_pass(const struct msghdr *msg);
+/* fd is about to be used through stdio (fdopen, or it became fd 0, 1 or 2): an
+ * upgraded connection goes back to plain TCP first (downgrade.c). */
+void smc_sock_before_stdio(int fd);
 /* Every upgraded connection of the process goes back to plain TCP (io_uring). */
 void smc_sock_downgrade_all(enum smc_reason why);
 /* Before fork(): the child may use any descriptor it inherits, and an RDMA connection

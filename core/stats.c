@@ -75,6 +75,7 @@ static const char *const reason_names[SMC_REASON_MAX] = {
 	[SMC_REASON_FORK] = SMC_STATS_REASON_FORK,
 	[SMC_REASON_PEER_DOWNGRADE] = SMC_STATS_REASON_PEER_DOWNGRADE,
 	[SMC_REASON_FD_PASSED] = SMC_STATS_REASON_FD_PASSED,
+	[SMC_REASON_STDIO] = SMC_STATS_REASON_STDIO,
 };
 
 /* Order of modes in the JSON objects, as documented. */

@@ -35,6 +35,7 @@ enum smc_reason {
 	SMC_REASON_FORK,            /* an RDMA connection a forked child inherits */
 	SMC_REASON_PEER_DOWNGRADE,  /* the peer took it back to TCP */
 	SMC_REASON_FD_PASSED,       /* its fd went to another process over a unix socket */
+	SMC_REASON_STDIO,           /* stdio got it (fdopen, a standard stream), unseen by us */
 	SMC_REASON_MAX
 };
 

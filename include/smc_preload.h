@@ -121,5 +121,6 @@
 #define SMC_STATS_REASON_FORK          "fork"             /* an RDMA connection a forked child inherits */
 #define SMC_STATS_REASON_PEER_DOWNGRADE "peer-downgrade" /* the peer took it back to TCP */
 #define SMC_STATS_REASON_FD_PASSED     "fd-passed"        /* its fd went to another process (SCM_RIGHTS) */
+#define SMC_STATS_REASON_STDIO         "stdio"            /* stdio got its fd (fdopen, dup2 onto 0-2) */
 
 #endif

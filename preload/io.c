@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: GPL-2.0-only OR BSD-2-Clause */
 /*
  * Data-path wrappers: read, readv, recv, recvfrom, recvmsg, recvmmsg, write, writev,
- * send, sendto, sendmsg, sendmmsg, sendfile, sendfile64, splice.
+ * send, sendto, sendmsg, sendmmsg, sendfile, sendfile64, splice; fdopen.
  *
  * Every receive funnels into smc_sock_recv(fd, iov, n, flags) and every send into
  * smc_sock_send(). What the kernel's TCP does with the other arguments of the richer
@@ -13,6 +13,7 @@
 #include <fcntl.h>
 #include <limits.h>
 #include <poll.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <sys/ioctl.h>
 #include <sys/sendfile.h>
@@ -535,3 +536,18 @@ SMC_EXPORT ssize_t splice(int fd_in, off64_t *off_in, int fd_out, off64_t *off_o
 }
 ssize_t smc_impl_splice(int fd_in, off64_t *off_in, int fd_out, off64_t *off_out, size_t len,
 			unsigned int flags) SMC_INTERNAL_ALIAS(splice);
+
+/* ------------------------------------------------------------------ stdio */
+
+/* A FILE reads and writes its descriptor with libc's internal calls, which no wrapper
+ * sees (core: smc_sock_before_stdio). */
+SMC_EXPORT FILE *fdopen(int fd, const char *mode)
+{
+	if (fdtab_kind(fd) == FD_SMC)
+		KEEP_ERRNO(smc_sock_before_stdio(fd));
+	if (!REAL(fdopen)) {
+		errno = ENOSYS;
+		return NULL;
+	}
+	return REAL(fdopen)(fd, mode);
+}

@@ -752,7 +752,7 @@ START_TEST(stats_names)
 		"none", "disabled", "peer-not-smc", "not-local", "handshake-failed", "declined",
 		"mem-cap", "resources", "sockopt", "peer-closed", "short-lived", "readiness",
 		"io-uring", "fd-limit", "rendezvous-taken", "exec", "fork", "peer-downgrade",
-		"fd-passed",
+		"fd-passed", "stdio",
 	};
 
 	for (int r = 0; r < SMC_REASON_MAX; r++)

@@ -1,0 +1,131 @@
+#!/bin/bash
+# SPDX-License-Identifier: GPL-2.0-only OR BSD-2-Clause
+#
+# Upgraded connections that go where the library cannot follow them must go back to
+# plain TCP first, losing nothing (tests/lib/handoff.py, handoff_node.js):
+#  - mp: a Python server hands each of 4 concurrent clients' connections to a worker
+#    process with multiprocessing.reduction.send_handle (SCM_RIGHTS); each client
+#    echoes 20 lines of 1000 bytes and must get every byte back, then the end;
+#  - node: Node.js hands each connection to a forked child with
+#    child.send('socket', sock), which pipes it back (node installed);
+#  - ncat: ncat -lk --exec /bin/cat, 5 concurrent clients of 20 lines each (ncat
+#    forks a relay per connection, which forks and execs cat with the socket);
+#  - stdio: a client writes through fdopen() + fputs() + fflush() (C stdio, whose
+#    writes no wrapper sees), and bash's /dev/tcp: `echo ... >&3; read <&3`.
+# Checked: every client's bytes; where an upgrade is expected, the server's (or the
+# stdio client's) stats count the downgrades and the peer's the peer downgrades, with
+# no abort. Before, the first two failed every time (the receiving process read the
+# bare TCP socket, and the sender's close ended the rings under it), ncat echoed a
+# first line twice or dropped connections, and the stdio writes went past the rings.
+# With SMC_TEST_EXPECT=tcp nothing is upgraded and every byte arrives all the same.
+[ -n "${BASH_VERSION:-}" ] || exec bash "$0" "$@"
+. "$(dirname -- "$0")/lib.sh"
+
+PROG=$top_srcdir/tests/lib/handoff.py
+ECHO=$top_srcdir/tests/lib/exec_listener.py
+CLIENTS=4
+LINES=20
+
+smc_init
+smc_require_cmd python3 bash
+export SMC_SHORT_CONN_US=0
+
+# clients LABEL PORT COUNT DIR: COUNT concurrent clients; fails unless each prints OK.
+clients() {
+	local label=$1 port=$2 count=$3 dir=$4 i pids=() rc=0
+	for ((i = 0; i < count; i++)); do
+		smc_run "$dir" python3 "$PROG" client "$port" "$LINES" 1000 >"$SMC_TMP/$label-client-$i.out" 2>&1 &
+		pids+=($!)
+	done
+	for i in "${!pids[@]}"; do
+		wait "${pids[$i]}" || rc=1
+		grep -qx OK "$SMC_TMP/$label-client-$i.out" ||
+			smc_fail "$label: client $i: $(cat "$SMC_TMP/$label-client-$i.out")"
+	done
+	[ "$rc" = 0 ] || smc_fail "$label: a client failed"
+}
+
+# expect_handed LABEL SERVER-DIR CLIENT-DIR COUNT: upgraded connections went back to TCP
+# on the server's side, and the clients saw it.
+expect_handed() {
+	local label=$1 sdir=$2 cdir=$3 count=$4
+	smc_require_stats "$sdir"
+	smc_require_stats "$cdir"
+	smc_log "stats $label server: $(smc_stats_summary "$sdir")"
+	smc_log "stats $label clients: $(smc_stats_summary "$cdir")"
+	smc_assert_eq "$label: client aborts" "$(smc_stats "$cdir" '.events.aborts')" 0
+	smc_assert_eq "$label: server aborts" "$(smc_stats "$sdir" '.events.aborts')" 0
+	if [ "$SMC_TEST_EXPECT" = shm ]; then
+		smc_assert_eq "$label: upgraded client connections" \
+			"$(smc_stats "$cdir" '.connections.shm')" "$count"
+		smc_assert_ge "$label: server downgrades" "$(smc_stats "$sdir" '.events.downgrades')" "$count"
+		smc_assert_eq "$label: client peer downgrades" \
+			"$(smc_stats "$cdir" '.events.peer_downgrades')" "$count"
+	else
+		smc_assert_eq "$label: shm connections" "$(smc_stats "$cdir" '.connections.shm')" 0
+	fi
+}
+
+smc_log "---- mp: multiprocessing.reduction.send_handle"
+smc_free_port port
+sdir=$(smc_stats_dir mp-server)
+cdir=$(smc_stats_dir mp-clients)
+smc_start_server mp "$sdir" python3 "$PROG" mp-server "$port" "$CLIENTS"
+smc_wait_port mp "$port"
+clients mp "$port" "$CLIENTS" "$cdir"
+smc_wait_server_exit mp 30
+grep -qx "HANDED $CLIENTS" "$(smc_server_log mp)" || smc_fail "mp: the server did not finish"
+expect_handed mp "$sdir" "$cdir" "$CLIENTS"
+
+if command -v node >/dev/null; then
+	smc_log "---- node: child.send('socket', sock)"
+	smc_free_port port
+	sdir=$(smc_stats_dir node-server)
+	cdir=$(smc_stats_dir node-clients)
+	smc_start_server node "$sdir" node "$top_srcdir/tests/lib/handoff_node.js" "$port" "$CLIENTS"
+	smc_wait_port node "$port"
+	clients node "$port" "$CLIENTS" "$cdir"
+	smc_wait_server_exit node 30
+	grep -qx "HANDED $CLIENTS" "$(smc_server_log node)" || smc_fail "node: the server did not finish"
+	expect_handed node "$sdir" "$cdir" "$CLIENTS"
+else
+	smc_log "node not installed: its case skipped"
+fi
+
+if command -v ncat >/dev/null; then
+	smc_log "---- ncat -lk --exec /bin/cat"
+	smc_free_port port
+	sdir=$(smc_stats_dir ncat-server)
+	cdir=$(smc_stats_dir ncat-clients)
+	smc_start_server ncat "$sdir" ncat -lk 127.0.0.1 "$port" --exec /bin/cat
+	smc_wait_port ncat "$port"
+	clients ncat "$port" 5 "$cdir"
+	smc_stop_server ncat
+	expect_handed ncat "$sdir" "$cdir" 5
+else
+	smc_log "ncat not installed: its case skipped"
+fi
+
+smc_log "---- stdio: fdopen + fputs, bash /dev/tcp"
+smc_free_port port
+sdir=$(smc_stats_dir stdio-server)
+cdir=$(smc_stats_dir stdio-clients)
+smc_start_server stdio "$sdir" python3 "$ECHO" echo "$port" 2
+smc_wait_port stdio "$port"
+out=$(smc_run "$cdir" python3 "$PROG" stdio-client "$port" 2>&1)
+smc_assert_eq "stdio: the echo of a line written with fputs" "$out" "hello-through-stdio"
+# shellcheck disable=SC2016 # expanded by the inner bash
+out=$(smc_run "$cdir" bash -c 'exec 3<>"/dev/tcp/127.0.0.1/$1"; echo "hello-from-bash" >&3;
+	IFS= read -r l <&3; echo "$l"; exec 3>&-' bash "$port" 2>&1)
+smc_assert_eq "stdio: bash's echo >&3, read <&3" "$out" "hello-from-bash"
+smc_wait_server_exit stdio 30
+if [ "$SMC_TEST_EXPECT" = shm ]; then
+	smc_require_stats "$cdir"
+	smc_log "stats stdio clients: $(smc_stats_summary "$cdir")"
+	smc_assert_ge "stdio: client downgrades" "$(smc_stats "$cdir" '.events.downgrades')" 2
+	smc_assert_eq "stdio: client aborts" "$(smc_stats "$cdir" '.events.aborts')" 0
+	smc_require_stats "$sdir"
+	smc_assert_eq "stdio: server peer downgrades" \
+		"$(smc_stats "$sdir" '.events.peer_downgrades')" 2
+fi
+smc_pass

@@ -1,0 +1,110 @@
+# SPDX-License-Identifier: GPL-2.0-only OR BSD-2-Clause
+#
+# handoff.py: connections that leave the library's sight, for
+# tests/integration/handoff.sh.
+#
+#   mp-server PORT N       accepts N connections and hands each, with
+#                          multiprocessing.reduction.send_handle (SCM_RIGHTS), to one of
+#                          two worker processes that echo it to its end; prints "HANDED N"
+#   client PORT MSGS SIZE  sends MSGS lines of SIZE bytes, reading each echo back, then
+#                          half-closes and reads to the end: prints "OK" when every byte
+#                          came back in order, exits 1 otherwise
+#   stdio-client PORT      writes a line with fdopen() + fputs() + fflush() (C stdio)
+#                          and prints the echo it reads back
+import multiprocessing as mp
+import os, socket, sys
+from multiprocessing import reduction
+
+
+def worker(pipe, count):
+    for _ in range(count):
+        h = reduction.recv_handle(pipe)
+        c = socket.socket(fileno=h)
+        while True:
+            d = c.recv(65536)
+            if not d:
+                break
+            c.sendall(d)
+        c.close()
+
+
+def mp_server(port, n):
+    mp.set_start_method("fork")
+    ls = socket.socket()
+    ls.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    ls.bind(("127.0.0.1", port))
+    ls.listen(64)
+    pipes, procs = [], []
+    for k in range(2):
+        a, b = mp.Pipe()
+        p = mp.Process(target=worker, args=(b, (n + 1 - k) // 2))
+        p.start()
+        pipes.append(a)
+        procs.append(p)
+    print("LISTENING", flush=True)
+    for i in range(n):
+        c, _ = ls.accept()
+        reduction.send_handle(pipes[i % 2], c.fileno(), procs[i % 2].pid)
+        c.close()
+    for p in procs:
+        p.join()
+    print("HANDED", n, flush=True)
+
+
+def client(port, msgs, size):
+    s = socket.create_connection(("127.0.0.1", port))
+    s.settimeout(60)
+    sent = got = b""
+    for i in range(msgs):
+        m = (b"%d-%d:" % (os.getpid(), i) + bytes(97 + (j + i) % 26 for j in range(size)))[:size]
+        m += b"\n"
+        s.sendall(m)
+        sent += m
+        while len(got) < len(sent):
+            d = s.recv(65536)
+            if not d:
+                break
+            got += d
+    s.shutdown(socket.SHUT_WR)
+    while True:
+        d = s.recv(65536)
+        if not d:
+            break
+        got += d
+    if got != sent:
+        print("MISMATCH sent=%d got=%d" % (len(sent), len(got)), flush=True)
+        sys.exit(1)
+    print("OK", flush=True)
+
+
+def stdio_client(port):
+    import ctypes
+
+    libc = ctypes.CDLL(None)
+    libc.fdopen.restype = ctypes.c_void_p
+    libc.fdopen.argtypes = [ctypes.c_int, ctypes.c_char_p]
+    libc.fputs.argtypes = [ctypes.c_char_p, ctypes.c_void_p]
+    libc.fflush.argtypes = [ctypes.c_void_p]
+    s = socket.create_connection(("127.0.0.1", port))
+    s.settimeout(30)
+    f = libc.fdopen(os.dup(s.fileno()), b"w")
+    libc.fputs(b"hello-through-stdio\n", f)
+    libc.fflush(f)
+    got = b""
+    while not got.endswith(b"\n"):
+        d = s.recv(100)
+        if not d:
+            break
+        got += d
+    print(got.decode().strip(), flush=True)
+
+
+role = sys.argv[1]
+if role == "mp-server":
+    mp_server(int(sys.argv[2]), int(sys.argv[3]))
+elif role == "client":
+    client(int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]))
+elif role == "stdio-client":
+    stdio_client(int(sys.argv[2]))
+else:
+    sys.exit("usage: handoff.py mp-server|client|stdio-client ...")

@@ -47,9 +47,9 @@ PACKAGES=(build-essential autoconf automake libtool pkg-config libibverbs-dev li
 	postgresql-contrib haproxy openssh-server openssh-client)
 # Node.js's http module (tests/integration/node_http.sh); liburing (tests/lib/io_uring_check)
 PACKAGES+=(nodejs liburing-dev)
-# socat EXEC, with and without nofork (tests/integration/exec.sh); ncat --exec and
-# systemd-socket-activate (handoff.sh, exec_listener.sh)
-PACKAGES+=(socat ncat systemd)
+# socat EXEC, with and without nofork (tests/integration/exec.sh);
+# systemd-socket-activate (exec_listener.sh)
+PACKAGES+=(socat systemd)
 # libFuzzer's runtime for tests/fuzz (only a Recommends of clang, which is not installed)
 PACKAGES+=(libclang-rt-14-dev)
 # The Debian packages (tests/integration/debian_package.sh: dpkg-buildpackage, lintian, a

@@ -2261,6 +2261,7 @@ ssize_t conn_send(struct smc_conn *c, const struct iovec *iov, int iovcnt, int f
 	bool answered; /* we read from the peer since our last send: see tx_rewind */
 	ssize_t tcp_sent = 0; /* after a downgrade, over TCP */
 	bool tcp_failed = false;
+	bool side_left = false; /* another process of our side went back to TCP (fork) */
 	int err = 0;
 
 	if (side_went_tcp(c))
@@ -2282,8 +2283,9 @@ ssize_t conn_send(struct smc_conn *c, const struct iovec *iov, int iovcnt, int f
 			err = ECONNRESET;
 			break;
 		}
-		if (conn_state(c) == CONN_FALLBACK && sent < want) {
-			/* we went back to TCP while this call slept (conn_downgrade) */
+		if ((conn_state(c) == CONN_FALLBACK || side_left) && sent < want) {
+			/* we went back to TCP while this call slept (conn_downgrade), or a
+			 * process of our side did (fork) */
 			tcp_sent = tcp_send_tail(c, iov, iovcnt, sent, flags);
 			if (tcp_sent < 0) {
 				err = sent ? 0 : errno;
@@ -2318,13 +2320,8 @@ ssize_t conn_send(struct smc_conn *c, const struct iovec *iov, int iovcnt, int f
 				fork_lock(c, 1);
 				if (side_went_tcp(c)) { /* a sibling left at the shared cursors */
 					fork_unlock(c, 1);
-					tcp_sent = tcp_send_tail(c, iov, iovcnt, sent, flags);
-					if (tcp_sent < 0) {
-						err = sent ? 0 : errno;
-						tcp_failed = true;
-						tcp_sent = 0;
-					}
-					break;
+					side_left = true;
+					continue;
 				}
 				tx_resync(c);
 				room = tx_free(c);

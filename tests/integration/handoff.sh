@@ -8,15 +8,13 @@
 #    echoes 20 lines of 1000 bytes and must get every byte back, then the end;
 #  - node: Node.js hands each connection to a forked child with
 #    child.send('socket', sock), which pipes it back (node installed);
-#  - ncat: ncat -lk --exec /bin/cat, 5 concurrent clients of 20 lines each (ncat
-#    forks a relay per connection, which forks and execs cat with the socket);
 #  - stdio: a client writes through fdopen() + fputs() + fflush() (C stdio, whose
 #    writes no wrapper sees), and bash's /dev/tcp: `echo ... >&3; read <&3`.
 # Checked: every client's bytes; where an upgrade is expected, the server's (or the
 # stdio client's) stats count the downgrades and the peer's the peer downgrades, with
 # no abort. Before, the first two failed every time (the receiving process read the
-# bare TCP socket, and the sender's close ended the rings under it), ncat echoed a
-# first line twice or dropped connections, and the stdio writes went past the rings.
+# bare TCP socket, and the sender's close ended the rings under it), and the stdio
+# writes went past the rings.
 # With SMC_TEST_EXPECT=tcp nothing is upgraded and every byte arrives all the same.
 [ -n "${BASH_VERSION:-}" ] || exec bash "$0" "$@"
 . "$(dirname -- "$0")/lib.sh"
@@ -90,20 +88,6 @@ if command -v node >/dev/null; then
 	expect_handed node "$sdir" "$cdir" "$CLIENTS"
 else
 	smc_log "node not installed: its case skipped"
-fi
-
-if command -v ncat >/dev/null; then
-	smc_log "---- ncat -lk --exec /bin/cat"
-	smc_free_port port
-	sdir=$(smc_stats_dir ncat-server)
-	cdir=$(smc_stats_dir ncat-clients)
-	smc_start_server ncat "$sdir" ncat -lk 127.0.0.1 "$port" --exec /bin/cat
-	smc_wait_port ncat "$port"
-	clients ncat "$port" 5 "$cdir"
-	smc_stop_server ncat
-	expect_handed ncat "$sdir" "$cdir" 5
-else
-	smc_log "ncat not installed: its case skipped"
 fi
 
 smc_log "---- stdio: fdopen + fputs, bash /dev/tcp"

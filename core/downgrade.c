@@ -17,11 +17,10 @@
 #include <fcntl.h>
 #include <pthread.h>
 #include <stdlib.h>
-#include <string.h>
-#include <sys/socket.h>
 
 #include "core/config.h"
 #include "core/conn.h"
+#include "core/fd_pass.h"
 #include "core/fdtab.h"
 #include "core/hs_policy.h"
 #include "core/log.h"
@@ -121,25 +120,16 @@ void smc_sock_before_fork(void)
  * reads and writes TCP, and our close of the copy we keep would end the rings under
  * it. Each such connection goes back to TCP before the message leaves.
  */
+static void leave_passed(int fd, void *arg)
+{
+	(void)arg;
+	if (fdtab_kind(fd) == FD_SMC)
+		fd_leave_rings(fd, SMC_REASON_FD_PASSED, false);
+}
+
 void smc_sock_before_fd_pass(const struct msghdr *msg)
 {
-	struct msghdr m = *msg; /* CMSG_NXTHDR takes a non-const header */
-
-	for (struct cmsghdr *cm = CMSG_FIRSTHDR(&m); cm; cm = CMSG_NXTHDR(&m, cm)) {
-		size_t n;
-
-		if (cm->cmsg_level != SOL_SOCKET || cm->cmsg_type != SCM_RIGHTS ||
-		    cm->cmsg_len < CMSG_LEN(0))
-			continue;
-		n = (cm->cmsg_len - CMSG_LEN(0)) / sizeof(int);
-		for (size_t i = 0; i < n; i++) {
-			int fd;
-
-			memcpy(&fd, CMSG_DATA(cm) + i * sizeof(int), sizeof(fd));
-			if (fdtab_kind(fd) == FD_SMC)
-				fd_leave_rings(fd, SMC_REASON_FD_PASSED, false);
-		}
-	}
+	fd_pass_each(msg, leave_passed, NULL);
 }
 
 /*

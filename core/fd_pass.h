@@ -15,6 +15,9 @@
 /* Puts nfds descriptors (nfds > 0) in msg's control buffer ctl, which holds at least
  * CMSG_SPACE(sizeof(int) * nfds) bytes and is aligned for a cmsghdr. */
 void fd_pass_pack(struct msghdr *msg, void *ctl, const int *fds, int nfds);
+/* Calls fn(fd, arg) for each descriptor that msg's SCM_RIGHTS messages carry, in order
+ * (a message the library receives, or one a program is about to send). */
+void fd_pass_each(const struct msghdr *msg, void (*fn)(int fd, void *arg), void *arg);
 /* After recvmsg(msg) with MSG_CMSG_CLOEXEC: the descriptors that came into fds (up to
  * maxfds; *nfds how many), and the sender's credentials into cred when it is not NULL
  * and they came (else left as they are). True when more than maxfds came: those beyond

@@ -1034,6 +1034,17 @@ static bool side_went_tcp(struct smc_conn *c)
 	return true;
 }
 
+/* fork_lock(dir) when this side is still on the rings (true); false, holding nothing,
+ * when a process of our side took it back to TCP. */
+static bool fork_lock_rings(struct smc_conn *c, int dir)
+{
+	fork_lock(c, dir);
+	if (!side_went_tcp(c))
+		return true;
+	fork_unlock(c, dir);
+	return false;
+}
+
 /* Under tx_lock: fixes what the peer did not read, from its cons (or the lap start of a
  * rewind of ours it has not jumped) to our producer cursor, which moves no more. */
 static int resend_take(struct smc_conn *c)
@@ -2161,18 +2172,17 @@ ssize_t conn_recv(struct smc_conn *c, const struct iovec *iov, int iovcnt, int f
 				break;
 			}
 			if (c->fork_shared) {
-				fork_lock(c, 0);
-				if (side_went_tcp(c)) { /* a sibling left at the shared cursors */
-					fork_unlock(c, 0);
+				if (!fork_lock_rings(c, 0)) {
 					tcp_rest = true;
 					break;
 				}
 				rx_resync(c);
-				if (rx_used(c) <= 0) {
+				used = rx_used(c);
+				if (used <= 0) {
 					fork_unlock(c, 0);
 					continue;
 				}
-				n = (size_t)rx_used(c) < want - got ? (size_t)rx_used(c) : want - got;
+				n = (size_t)used < want - got ? (size_t)used : want - got;
 				rx_copy_publish(c, iov, iovcnt, got, n);
 				fork_unlock(c, 0);
 			} else {
@@ -2317,9 +2327,7 @@ ssize_t conn_send(struct smc_conn *c, const struct iovec *iov, int iovcnt, int f
 			size_t n = (size_t)room < want - sent ? (size_t)room : want - sent;
 
 			if (c->fork_shared) {
-				fork_lock(c, 1);
-				if (side_went_tcp(c)) { /* a sibling left at the shared cursors */
-					fork_unlock(c, 1);
+				if (!fork_lock_rings(c, 1)) {
 					side_left = true;
 					continue;
 				}

@@ -618,8 +618,10 @@ static int listener_defer_get(int fd, void *val, socklen_t *len)
 	return 0;
 }
 
-/* Listening socket fd becomes ours (FD_LISTEN) with its same-host rendezvous name. */
-static void listener_track(int fd, bool opted_in)
+/* Listening socket fd becomes ours (FD_LISTEN) with its same-host rendezvous name.
+ * An inherited one serves no pool: who else accepts on it is not known (a process
+ * without the library would read a pooled client's bytes as TCP). */
+static void listener_track(int fd, bool opted_in, bool inherited)
 {
 	struct smc_listener *l = calloc(1, sizeof(*l));
 
@@ -631,6 +633,8 @@ static void listener_track(int fd, bool opted_in)
 	if (l->name_fd >= 0) {
 		fd_budget_take(1);
 		l->pools = pool_set_new();
+		if (inherited)
+			pool_set_refuse(l->pools);
 	}
 	if (l->name_fd < 0 && l->name_fd != -EADDRINUSE)
 		log_warn("fd %d: no rendezvous for this listener (%s): connections stay TCP",
@@ -640,20 +644,6 @@ static void listener_track(int fd, bool opted_in)
 	if (l->defer_kept)
 		listener_defer_take(fd, l);
 	fdtab_set(fd, FD_LISTEN, l);
-}
-
-/* An inherited listener serves no pool: who else accepts on it is not known (a process
- * without the library would read a pooled client's bytes as TCP). */
-static void listener_refuse_pools(int fd)
-{
-	struct fd_entry *e = fdtab_peek(fd);
-
-	if (!e)
-		return;
-	pthread_mutex_lock(fd_lock(fd));
-	if (e->kind == FD_LISTEN)
-		pool_set_refuse(((struct smc_listener *)e->obj)->pools);
-	pthread_mutex_unlock(fd_lock(fd));
 }
 
 int smc_sock_listen(int fd, int backlog)
@@ -673,7 +663,7 @@ int smc_sock_listen(int fd, int backlog)
 		epoll_track_forget_fd(fd);
 	if (r < 0 || fdtab_kind(fd) != FD_TCP || !announce)
 		return r;
-	listener_track(fd, opted_in);
+	listener_track(fd, opted_in, false);
 	return r;
 }
 
@@ -740,8 +730,7 @@ void smc_sock_adopt_inherited(void)
 			  opted_in ? "SMC option" : "rendezvous only");
 		/* its history is not known: ask the kernel for its options */
 		fdtab_flags_reset((int)fd, FDF_SOCKOPTS | FDF_BOUND);
-		listener_track((int)fd, opted_in);
-		listener_refuse_pools((int)fd);
+		listener_track((int)fd, opted_in, true);
 	}
 	closedir(d);
 }

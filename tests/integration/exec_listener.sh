@@ -84,6 +84,16 @@ serve_and_check() {
 	client_dir=$cdir
 }
 
+# short_case LABEL ROLE WHAT: N connections in a row to exec_listener.py ROLE; the
+# client's stats in client_dir, checked to be there.
+short_case() {
+	smc_log "---- $path: short connections, $3"
+	serve_and_check "short-$1-$path" "$(smc_stats_dir "server-short-$1-$path")" \
+		python3 "$PROG" "$2" @PORT@ "$N"
+	smc_require_stats "$client_dir"
+	smc_log "stats short-$1-$path client: $(smc_stats_summary "$client_dir")"
+}
+
 run_cases() { # run_cases PATH-LABEL
 	local path=$1 sdir
 	smc_log "---- $path: reexec"
@@ -99,18 +109,10 @@ run_cases() { # run_cases PATH-LABEL
 		local n_saved=$N
 		N=$((4 * N))
 		export SMC_SHORT_CONN_US=1000000 # each of them counts as short
-		smc_log "---- $path: short connections, listener of this image (control)"
-		serve_and_check "short-own-$path" "$(smc_stats_dir "server-short-own-$path")" \
-			python3 "$PROG" listen-serve @PORT@ "$N"
-		smc_require_stats "$client_dir"
-		smc_log "stats short-own-$path client: $(smc_stats_summary "$client_dir")"
+		short_case own listen-serve "listener of this image (control)"
 		smc_assert_ge "short-own-$path client: pooled connections" \
 			"$(smc_stats "$client_dir" '.events.shm_pooled')" 1
-		smc_log "---- $path: short connections, listener inherited across exec"
-		serve_and_check "short-exec-$path" "$(smc_stats_dir "server-short-exec-$path")" \
-			python3 "$PROG" listen-exec @PORT@ "$N"
-		smc_require_stats "$client_dir"
-		smc_log "stats short-exec-$path client: $(smc_stats_summary "$client_dir")"
+		short_case exec listen-exec "listener inherited across exec"
 		smc_assert_eq "short-exec-$path client: pooled connections" \
 			"$(smc_stats "$client_dir" '.events.shm_pooled')" 0
 		smc_assert_eq "short-exec-$path client: aborts" \

@@ -50,8 +50,9 @@ export SMC_LOG_LEVEL=${SMC_LOG_LEVEL:-info}
 
 case $CHURN_PATH in
 rendezvous)
-	# no eBPF map, even where the host has the TCP option set up
-	export SMC_BPF_DIR=/sys/fs/bpf/smc-churn-none-$$
+	# no eBPF map, even where the host (its boot unit, a concurrent test) has the TCP
+	# option set up: the map is pinned under SMC_RDV_DIR too
+	export SMC_BPF_DIR=/sys/fs/bpf/smc-churn-none-$$ SMC_RDV_DIR=$SMC_TMP/no-rdv-dir
 	;;
 tcpopt)
 	[ "$(id -u)" = 0 ] || smc_skip "the TCP option path needs root (eBPF setup)"

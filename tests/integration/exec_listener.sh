@@ -193,9 +193,11 @@ run_cases() { # run_cases PATH-LABEL
 	fi
 }
 
-# no eBPF map, even where the host has the TCP option set up
-export SMC_BPF_DIR=/sys/fs/bpf/smc-exec-listener-none-$$
+# no eBPF map, even where the host (its boot unit, a concurrent test) has the TCP option
+# set up: the map is pinned under SMC_RDV_DIR too
+export SMC_BPF_DIR=/sys/fs/bpf/smc-exec-listener-none-$$ SMC_RDV_DIR=$SMC_TMP/no-rdv-dir
 run_cases rendezvous
+unset SMC_RDV_DIR
 
 if [ "$(id -u)" != 0 ]; then
 	smc_log "not root: the TCP option cases skipped"

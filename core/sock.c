@@ -1161,9 +1161,15 @@ static int accept_rendezvous(int lfd, int nfd, const struct sockaddr *peer, int 
 	 * is checked before anything is read from or sent to it, or every such connection
 	 * would cost this accept() a handshake timeout. */
 	if (!rdv_peer_owns_tcp_peer(ufd, nfd)) {
+		REAL(close)(ufd);
+		/* a client that reset its connection meanwhile has no socket left to own
+		 * (getpeername fails): gone, not a squatter */
+		if (tcp_peer_gone(nfd)) {
+			*why = SMC_REASON_PEER_CLOSED;
+			return 0;
+		}
 		log_warn("fd %d: the client's rendezvous name is held by a process that does "
 			 "not own the client's socket: staying TCP", nfd);
-		REAL(close)(ufd);
 		*why = SMC_REASON_RDV_TAKEN;
 		return 0;
 	}

@@ -23,6 +23,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "core/clock.h"
 #include "core/cdc.h"
 #include "core/config.h"
 #include "core/conn.h"
@@ -651,7 +652,7 @@ void conn_activate(struct smc_conn *c)
 	/* the policy judges how long the connection is used, not how long its handshake
 	 * took (a slow one on a busy host would otherwise pass for a long connection) */
 	if (c->policy_key)
-		c->born_ns = hs_policy_now_ns();
+		c->born_ns = clock_now_ns();
 	conn_go_active(c, true);
 }
 
@@ -2471,7 +2472,7 @@ void conn_release_fd(struct smc_conn *c)
 	}
 	pthread_mutex_unlock(&c->lock);
 	if (st == CONN_ACTIVE && c->policy_key) {
-		uint64_t now = hs_policy_now_ns();
+		uint64_t now = clock_now_ns();
 		uint64_t moved = __atomic_load_n(&c->bytes_sent, __ATOMIC_RELAXED) +
 				 __atomic_load_n(&c->bytes_received, __ATOMIC_RELAXED);
 

@@ -99,7 +99,7 @@ struct smc_conn {
 	uint8_t *pend_buf;          /* sent while PENDING (under tx_lock) */
 	size_t pend_len;
 	uint64_t policy_key;        /* destination for hs_policy.h; 0: not judged */
-	uint64_t born_ns;           /* connect() time, hs_policy_now_ns */
+	uint64_t born_ns;           /* connect() time, clock_now_ns */
 
 	struct smc_ep_reg *regs;    /* epoll registrations of this connection */
 

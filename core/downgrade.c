@@ -18,6 +18,7 @@
 #include <pthread.h>
 #include <stdlib.h>
 
+#include "core/clock.h"
 #include "core/config.h"
 #include "core/conn.h"
 #include "core/fd_pass.h"
@@ -90,7 +91,7 @@ void smc_sock_before_exec(bool image_replaced)
  */
 void smc_sock_before_fork(void)
 {
-	int64_t until = (int64_t)hs_policy_now_ns() + FORK_SETTLE_NS;
+	int64_t until = (int64_t)clock_now_ns() + FORK_SETTLE_NS;
 
 	for (int fd = fdtab_next_tracked(0); fd >= 0; fd = fdtab_next_tracked(fd + 1)) {
 		struct smc_conn *c;
@@ -101,7 +102,7 @@ void smc_sock_before_fork(void)
 		if (!c)
 			continue;
 		if (__atomic_load_n(&c->state, __ATOMIC_ACQUIRE) == CONN_PENDING) {
-			int64_t left = until - (int64_t)hs_policy_now_ns();
+			int64_t left = until - (int64_t)clock_now_ns();
 
 			if (left > 0)
 				conn_wait_pending(c, false, left);

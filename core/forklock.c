@@ -47,6 +47,7 @@
 #include <stdlib.h>
 #include <time.h>
 
+#include "core/clock.h"
 #include "core/config.h"
 #include "core/conn.h"
 #include "core/epoll.h"
@@ -121,14 +122,6 @@ static void release_held(void)
 		pthread_mutex_unlock(held.v[--held.n]);
 }
 
-static uint64_t mono_ns(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
-
 /* The holder must run to let go: yield first, then sleep longer and longer (a woken
  * waiter needs a CPU before our next try, or we take the lock back from it). */
 static void backoff(unsigned round)
@@ -145,7 +138,7 @@ static void backoff(unsigned round)
 
 void forklock_prepare(void)
 {
-	uint64_t give_up_at = mono_ns() + FORKLOCK_PATIENCE_NS;
+	uint64_t give_up_at = clock_now_ns() + FORKLOCK_PATIENCE_NS;
 	unsigned round = 0;
 
 	held.n = busy.n = 0;
@@ -153,7 +146,7 @@ void forklock_prepare(void)
 	while (!take_all()) {
 		release_held();
 		backoff(round++);
-		if (!giving_up && mono_ns() >= give_up_at)
+		if (!giving_up && clock_now_ns() >= give_up_at)
 			giving_up = true;
 	}
 	if (busy.n)

@@ -9,6 +9,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "core/clock.h"
 #include "core/clc.h"
 #include "core/config.h"
 #include "core/conn.h"
@@ -646,22 +647,14 @@ int hs_server_step(struct hs_flow *f, bool final)
 	return server_on_confirm(f, final);
 }
 
-static uint64_t mono_us(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000000u + (uint64_t)ts.tv_nsec / 1000u;
-}
-
 int hs_server_start_inline(struct hs_flow *f, struct smc_conn *c, int ufd,
 			   const struct hs_auth *auth)
 {
-	uint64_t until = mono_us() + HS_INLINE_WAIT_US;
+	uint64_t until = clock_now_us() + HS_INLINE_WAIT_US;
 	int r = hs_server_start(f, c, ufd, auth);
 
 	while (r == HS_WAIT) {
-		uint64_t now = mono_us();
+		uint64_t now = clock_now_us();
 		struct pollfd pfd = { .fd = ufd, .events = POLLIN };
 
 		if (now >= until)

@@ -1,7 +1,6 @@
 /* SPDX-License-Identifier: GPL-2.0-only OR BSD-2-Clause */
 #include <pthread.h>
 #include <string.h>
-#include <time.h>
 
 #include "core/forklock.h"
 #include "core/hs_policy.h"
@@ -42,14 +41,6 @@ static uint64_t mix(uint64_t x)
 	x ^= x >> 27;
 	x *= 0x94d049bb133111ebull;
 	return x ^ (x >> 31);
-}
-
-uint64_t hs_policy_now_ns(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
 }
 
 uint64_t hs_policy_key(const struct sockaddr *dst)

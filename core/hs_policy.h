@@ -29,9 +29,6 @@
 #define HS_POLICY_LONG_BYTES  (512u * 1024)         /* moved more: worth it, however short */
 #define HS_POLICY_PROBE_NS    1000000000ull         /* one SMC probe per second */
 
-/* CLOCK_MONOTONIC in nanoseconds: the policy's clock. */
-uint64_t hs_policy_now_ns(void);
-
 /* Nonzero key of destination dst (IPv4-mapped IPv6 equals IPv4); 0 when it has none. */
 uint64_t hs_policy_key(const struct sockaddr *dst);
 

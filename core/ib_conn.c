@@ -181,16 +181,6 @@ void ib_conn_free(struct ib_conn *c)
 	free(c);
 }
 
-size_t ib_conn_mem(const struct ib_conn *c)
-{
-	return c->reserved;
-}
-
-struct ib_link *ib_conn_link(const struct ib_conn *c)
-{
-	return c->link;
-}
-
 /* ------------------------------------------------------------------ reader */
 
 uint8_t *ib_conn_rx_ring(const struct ib_conn *c) { return c->rmb; }

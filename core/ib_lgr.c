@@ -3,6 +3,7 @@
  * SMC-R link groups of this process around real links and the device. See ib_lgr.h;
  * the sharing and expiry rules are ib_lgr_book.c's.
  */
+#include "core/clock.h"
 #include "core/ib_lgr.h"
 
 #include <errno.h>
@@ -10,7 +11,6 @@
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "core/config.h"
@@ -39,14 +39,6 @@ static bool peer_id_set;
 static struct ib_lgr_hooks hooks;
 static struct ib_link_opts link_opts = IB_LINK_OPTS_DEFAULT;
 static uint64_t last_tick;       /* when ib_lgr_tick last ran */
-
-static uint64_t now_ns(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
 
 static struct ib_lgr_entry *entry_of(struct ib_link *l)
 {
@@ -120,7 +112,7 @@ static int open_locked(void)
 
 	if (dev_open)
 		return 0;
-	now = now_ns();
+	now = clock_now_ns();
 	if (dev_err && now < dev_err_until)
 		return dev_err;
 	if (!peer_id_set)
@@ -224,7 +216,7 @@ int ib_lgr_get_server(const uint8_t *pid, const uint8_t *gid, struct ib_link **o
 	e = ib_lgr_book_find_server(&book, pid, gid);
 	if (e && ib_link_failed(e->link)) { /* failed since the last tick */
 		ib_lgr_book_failed(e);
-		ib_lgr_book_unref(e, now_ns());
+		ib_lgr_book_unref(e, clock_now_ns());
 		e = NULL;
 	}
 	if (e) {
@@ -251,7 +243,7 @@ int ib_lgr_get_client(const struct ib_link_params *server, bool first_contact,
 		e = ib_lgr_book_find_client(&book, server->peer_id, server->gid, server->qpn);
 		if (e && ib_link_failed(e->link)) {
 			ib_lgr_book_failed(e);
-			ib_lgr_book_unref(e, now_ns());
+			ib_lgr_book_unref(e, clock_now_ns());
 			e = NULL;
 		}
 		if (e)
@@ -278,7 +270,7 @@ int ib_lgr_connect(struct ib_link *l, const struct ib_link_params *peer, bool se
 void ib_lgr_put(struct ib_link *l)
 {
 	struct ib_lgr_entry *e;
-	uint64_t now = now_ns();
+	uint64_t now = clock_now_ns();
 
 	pthread_mutex_lock(&lock);
 	e = entry_of(l);
@@ -478,7 +470,7 @@ void ib_lgr_shutdown(void)
 
 bool ib_lgr_drain(uint64_t idle_ns, uint64_t max_ns)
 {
-	uint64_t start = now_ns(), moved_at = start, seen = 0;
+	uint64_t start = clock_now_ns(), moved_at = start, seen = 0;
 
 	for (;;) {
 		uint64_t progress = 0, now;
@@ -490,7 +482,7 @@ bool ib_lgr_drain(uint64_t idle_ns, uint64_t max_ns)
 		pthread_mutex_unlock(&lock);
 		if (!busy)
 			return true;
-		now = now_ns();
+		now = clock_now_ns();
 		if (progress != seen) {
 			seen = progress;
 			moved_at = now;

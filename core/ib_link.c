@@ -4,13 +4,13 @@
  * with receive-queue credits, and the publish step (RDMA WRITEs + CDC SEND). See
  * ib_link.h.
  */
+#include "core/clock.h"
 #include "core/ib_int.h"
 
 #include <errno.h>
 #include <fcntl.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "core/log.h"
 #include "core/random.h"
@@ -35,14 +35,6 @@
 static uint32_t random_u32(void)
 {
 	return (uint32_t)random_weak64();
-}
-
-static uint64_t now_ns(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
 }
 
 /* ------------------------------------------------------------------ creation */
@@ -219,7 +211,7 @@ int ib_link_connect(struct ib_link *l, const struct ib_link_params *peer, bool s
 	l->peer_qpn = peer->qpn;
 	l->server = server;
 	l->connected = true;
-	l->confirm_deadline = now_ns() + l->opts.confirm_timeout_ms * MS;
+	l->confirm_deadline = clock_now_ns() + l->opts.confirm_timeout_ms * MS;
 	if (server) {
 		/* the client's QP is in RTS already (it was before its Confirm left): this
 		 * credit-only message tells it ours is ready too */
@@ -231,11 +223,6 @@ int ib_link_connect(struct ib_link *l, const struct ib_link_params *peer, bool s
 	}
 	pthread_mutex_unlock(&l->lock);
 	return rc;
-}
-
-bool ib_link_confirmed(struct ib_link *l)
-{
-	return __atomic_load_n(&l->confirmed, __ATOMIC_ACQUIRE);
 }
 
 uint32_t ib_link_peer_qpn(struct ib_link *l)

@@ -100,8 +100,6 @@ void ib_link_local_params(const struct ib_link *l, struct ib_link_params *out);
  * message arrives; until then publishes wait (after confirm_timeout_ms the link fails).
  * The client calls this before it sends its Confirm, the server after receiving it. */
 int ib_link_connect(struct ib_link *l, const struct ib_link_params *peer, bool server);
-/* Both QPs are known ready: SENDs flow. */
-bool ib_link_confirmed(struct ib_link *l);
 /* The peer's QP number (0 before ib_link_connect): what a CLC Accept without first
  * contact names. */
 uint32_t ib_link_peer_qpn(struct ib_link *l);
@@ -159,9 +157,6 @@ void ib_conn_local_rmb(const struct ib_conn *c, struct ib_rmb_params *out);
  * write into our RMB before this (its CDCs are accepted; the reader may read): only our
  * writing waits for it. */
 int ib_conn_set_peer(struct ib_conn *c, const struct ib_rmb_params *peer);
-/* Bytes of this connection counted against SMC_MEM_CAP (RMB + mirror). */
-size_t ib_conn_mem(const struct ib_conn *c);
-struct ib_link *ib_conn_link(const struct ib_conn *c);
 
 /* Reader side. */
 uint8_t *ib_conn_rx_ring(const struct ib_conn *c);

@@ -10,9 +10,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
-#include <time.h>
 #include <unistd.h>
 
+#include "core/clock.h"
 #include "core/config.h"
 #include "core/conn_ib.h"
 #include "core/forklock.h"
@@ -83,17 +83,9 @@ uint64_t neg_host_id(void)
 
 /* ------------------------------------------------------------ stream I/O */
 
-static int64_t now_ms(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
 int neg_send_all(int fd, const uint8_t *buf, size_t len)
 {
-	int64_t deadline = now_ms() + smc_cfg.handshake_timeout_ms;
+	int64_t deadline = (int64_t)clock_now_ms() + smc_cfg.handshake_timeout_ms;
 	size_t off = 0;
 
 	while (off < len) {
@@ -107,7 +99,7 @@ int neg_send_all(int fd, const uint8_t *buf, size_t len)
 		}
 		if (r < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)
 			return -errno;
-		left = deadline - now_ms();
+		left = deadline - (int64_t)clock_now_ms();
 		if (left <= 0 || REAL(poll)(&p, 1, (int)left) < 0)
 			return off ? -EPIPE : -ETIMEDOUT;
 	}
@@ -188,7 +180,7 @@ static int read_clc_step(int fd, uint8_t *buf, size_t *len, bool *partial, enum 
 /* read_clc_step until a message is complete or the handshake timeout passes. */
 static int read_clc_wait(int fd, uint8_t *buf, size_t *len, enum clc_ext ext)
 {
-	int64_t deadline = now_ms() + smc_cfg.handshake_timeout_ms;
+	int64_t deadline = (int64_t)clock_now_ms() + smc_cfg.handshake_timeout_ms;
 
 	for (;;) {
 		struct pollfd p = { .fd = fd, .events = POLLIN };
@@ -198,7 +190,7 @@ static int read_clc_wait(int fd, uint8_t *buf, size_t *len, enum clc_ext ext)
 
 		if (r != 0)
 			return r;
-		left = deadline - now_ms();
+		left = deadline - (int64_t)clock_now_ms();
 		if (left <= 0)
 			return -ETIMEDOUT;
 		/* a partial message keeps the socket readable: the rest is on its way, wait

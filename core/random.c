@@ -3,9 +3,9 @@
 #include <errno.h>
 #include <stdint.h>
 #include <sys/random.h>
-#include <time.h>
 #include <unistd.h>
 
+#include "core/clock.h"
 #include "core/random.h"
 
 /* A source that keeps answering 0 is broken: a secret of 0 means "none" to callers. */
@@ -54,14 +54,12 @@ uint64_t random_secret64(void)
 
 uint64_t random_weak64(void)
 {
-	struct timespec ts;
 	uint64_t v = 0;
 
 	/* nonblocking: at load, early in boot, a weak value beats waiting for the pool */
 	if (random_fill(&v, sizeof(v), GRND_NONBLOCK) == 0 && v != 0)
 		return v;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	v = ((uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec) ^
+	v = clock_now_ns() ^
 	    ((uint64_t)getpid() << 32) ^ (uint64_t)(uintptr_t)&v;
 	/* one multiply mixes the low bits into all of them (Knuth's golden ratio) */
 	v *= 0x9e3779b97f4a7c15ull;

@@ -53,14 +53,6 @@ static bool endpoint_is_v4(const struct rdv_endpoint *ep)
 	return memcmp(ep->addr, mapped, 12) == 0;
 }
 
-bool rdv_same_endpoint(const struct sockaddr *a, const struct sockaddr *b)
-{
-	struct rdv_endpoint ea, eb;
-
-	return rdv_endpoint_from(a, &ea) && rdv_endpoint_from(b, &eb) &&
-	       memcmp(ea.addr, eb.addr, 16) == 0 && ea.port == eb.port;
-}
-
 static size_t hex_append(char *dst, const uint8_t *src, size_t n)
 {
 	static const char digits[] = "0123456789abcdef";

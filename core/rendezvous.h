@@ -96,7 +96,4 @@ int rdv_listener_owner(const struct sockaddr *dst, uid_t *uid);
  * listener behind dst, without waiting. 0 or -errno (-ENOENT: no such listener). */
 int rdv_listener_sendmsg(const struct sockaddr *dst, struct msghdr *msg);
 
-/* Same address and port (IPv4-mapped IPv6 equals IPv4). */
-bool rdv_same_endpoint(const struct sockaddr *a, const struct sockaddr *b);
-
 #endif

@@ -23,6 +23,7 @@
 #include <string.h>
 #include <sys/ioctl.h>
 
+#include "core/clock.h"
 #include "core/config.h"
 #include "core/conn.h"
 #include "core/conn_ib.h"
@@ -486,7 +487,7 @@ int smc_sock_connect(int fd, const struct sockaddr *addr, socklen_t len)
 		return REAL(connect)(fd, addr, len);
 	if (smc_enabled() && !addr_is_unspecified(addr) &&
 	    (why = upgrade_rule(fd)) == SMC_REASON_NONE) {
-		uint64_t key = hs_policy_key(addr), now = hs_policy_now_ns();
+		uint64_t key = hs_policy_key(addr), now = clock_now_ns();
 		bool admit = hs_policy_admit(key, now, (uint64_t)smc_cfg.short_conn_us * 1000);
 		bool fd_limited = false;
 

@@ -122,11 +122,6 @@ void stats_bytes(enum smc_mode m, size_t sent, size_t received)
 		count(&bytes_received[m], received);
 }
 
-void stats_event(const char *name)
-{
-	log_debug("event: %s", name);
-}
-
 void stats_count_abort(void)
 {
 	count(&aborts, 1);

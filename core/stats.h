@@ -46,8 +46,6 @@ const char *stats_reason_name(enum smc_reason r);
 void stats_conn(enum smc_mode m, enum smc_reason r);
 /* Payload bytes moved by the application through a connection of mode m. */
 void stats_bytes(enum smc_mode m, size_t sent, size_t received);
-/* Protocol events worth counting (aborts on bad peer data, wakeups sent). */
-void stats_event(const char *name);
 
 /* RDMA transport events (the "events" keys of smc_preload.h in brackets). */
 enum smc_ib_event {

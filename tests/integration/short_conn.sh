@@ -59,7 +59,7 @@ print("OK")
 PY
 smc_log "python: 6 short, pause, 1 long, 2 short"
 out=$(SMC_SHORT_CONN_US=200000 smc_run "$pydir" python3 "$SMC_TMP/client.py" "$port" "$www/small.txt" 2>&1) ||
-	smc_fail "python client failed: $out"
+	smc_fail "python client failed (exit $?): $out"
 smc_log "stats python: $(smc_stats_summary "$pydir")"
 smc_assert_eq "python: shm connections (4 + pool request + probe + 2)" \
 	"$(smc_stats "$pydir" '.connections.shm')" 8

@@ -1524,7 +1524,9 @@ uint32_t conn_poll_mask(struct smc_conn *c)
 		return POLLIN | POLLRDNORM | POLLOUT | POLLWRNORM | POLLERR | POLLHUP | POLLRDHUP;
 	if (c->shut_wr || tx_dead(c) || tx_free_peek(c) != 0)
 		m |= POLLOUT | POLLWRNORM;
-	if ((m & POLLRDHUP) && (c->shut_wr || tx_dead(c)))
+	/* tcp_poll(): hang-up once both directions are shut (the peer's end of data and our
+	 * shutdown(SHUT_WR)); a peer's close alone is POLLRDHUP, as over TCP until its reset */
+	if ((m & POLLRDHUP) && c->shut_wr)
 		m |= POLLHUP;
 	if (c->aborted)
 		m |= POLLERR | POLLHUP;

@@ -816,6 +816,27 @@ static void test_epoll_hup(void)
 	close(fd);
 }
 
+/* tcp_poll() reports EPOLLHUP only once both directions are shut: a peer's close alone
+ * shuts ours for reading, and we may still write until its reset comes back. A relay that
+ * stops reading at POLLHUP (stunnel) would leave the peer's last bytes unread. */
+static void test_peer_close_no_hup(void)
+{
+	int fd = new_conn(), ep = new_epoll(), n;
+	uint32_t ev;
+	short rev;
+
+	ep_add(ep, fd, EPOLLIN | EPOLLRDHUP, 12);
+	peer(&P, P_CLOSE, 0);
+	ev = ep_events_for(ep, 12, LONG_MS, &n);
+	check(n == 1 && ev == (EPOLLIN | EPOLLRDHUP), "EPOLLRDHUP without EPOLLHUP: on peer close",
+	      "n %d ev %#x", n, ev);
+	rev = poll1(fd, POLLIN | POLLRDHUP | POLLOUT, 0);
+	check(rev == (POLLIN | POLLRDHUP | POLLOUT), "POLLHUP: not on the peer's close alone",
+	      "revents %#x", rev);
+	close(ep);
+	close(fd);
+}
+
 static void test_epoll_sets(void)
 {
 	int fd = new_conn(), ep1 = new_epoll(), ep2 = new_epoll(), n1, n2;
@@ -1878,6 +1899,7 @@ static const struct {
 	{ "epoll_pwait", test_epoll_pwait },
 	{ "epoll_out", test_epoll_out },
 	{ "epoll_hup", test_epoll_hup },
+	{ "peer_close_no_hup", test_peer_close_no_hup },
 	{ "epoll_sets", test_epoll_sets },
 	{ "epoll_mixed", test_epoll_mixed },
 	{ "epoll_ctl_errors", test_epoll_ctl_errors },

@@ -1035,6 +1035,31 @@ static bool side_went_tcp(struct smc_conn *c)
 	return true;
 }
 
+/*
+ * A sibling of our side left the rings (side_went_tcp) with bytes in our ring it had not
+ * read: the peer re-sends them over TCP as soon as it sees the flag, but they may not be
+ * in the socket yet. A readiness call of ours that ran before the sibling left reported
+ * them readable (the ring), and TCP never answers a read that follows "readable" with
+ * EAGAIN: programs take that for an error (ncat --exec's relay ends the connection, its
+ * close then resets it). So the first nonblocking read after the switch waits for them,
+ * bounded: the peer's library sends them without waiting for its program, and a peer
+ * that died ends the TCP connection, which ends the wait too.
+ */
+static void side_rest_wait(struct smc_conn *c, bool nonblock)
+{
+	struct pollfd p = { .fd = c->fd, .events = POLLIN | POLLRDHUP };
+	smc_cursor prod, cons;
+
+	if (!nonblock || c->ib || c->side_rest_waited)
+		return;
+	c->side_rest_waited = true;
+	prod = __atomic_load_n(&c->rx->prod, __ATOMIC_ACQUIRE);
+	cons = __atomic_load_n(&c->rx->cons, __ATOMIC_ACQUIRE);
+	if (prod == cons)
+		return; /* the sibling read all: nothing is owed */
+	(void)REAL(poll)(&p, 1, (int)smc_cfg.handshake_timeout_ms);
+}
+
 /* fork_lock(dir) when this side is still on the rings (true); false, holding nothing,
  * when a process of our side took it back to TCP. */
 static bool fork_lock_rings(struct smc_conn *c, int dir)
@@ -2140,8 +2165,10 @@ ssize_t conn_recv(struct smc_conn *c, const struct iovec *iov, int iovcnt, int f
 	bool tcp_rest = false; /* the peer's stream goes on over TCP (downgrade) */
 	int err = 0;
 
-	if (side_went_tcp(c))
+	if (side_went_tcp(c)) {
+		side_rest_wait(c, nonblock);
 		return tcp_recv_tail(c, iov, iovcnt, 0, flags);
+	}
 	if (flags & MSG_OOB)
 		return errno = EINVAL, -1; /* urgent data is not supported over SMC */
 	if (want == 0)
@@ -2231,7 +2258,16 @@ ssize_t conn_recv(struct smc_conn *c, const struct iovec *iov, int iovcnt, int f
 	}
 	if (tcp_rest && (!got || ((flags & MSG_WAITALL) && !(flags & MSG_PEEK)))) {
 		/* still under rx_lock: a second reader must not pass the ring's rest */
-		ssize_t r = tcp_recv_tail(c, iov, iovcnt, got,
+		ssize_t r;
+
+		if (!got && !__atomic_load_n(&c->peer_tcp, __ATOMIC_ACQUIRE))
+			side_rest_wait(c, nonblock);
+		/* what we owe the peer goes out before we wait on TCP: its answer may be
+		 * what our re-send carries (a request it never read from the ring); the
+		 * progress thread finishes what the socket does not take at once */
+		if (__atomic_load_n(&c->peer_tcp, __ATOMIC_ACQUIRE))
+			(void)down_step(c, false);
+		r = tcp_recv_tail(c, iov, iovcnt, got,
 					  flags | (nonblock ? MSG_DONTWAIT : 0));
 
 		if (r < 0 && !got)

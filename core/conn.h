@@ -88,6 +88,7 @@ struct smc_conn {
 	bool fork_shared;           /* another process may drive this side too (fork) */
 	unsigned fork_held;         /* the fork (number) that counted a child's holder */
 	bool fork_orphan;           /* forked child: PENDING at the fork, decided by the parent */
+	bool side_rest_waited;      /* conn.c, side_rest_wait: done once */
 	bool deferred;              /* server, PENDING: negotiated on the progress thread */
 	uint8_t hs_watch;           /* enum conn_hs_watch, atomic stores */
 	bool reset_reported;        /* SO_ERROR gave ECONNRESET once, as the kernel clears it */

@@ -25,6 +25,9 @@
 #    peer-not-smc and none is aborted (the listener is withdrawn from the option before
 #    the exec: before, its SYN-ACKs still answered it and the program without the library
 #    read the clients' Proposals as data);
+#  - fork-exec: the server forks, the child execs a program without the library on the
+#    listener and both accept on it: every answer right and no abort (with the option
+#    set up all plain TCP, peer-not-smc: the child withdrew the listener);
 #  - exec-fail (option set up): the server's exec of a program that does not exist
 #    fails (ENOENT) and it serves the clients itself: all upgraded (the withdrawal is
 #    undone);
@@ -195,6 +198,33 @@ run_cases() { # run_cases PATH-LABEL
 		smc_expect_fallback "$client_dir" peer-not-smc "$N" "nopreload-$path client"
 		smc_assert_eq "nopreload-$path client: peer-not-smc" \
 			"$(smc_stats "$client_dir" '.fallback["peer-not-smc"] // 0')" "$N"
+	fi
+
+	smc_log "---- $path: fork-exec (a child execs a program without the library, both accept)"
+	local fdir i out
+	smc_free_port port
+	fdir=$(smc_stats_dir "client-fork-exec-$path")
+	smc_start_server "fork-exec-$path" "$(smc_stats_dir "server-fork-exec-$path")" \
+		python3 "$PROG" fork-exec "$port"
+	smc_wait_port "fork-exec-$path" "$port"
+	# parent and child say SERVING: the child's new image once it runs (its old one
+	# withdrew the listener before the exec)
+	for ((i = 0; i < 200; i++)); do
+		[ "$(grep -c '^SERVING$' "$(smc_server_log "fork-exec-$path")")" -ge 2 ] && break
+		sleep 0.1
+	done
+	[ "$i" -lt 200 ] || smc_fail "fork-exec-$path: the child's new image did not start"
+	out=$(smc_run "$fdir" python3 "$PROG" client "$port" "$((2 * N))") ||
+		smc_fail "fork-exec-$path: client failed: $out"
+	smc_assert_eq "fork-exec-$path: client" "$out" "CLIENT OK"
+	# both serve for ever: the whole group is told to stop
+	kill -TERM -- "-${SMC_SERVER_PID[fork-exec-$path]}" 2>/dev/null
+	smc_stop_server "fork-exec-$path"
+	smc_require_stats "$fdir"
+	smc_log "stats fork-exec-$path client: $(smc_stats_summary "$fdir")"
+	smc_assert_eq "fork-exec-$path client: aborts" "$(smc_stats "$fdir" '.events.aborts')" 0
+	if [ "$path" = tcpopt ]; then
+		smc_expect_fallback "$fdir" peer-not-smc "$((2 * N))" "fork-exec-$path client"
 	fi
 
 	smc_log "---- $path: connect-exec ($CONNECT_EXECS clients exec right after connect)"

@@ -11,6 +11,10 @@
 #   listen-exec-fail PORT N         listens, then tries to exec a program that does not
 #                                   exist (ENOENT) with the listener inheritable, and
 #                                   serves in the same image; prints "EXEC FAILED"
+#   fork-exec PORT                  listens, forks; the child execs the "serve" role
+#                                   without LD_PRELOAD with the listener as fd 3 and
+#                                   serves for ever, the parent too (a listener shared
+#                                   with a process that keeps accepting)
 #   listen-serve PORT N             listens and serves in the same image (a control)
 #   serve N                         accepts N connections on fd 3 (LISTEN_FDS style:
 #                                   systemd socket activation), answers each request
@@ -34,7 +38,7 @@ def serve(n):
     ls = socket.socket(fileno=3)
     served = 0
     print("SERVING", flush=True)
-    while served < n:
+    while n < 0 or served < n:
         try:
             c, _ = ls.accept()
         except ConnectionAbortedError:
@@ -86,6 +90,17 @@ def listen_exec(port, n, nopreload):
         env.pop("LD_PRELOAD", None)
     print("LISTENING", flush=True)
     os.execve(sys.executable, [sys.executable, __file__, "serve", str(n)], env)
+
+
+def fork_exec(port):
+    ls = listen_on_3(port)
+    os.set_inheritable(3, True)
+    print("LISTENING", flush=True)
+    if os.fork() == 0:
+        env = dict(os.environ)
+        env.pop("LD_PRELOAD", None)
+        os.execve(sys.executable, [sys.executable, __file__, "serve", "-1"], env)
+    serve(-1)
 
 
 def listen_exec_fail(port, n):
@@ -150,6 +165,8 @@ elif role == "listen-serve":
     serve(int(sys.argv[3]))
 elif role == "listen-exec":
     listen_exec(int(sys.argv[2]), int(sys.argv[3]), len(sys.argv) > 4 and sys.argv[4] == "nopreload")
+elif role == "fork-exec":
+    fork_exec(int(sys.argv[2]))
 elif role == "listen-exec-fail":
     listen_exec_fail(int(sys.argv[2]), int(sys.argv[3]))
 elif role == "echo":
@@ -157,4 +174,4 @@ elif role == "echo":
 elif role == "connect-exec":
     connect_exec(int(sys.argv[2]))
 else:
-    sys.exit("usage: exec_listener.py listen-exec|listen-exec-fail|listen-serve|serve|client|echo|connect-exec ...")
+    sys.exit("usage: exec_listener.py listen-exec|listen-exec-fail|fork-exec|listen-serve|serve|client|echo|connect-exec ...")

@@ -194,7 +194,7 @@ run_cases() { # run_cases PATH-LABEL
 		"$(smc_stats "$client_dir" '.connections.tcp')" "$N"
 	smc_assert_eq "nopreload-$path client: aborts" \
 		"$(smc_stats "$client_dir" '.events.aborts')" 0
-	if [ "$path" = tcpopt ]; then
+	if [ "$path" = tcpopt ] && [ "$SMC_TEST_EXPECT" = shm ]; then
 		smc_expect_fallback "$client_dir" peer-not-smc "$N" "nopreload-$path client"
 		smc_assert_eq "nopreload-$path client: peer-not-smc" \
 			"$(smc_stats "$client_dir" '.fallback["peer-not-smc"] // 0')" "$N"
@@ -223,7 +223,7 @@ run_cases() { # run_cases PATH-LABEL
 	smc_require_stats "$fdir"
 	smc_log "stats fork-exec-$path client: $(smc_stats_summary "$fdir")"
 	smc_assert_eq "fork-exec-$path client: aborts" "$(smc_stats "$fdir" '.events.aborts')" 0
-	if [ "$path" = tcpopt ]; then
+	if [ "$path" = tcpopt ] && [ "$SMC_TEST_EXPECT" = shm ]; then
 		smc_expect_fallback "$fdir" peer-not-smc "$((2 * N))" "fork-exec-$path client"
 	fi
 

@@ -91,9 +91,12 @@ bpf_init_paths() {
 	rdv_dir=${rdv_dir%/}
 	prog_pin=$bpf_dir/smc_tcpopt
 	map_pin=$bpf_dir/smc_peer
-	# the map's second pin, for processes that do not see this /sys (TCPOPT_RDV_SUBDIR)
+	# the ports whose listeners the library withdrew from the option (core/tcpopt.c)
+	wd_pin=$bpf_dir/smc_withdrawn
+	# the maps' second pins, for processes that do not see this /sys (TCPOPT_RDV_SUBDIR)
 	rdv_bpf=$rdv_dir/bpf
 	rdv_map_pin=$rdv_bpf/smc_peer
+	rdv_wd_pin=$rdv_bpf/smc_withdrawn
 }
 
 find_bpf_obj() {
@@ -253,6 +256,14 @@ rdv_map_expose() { # rdv_map_expose MAP-ID
 		say "pinned map $mid at $rdv_map_pin too"
 	fi
 	chmod 0666 -- "$rdv_map_pin" || warn "cannot set the mode of $rdv_map_pin"
+	mid=$(pinned_map_id "$wd_pin")
+	if [ -n "$mid" ] && [ "$(pinned_map_id "$rdv_wd_pin")" != "$mid" ]; then
+		rm -f -- "$rdv_wd_pin"
+		bpftool map pin id "$mid" "$rdv_wd_pin" ||
+			warn "cannot pin map $mid at $rdv_wd_pin"
+	fi
+	[ ! -e "$rdv_wd_pin" ] || chmod 0666 -- "$rdv_wd_pin" ||
+		warn "cannot set the mode of $rdv_wd_pin"
 	return 0
 }
 
@@ -262,7 +273,7 @@ rdv_map_expose() { # rdv_map_expose MAP-ID
 # is gone there too and nobody opts sockets in to a map whose program is detached.
 rdv_map_remove() {
 	[ "$(fs_type "$rdv_bpf")" = bpf_fs ] || return 0
-	rm -f -- "$rdv_map_pin" || die "cannot remove $rdv_map_pin"
+	rm -f -- "$rdv_map_pin" "$rdv_wd_pin" || die "cannot remove $rdv_map_pin"
 	umount -- "$rdv_bpf" 2>/dev/null || umount -l -- "$rdv_bpf" ||
 		die "cannot unmount $rdv_bpf"
 	rmdir -- "$rdv_bpf" 2>/dev/null
@@ -288,7 +299,7 @@ bpf_unpin_all() {
 		say "detached program $id from $cg"
 	done
 	rdv_map_remove
-	rm -f -- "$prog_pin" "$map_pin" || die "cannot remove the pins under $bpf_dir"
+	rm -f -- "$prog_pin" "$map_pin" "$wd_pin" || die "cannot remove the pins under $bpf_dir"
 	rmdir -- "$bpf_dir" 2>/dev/null
 	return 0
 }
@@ -361,6 +372,8 @@ do_setup() {
 	fi
 	chmod 0755 -- "$bpf_dir" && chmod 0600 -- "$prog_pin" && chmod 0666 -- "$map_pin" ||
 		die "cannot set the modes under $bpf_dir"
+	# a program of an older setup has no such map: its listeners cannot be withdrawn
+	[ ! -e "$wd_pin" ] || chmod 0666 -- "$wd_pin" || die "cannot set the mode of $wd_pin"
 	open_bpf_path
 	if [ -L "$rdv_dir" ] || { [ -e "$rdv_dir" ] && [ ! -d "$rdv_dir" ]; }; then
 		die "$rdv_dir exists and is not a directory"

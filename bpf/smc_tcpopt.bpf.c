@@ -8,9 +8,21 @@
  * TCPOPT_WANT into the map (key: socket fd) before connect() or listen():
  *
  *   connect(): the SYN carries the option;
- *   listen():  a SYN-ACK carries it when the SYN carried it;
+ *   listen():  a SYN-ACK carries it when the SYN carried it and the listener's port is
+ *              not withdrawn (below);
  *   after the three-way handshake the program sets TCPOPT_PEER_SENT on the socket
- *   (client: the SYN-ACK carried it; accepted socket: the SYN carried it).
+ *   (client: the SYN-ACK carried it; accepted socket: the SYN carried it and the port
+ *   is not withdrawn).
+ *
+ * A listener handed by exec to a program that may not run the library must stop
+ * answering the option, or that program reads its clients' CLC Proposals as data. Only
+ * listen() can turn a listener's callbacks on or off, and a SYN-ACK's callbacks see
+ * neither the listener nor its storage (the kernel passes the request socket, and the
+ * context gives a program no pointer to it), only the connection's addresses. So the
+ * library withdraws a listener by its port: before such an exec it puts (network
+ * namespace cookie, local port) into the hash map "smc_withdrawn", and takes it out
+ * again when the exec fails or when the new image, preloaded, adopts the listener.
+ * Every listener on a withdrawn port answers without the option: its clients stay TCP.
  *
  * The accepted socket inherits the listener's value (BPF_F_CLONE), so TCPOPT_WANT on it
  * says "our SYN-ACK answered with the option". Header-option callbacks are turned on per
@@ -49,6 +61,20 @@ struct {
 	__type(key, int);
 	__type(value, __u32);
 } smc_peer SEC(".maps");
+
+/* The key of "smc_withdrawn"; the contract with core/tcpopt.c. */
+struct smc_port_key {
+	__u64 netns;  /* the network namespace's cookie (SO_NETNS_COOKIE) */
+	__u32 port;   /* the local port, host byte order */
+	__u32 zero;
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 65536);
+	__type(key, struct smc_port_key);
+	__type(value, __u32);
+} smc_withdrawn SEC(".maps");
 
 struct smc_opt {
 	__u8 kind;
@@ -108,9 +134,22 @@ static __always_inline void on_connect_or_listen(struct bpf_sock_ops *skops, int
 	bpf_sock_ops_cb_flags_set(skops, skops->bpf_sock_ops_cb_flags | HDR_OPT_CB_FLAGS);
 }
 
+/* Whether the library withdrew the option from the listeners of this connection's local
+ * port (in its network namespace). */
+static __always_inline int port_withdrawn(struct bpf_sock_ops *skops)
+{
+	struct smc_port_key k = {
+		.netns = bpf_get_netns_cookie(skops),
+		.port = skops->local_port,
+	};
+
+	return bpf_map_lookup_elem(&smc_withdrawn, &k) != 0;
+}
+
 /* Whether the outgoing segment gets the option: only a SYN, and a SYN-ACK only when the
- * SYN carried it and the SYN-ACK is not a SYN cookie one (with a cookie the accepted
- * socket would not know the SYN had it, and the two ends would disagree). */
+ * SYN carried it, the port is not withdrawn, and the SYN-ACK is not a SYN cookie one
+ * (with a cookie the accepted socket would not know the SYN had it, and the two ends
+ * would disagree). */
 static __always_inline int segment_wants_opt(struct bpf_sock_ops *skops)
 {
 	__u32 f = skops->skb_tcp_flags;
@@ -121,7 +160,7 @@ static __always_inline int segment_wants_opt(struct bpf_sock_ops *skops)
 		return 1;
 	if (skops->args[0] == BPF_WRITE_HDR_TCP_SYNACK_COOKIE)
 		return 0;
-	return packet_has_smc_opt(skops, BPF_LOAD_HDR_OPT_TCP_SYN);
+	return packet_has_smc_opt(skops, BPF_LOAD_HDR_OPT_TCP_SYN) && !port_withdrawn(skops);
 }
 
 static __always_inline void write_opt(struct bpf_sock_ops *skops)
@@ -143,7 +182,10 @@ static __always_inline void on_established(struct bpf_sock_ops *skops, int passi
 	 * that did not (its SYN was not saved either; and the peer got no option back) */
 	if (!v)
 		return;
-	if (packet_has_smc_opt(skops, syn))
+	/* passive: our SYN-ACK answered it only on a port not withdrawn (a withdrawal in
+	 * the round trip between SYN-ACK and ACK is the one case where the two can
+	 * differ: docs/design.md) */
+	if (packet_has_smc_opt(skops, syn) && (!passive || !port_withdrawn(skops)))
 		*v |= TCPOPT_PEER_SENT;
 	if (!(*v & TCPOPT_KEEP_CB) && (skops->bpf_sock_ops_cb_flags & HDR_OPT_CB_FLAGS))
 		bpf_sock_ops_cb_flags_set(skops, skops->bpf_sock_ops_cb_flags & ~HDR_OPT_CB_FLAGS);

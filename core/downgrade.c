@@ -66,6 +66,7 @@ void smc_sock_before_exec(bool image_replaced)
 	for (int fd = fdtab_next_tracked(0); fd >= 0; fd = fdtab_next_tracked(fd + 1))
 		if (fdtab_kind(fd) == FD_SMC && fd_survives_exec(fd))
 			fd_leave_rings(fd, SMC_REASON_EXEC, true);
+	exec_listeners_withdraw();
 	if (image_replaced) {
 		smc_sock_finish_resends();
 		smc_sock_drain_rdma(closed_by_exec);
@@ -149,6 +150,7 @@ void smc_sock_before_stdio(int fd)
 void smc_sock_before_spawn_dup(int fd)
 {
 	fd_leave_rings(fd, SMC_REASON_EXEC, false);
+	exec_listener_spawn_dup(fd);
 }
 
 static bool any_conn(const struct smc_conn *c)

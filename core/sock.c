@@ -664,6 +664,8 @@ int smc_sock_listen(int fd, int backlog)
 		epoll_track_forget_fd(fd);
 	if (r < 0 || fdtab_kind(fd) != FD_TCP || !announce)
 		return r;
+	if (opted_in)
+		exec_listener_listening(fd);
 	listener_track(fd, opted_in, false);
 	return r;
 }
@@ -693,7 +695,8 @@ static bool inherited_tcp_listener(int fd)
  * server that re-execs itself, nginx's binary upgrade) is tracked as if this image had
  * called listen(): its rendezvous name is registered again (the old image's went with
  * its descriptors, or a sibling still holds it), and one opted in for the option
- * before the exec (the kernel keeps that) negotiates by it. Left untracked, its clients
+ * before the exec (the kernel keeps that) negotiates by it, answering the option again
+ * (the old image withdrew it: core/exec.c). Left untracked, its clients
  * would still find a name that a process forked before the exec holds, or one that was
  * there when they connected, and wait their handshake timeout for a server that never
  * comes. A listener made by a process without the library (systemd itself) upgrades
@@ -727,6 +730,9 @@ void smc_sock_adopt_inherited(void)
 		 * listener). One that was not cannot be now: the eBPF program prepares a
 		 * listener for the option when it starts listening. */
 		opted_in = tcpopt_available() && tcpopt_peer_sent((int)fd) >= 0;
+		/* the image before the exec withdrew it (core/exec.c): this one negotiates */
+		if (opted_in)
+			(void)tcpopt_withdraw((int)fd, false);
 		log_debug("fd %ld: inherited listener tracked (%s)", fd,
 			  opted_in ? "SMC option" : "rendezvous only");
 		/* its history is not known: ask the kernel for its options */
@@ -766,7 +772,7 @@ static bool tcp_peer_gone(int fd)
 
 /* Whether listening socket fd was opted in for the TCP option. Under the fd's stripe
  * lock: a concurrent close frees the listener only after clearing the entry. */
-static bool listener_opted_in(int fd)
+bool sock_listener_opted_in(int fd)
 {
 	struct fd_entry *e = fdtab_peek(fd);
 	bool r = false;
@@ -1233,7 +1239,7 @@ static int accept_io_uring(int lfd, int nfd, const struct sockaddr *peer, int fl
 
 	/* a same-host client waiting on its rendezvous hears the decline there
 	 * (handshake_server), instead of waiting out its handshake timeout */
-	if (r == 0 && listener_opted_in(lfd) && tcpopt_peer_sent(nfd) == 1)
+	if (r == 0 && sock_listener_opted_in(lfd) && tcpopt_peer_sent(nfd) == 1)
 		r = accept_decline_inband(nfd, SMC_REASON_IO_URING, &why);
 	else if (r == 0)
 		r = accept_rendezvous(lfd, nfd, peer, flags, &why);
@@ -1277,7 +1283,7 @@ int smc_sock_accept(int fd, struct sockaddr *addr, socklen_t *len, int flags)
 		return nfd;
 	}
 	/* our SYN-ACK answered the option only when the listener was opted in */
-	opted_in = listener_opted_in(fd);
+	opted_in = sock_listener_opted_in(fd);
 	if (opted_in && tcpopt_peer_sent(nfd) == 1) {
 		listener_serve_pools(fd);
 		r = accept_inband(nfd, flags, listener_nonblocking(fd), &why);

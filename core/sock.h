@@ -78,6 +78,17 @@ struct smc_conn *sock_fd_conn(int fd);
  * the exec family (our own image ends), false for posix_spawn, system and popen (a
  * child runs it). Every upgraded connection it inherits goes back to plain TCP. */
 void smc_sock_before_exec(bool image_replaced);
+/* The exec that smc_sock_before_exec(true) prepared for failed: this image goes on with
+ * its listeners as before (core/exec.c). */
+void smc_sock_exec_failed(void);
+/* core/exec.c, for smc_sock_before_exec and smc_sock_before_spawn_dup: the opted-in
+ * listeners a new program inherits stop answering the SMC TCP option. */
+void exec_listeners_withdraw(void);
+void exec_listener_spawn_dup(int fd);
+/* core/exec.c: an opted-in listener of ours started listening on fd. */
+void exec_listener_listening(int fd);
+/* Whether listening socket fd of ours answers the SMC TCP option (tcpopt.h). */
+bool sock_listener_opted_in(int fd);
 /* close_range() that closes (no CLOSE_RANGE_CLOEXEC), after smc_sock_before_close of
  * the tracked fds in the range: everything but the descriptors the connections still
  * need, which the library closes itself. A child that closes every descriptor above 2

@@ -18,8 +18,10 @@
  * no longer the map and opens it again.
  */
 #include <errno.h>
+#include <arpa/inet.h>
 #include <limits.h>
 #include <linux/bpf.h>
+#include <netinet/in.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdint.h>
@@ -40,11 +42,26 @@
 #include "core/tcpopt.h"
 
 #define TCPOPT_MAP_NAME "smc_peer"
+#define TCPOPT_WD_NAME  "smc_withdrawn"
+
+#ifndef SO_NETNS_COOKIE
+#define SO_NETNS_COOKIE 71
+#endif
+
+/* The key of the withdrawn-ports map: the contract with bpf/smc_tcpopt.bpf.c. */
+struct wd_key {
+	uint64_t netns;
+	uint32_t port; /* host byte order */
+	uint32_t zero;
+};
 
 static pthread_once_t map_once = PTHREAD_ONCE_INIT;
 static pthread_mutex_t reopen_lock = PTHREAD_MUTEX_INITIALIZER;
 static atomic_int map_fd = -1;
 static _Atomic uint32_t map_id; /* the kernel's id of the map behind map_fd, 0 unknown */
+/* the directory map_fd was opened in: the withdrawn-ports map of the same setup is
+ * pinned beside it; written once, before map_fd is published */
+static char map_dir[PATH_MAX];
 
 /* bpf(2); -errno on failure. */
 static int sys_bpf(int cmd, union bpf_attr *attr)
@@ -143,6 +160,7 @@ static int map_open(void)
 		log_debug("tcpopt: no map (no SMC TCP option; run smc_preload.sh --setup)");
 		return fd;
 	}
+	snprintf(map_dir, sizeof(map_dir), "%.*s", (int)(strrchr(path, '/') - path), path);
 	fd = fd_park(fd);
 	fd_budget_take(1);
 	log_debug("tcpopt: using %s (fd %d)", path, fd);
@@ -235,6 +253,107 @@ int tcpopt_opt_in(int fd)
 
 	if (r < 0 && r != -ENOENT)
 		log_debug("tcpopt: opting in fd %d: %s", fd, strerror(-r));
+	return r < 0 ? r : 0;
+}
+
+/* The withdrawn-ports key of listening socket fd; -errno when the kernel will not say
+ * (SO_NETNS_COOKIE needs Linux 5.14) or fd is not an IP socket. */
+static int wd_key_of(int fd, struct wd_key *k)
+{
+	struct sockaddr_storage ss;
+	socklen_t len = sizeof(ss);
+	uint64_t cookie = 0;
+	socklen_t clen = sizeof(cookie);
+
+	memset(k, 0, sizeof(*k));
+	if (REAL(getsockopt)(fd, SOL_SOCKET, SO_NETNS_COOKIE, &cookie, &clen) < 0 ||
+	    REAL(getsockname)(fd, (struct sockaddr *)&ss, &len) < 0)
+		return -errno;
+	if (ss.ss_family == AF_INET)
+		k->port = ntohs(((struct sockaddr_in *)&ss)->sin_port);
+	else if (ss.ss_family == AF_INET6)
+		k->port = ntohs(((struct sockaddr_in6 *)&ss)->sin6_port);
+	else
+		return -EAFNOSUPPORT;
+	k->netns = cookie;
+	return 0;
+}
+
+/* The withdrawn-ports map beside map_fd's, for one call: exec and adoption are rare,
+ * and no fd of ours is left open in the application's table. -errno when absent (a
+ * setup of an older program). */
+static int wd_open(void)
+{
+	char path[PATH_MAX];
+	union bpf_attr attr;
+	uint32_t id = 0, type = 0;
+	int fd;
+
+	if (!tcpopt_available())
+		return -ENOENT;
+	if (snprintf(path, sizeof(path), "%s/" TCPOPT_WD_NAME, map_dir) >= (int)sizeof(path))
+		return -ENAMETOOLONG;
+	memset(&attr, 0, sizeof(attr));
+	attr.pathname = ptr_u64(path);
+	fd = sys_bpf(BPF_OBJ_GET, &attr);
+	if (fd < 0)
+		return fd;
+	if (map_info(fd, &id, &type) == 0 && type != BPF_MAP_TYPE_HASH) {
+		REAL(close)(fd);
+		return -EINVAL;
+	}
+	return fd;
+}
+
+int tcpopt_withdrawn(int fd)
+{
+	union bpf_attr attr;
+	struct wd_key k;
+	uint32_t v = 0;
+	int mfd, r = wd_key_of(fd, &k);
+
+	if (r < 0)
+		return r;
+	mfd = wd_open();
+	if (mfd < 0)
+		return mfd;
+	memset(&attr, 0, sizeof(attr));
+	attr.map_fd = (uint32_t)mfd;
+	attr.key = ptr_u64(&k);
+	attr.value = ptr_u64(&v);
+	r = sys_bpf(BPF_MAP_LOOKUP_ELEM, &attr);
+	REAL(close)(mfd);
+	if (r == -ENOENT)
+		return 0;
+	return r < 0 ? r : 1;
+}
+
+int tcpopt_withdraw(int fd, bool withdraw)
+{
+	union bpf_attr attr;
+	struct wd_key k;
+	uint32_t one = 1;
+	int mfd, r = wd_key_of(fd, &k);
+
+	if (r < 0)
+		return r;
+	mfd = wd_open();
+	if (mfd < 0)
+		return mfd;
+	memset(&attr, 0, sizeof(attr));
+	attr.map_fd = (uint32_t)mfd;
+	attr.key = ptr_u64(&k);
+	if (withdraw) {
+		attr.value = ptr_u64(&one);
+		attr.flags = BPF_ANY;
+	}
+	r = sys_bpf(withdraw ? BPF_MAP_UPDATE_ELEM : BPF_MAP_DELETE_ELEM, &attr);
+	REAL(close)(mfd);
+	if (r == -ENOENT && !withdraw)
+		r = 0;
+	log_debug("tcpopt: fd %d (port %u): %s: %s", fd, k.port,
+		  withdraw ? "withdrawn from the option" : "answers the option again",
+		  r < 0 ? strerror(-r) : "done");
 	return r < 0 ? r : 0;
 }
 

@@ -34,6 +34,15 @@ bool tcpopt_fork_lock(void);
  * before connect() or listen(). 0, or -errno (-ENOENT: no map). */
 int tcpopt_opt_in(int fd);
 
+/* Withdraws listening socket fd from the option (withdraw), or lets it answer again:
+ * the eBPF program answers no SYN-ACK on a withdrawn port (its network namespace and
+ * local port, so every listener on that port), and counts no accepted socket of it as
+ * having got the option. 0, or -errno (no map, a setup without the withdrawn-ports map,
+ * a kernel older than 5.14). */
+int tcpopt_withdraw(int fd, bool withdraw);
+/* 1 when fd's port is withdrawn, 0 when not, -errno when unknown. */
+int tcpopt_withdrawn(int fd);
+
 /* After the TCP handshake: 1 when the peer sent the option, 0 when it did not, -errno
  * when unknown (no map, not opted in). */
 int tcpopt_peer_sent(int fd);

@@ -2,7 +2,8 @@
 /*
  * The exec family, posix_spawn, system and popen: before a new program gets our
  * descriptors, the core takes the upgraded connections it would inherit back to plain
- * TCP (core/exec.c). libc's own exec variants call execve internally, where no wrapper
+ * TCP (core/downgrade.c) and withdraws the listeners from the SMC TCP option
+ * (core/exec.c); an exec or a spawn that fails gives them back. libc's own exec variants call execve internally, where no wrapper
  * sees them: each is wrapped, the execl* forms by building their argument vector.
  */
 #include "preload/wrap.h"
@@ -15,41 +16,48 @@
 
 extern char **environ;
 
+/* An exec that returns failed: the image goes on (core/exec.c). */
+static int exec_returned(int r)
+{
+	KEEP_ERRNO(smc_sock_exec_failed());
+	return r;
+}
+
 SMC_EXPORT int execve(const char *path, char *const argv[], char *const envp[])
 {
 	KEEP_ERRNO(smc_sock_before_exec(true));
-	return CALL_REAL(execve, path, argv, envp);
+	return exec_returned(CALL_REAL(execve, path, argv, envp));
 }
 
 SMC_EXPORT int execveat(int dirfd, const char *path, char *const argv[], char *const envp[],
 			int flags)
 {
 	KEEP_ERRNO(smc_sock_before_exec(true));
-	return CALL_REAL(execveat, dirfd, path, argv, envp, flags);
+	return exec_returned(CALL_REAL(execveat, dirfd, path, argv, envp, flags));
 }
 
 SMC_EXPORT int fexecve(int fd, char *const argv[], char *const envp[])
 {
 	KEEP_ERRNO(smc_sock_before_exec(true));
-	return CALL_REAL(fexecve, fd, argv, envp);
+	return exec_returned(CALL_REAL(fexecve, fd, argv, envp));
 }
 
 SMC_EXPORT int execv(const char *path, char *const argv[])
 {
 	KEEP_ERRNO(smc_sock_before_exec(true));
-	return CALL_REAL(execv, path, argv);
+	return exec_returned(CALL_REAL(execv, path, argv));
 }
 
 SMC_EXPORT int execvp(const char *file, char *const argv[])
 {
 	KEEP_ERRNO(smc_sock_before_exec(true));
-	return CALL_REAL(execvp, file, argv);
+	return exec_returned(CALL_REAL(execvp, file, argv));
 }
 
 SMC_EXPORT int execvpe(const char *file, char *const argv[], char *const envp[])
 {
 	KEEP_ERRNO(smc_sock_before_exec(true));
-	return CALL_REAL(execvpe, file, argv, envp);
+	return exec_returned(CALL_REAL(execvpe, file, argv, envp));
 }
 
 /* The arguments after arg up to the terminating NULL; for execle the environment
@@ -78,7 +86,7 @@ SMC_EXPORT int execl(const char *path, const char *arg, ...)
 	EXECL_ARGV(arg, argv, unused);
 	(void)unused;
 	KEEP_ERRNO(smc_sock_before_exec(true));
-	return CALL_REAL(execve, path, argv, environ);
+	return exec_returned(CALL_REAL(execve, path, argv, environ));
 }
 
 SMC_EXPORT int execlp(const char *file, const char *arg, ...)
@@ -88,7 +96,7 @@ SMC_EXPORT int execlp(const char *file, const char *arg, ...)
 	EXECL_ARGV(arg, argv, unused);
 	(void)unused;
 	KEEP_ERRNO(smc_sock_before_exec(true));
-	return CALL_REAL(execvp, file, argv);
+	return exec_returned(CALL_REAL(execvp, file, argv));
 }
 
 SMC_EXPORT int execle(const char *path, const char *arg, ...)
@@ -97,21 +105,31 @@ SMC_EXPORT int execle(const char *path, const char *arg, ...)
 
 	EXECL_ARGV(arg, argv, envp);
 	KEEP_ERRNO(smc_sock_before_exec(true));
-	return CALL_REAL(execve, path, argv, envp);
+	return exec_returned(CALL_REAL(execve, path, argv, envp));
 }
 
 SMC_EXPORT int posix_spawn(pid_t *pid, const char *path, const posix_spawn_file_actions_t *fa,
 			   const posix_spawnattr_t *attr, char *const argv[], char *const envp[])
 {
+	int r;
+
 	KEEP_ERRNO(smc_sock_before_exec(false));
-	return REAL(posix_spawn) ? REAL(posix_spawn)(pid, path, fa, attr, argv, envp) : ENOSYS;
+	r = REAL(posix_spawn) ? REAL(posix_spawn)(pid, path, fa, attr, argv, envp) : ENOSYS;
+	if (r != 0) /* no child: the listeners answer again */
+		KEEP_ERRNO(smc_sock_exec_failed());
+	return r;
 }
 
 SMC_EXPORT int posix_spawnp(pid_t *pid, const char *file, const posix_spawn_file_actions_t *fa,
 			    const posix_spawnattr_t *attr, char *const argv[], char *const envp[])
 {
+	int r;
+
 	KEEP_ERRNO(smc_sock_before_exec(false));
-	return REAL(posix_spawnp) ? REAL(posix_spawnp)(pid, file, fa, attr, argv, envp) : ENOSYS;
+	r = REAL(posix_spawnp) ? REAL(posix_spawnp)(pid, file, fa, attr, argv, envp) : ENOSYS;
+	if (r != 0)
+		KEEP_ERRNO(smc_sock_exec_failed());
+	return r;
 }
 
 SMC_EXPORT int posix_spawn_file_actions_adddup2(posix_spawn_file_actions_t *fa, int fd, int newfd)

@@ -129,6 +129,9 @@ smc_assert_eq "map id after repeated --setup" "$(pinned_id map "$SMC_BPF_DIR/smc
 smc_assert_eq "times program $prog_id is attached" "$(attached_ids | grep -cx "$prog_id")" 1
 smc_assert_eq "mode of $SMC_BPF_DIR" "$(stat -c %a "$SMC_BPF_DIR")" 755
 smc_assert_eq "mode of the map" "$(stat -c %a "$SMC_BPF_DIR/smc_peer")" 666
+# the ports withdrawn from the option by processes before an exec (core/exec.c)
+smc_assert_eq "mode of the withdrawn-ports map" \
+	"$(stat -c %a "$SMC_BPF_DIR/smc_withdrawn")" 666
 smc_assert_eq "mode of $SMC_RDV_DIR" "$(stat -c %a "$SMC_RDV_DIR")" 1733
 
 smc_log "a partial setup (the program's pin removed by hand) is reported and repaired"

@@ -20,8 +20,17 @@
 #    image serves the client a pool (pooled connections, the control), one inherited
 #    across exec serves none (no pooled connection, every answer right): a process
 #    without the library may accept on it too, and would read a pooled client's bytes;
-#  - nopreload (rendezvous only): the server execs itself without LD_PRELOAD: every
-#    connection is plain TCP and every byte arrives;
+#  - nopreload: the server execs itself without LD_PRELOAD: every connection is plain
+#    TCP and every byte arrives; with the option set up the clients' fallback reason is
+#    peer-not-smc and none is aborted (the listener is withdrawn from the option before
+#    the exec: before, its SYN-ACKs still answered it and the program without the library
+#    read the clients' Proposals as data);
+#  - fork-exec: the server forks, the child execs a program without the library on the
+#    listener and both accept on it: every answer right and no abort (with the option
+#    set up all plain TCP, peer-not-smc: the child withdrew the listener);
+#  - exec-fail (option set up): the server's exec of a program that does not exist
+#    fails (ENOENT) and it serves the clients itself: all upgraded (the withdrawal is
+#    undone);
 #  - connect-exec: 20 clients each exec /bin/sh on a socket whose nonblocking connect()
 #    was just made; sh writes a line and reads its echo back from a preloaded echo
 #    server: every line comes back, the server counts 20 upgraded connections, no abort
@@ -67,6 +76,10 @@ expect_first_tcp() {
 
 # serve_and_check LABEL SERVER-STATSDIR-OR-DASH EXPECT_SERVER SERVER-CMD...: starts the
 # server, runs the client (N connections), waits for the server to serve them and exit.
+# With WAIT_SERVING set the client starts once the serving image says so: a server that
+# execs (or tries to) withdraws its listener from the TCP option for that time, and a
+# client that connected then would stay TCP (or, before a program without the library,
+# be answered with the option before the exec: docs/design.md).
 serve_and_check() {
 	local label=$1 sdir=$2 cdir out
 	shift 2
@@ -75,6 +88,7 @@ serve_and_check() {
 	# the port goes where the command says @PORT@
 	smc_start_server "$label" "$sdir" "${@//@PORT@/$port}"
 	smc_wait_port "$label" "$port"
+	[ -z "${WAIT_SERVING:-}" ] || smc_wait_log "$label" '^SERVING$'
 	out=$(smc_run "$cdir" python3 "$PROG" client "$port" "$N") ||
 		smc_fail "$label: client failed: $out"
 	smc_assert_eq "$label: client" "$out" "CLIENT OK"
@@ -98,9 +112,20 @@ run_cases() { # run_cases PATH-LABEL
 	local path=$1 sdir
 	smc_log "---- $path: reexec"
 	sdir=$(smc_stats_dir "server-reexec-$path")
-	serve_and_check "reexec-$path" "$sdir" python3 "$PROG" listen-exec @PORT@ "$N"
+	WAIT_SERVING=1 serve_and_check "reexec-$path" "$sdir" python3 "$PROG" listen-exec @PORT@ "$N"
 	expect_all "$client_dir" "$N" "reexec-$path client"
 	expect_all "$sdir" "$N" "reexec-$path server"
+
+	if [ "$path" = tcpopt ]; then
+		smc_log "---- $path: exec-fail (the exec fails, the server serves itself)"
+		sdir=$(smc_stats_dir "server-exec-fail-$path")
+		WAIT_SERVING=1 serve_and_check "exec-fail-$path" "$sdir" \
+			python3 "$PROG" listen-exec-fail @PORT@ "$N"
+		grep -qx "EXEC FAILED" "$(smc_server_log "exec-fail-$path")" ||
+			smc_fail "exec-fail-$path: the exec did not fail"
+		expect_all "$client_dir" "$N" "exec-fail-$path client"
+		expect_all "$sdir" "$N" "exec-fail-$path server"
+	fi
 
 	if [ "$SMC_TEST_EXPECT" = shm ]; then
 		# Short connections: after 4 a client asks the listener's process for a pool.
@@ -156,20 +181,50 @@ run_cases() { # run_cases PATH-LABEL
 		smc_log "systemd-socket-activate not installed: its cases skipped"
 	fi
 
-	# With the option set up, a listener opted in before the exec keeps answering it
-	# (the eBPF program decides a SYN-ACK by flags the listener got at listen(), which
-	# only it can clear): a program without the library would read the clients'
-	# Proposals as data (LIMITATIONS in libsmc_preload(7)).
-	if [ "$path" = rendezvous ]; then
-		smc_log "---- $path: nopreload (the server execs a program without the library)"
-		serve_and_check "nopreload-$path" "$(smc_stats_dir "server-nopreload-$path")" \
-			python3 "$PROG" listen-exec @PORT@ "$N" nopreload
-		smc_require_stats "$client_dir"
-		smc_log "stats nopreload-$path client: $(smc_stats_summary "$client_dir")"
-		smc_assert_eq "nopreload-$path client: tcp connections" \
-			"$(smc_stats "$client_dir" '.connections.tcp')" "$N"
-		smc_assert_eq "nopreload-$path client: aborts" \
-			"$(smc_stats "$client_dir" '.events.aborts')" 0
+	# The listener a program without the library gets: with the option set up it was
+	# withdrawn before the exec, and its clients take the missing option for a server
+	# without SMC. The client checks every byte of each answer.
+	smc_log "---- $path: nopreload (the server execs a program without the library)"
+	WAIT_SERVING=1 serve_and_check "nopreload-$path" \
+		"$(smc_stats_dir "server-nopreload-$path")" \
+		python3 "$PROG" listen-exec @PORT@ "$N" nopreload
+	smc_require_stats "$client_dir"
+	smc_log "stats nopreload-$path client: $(smc_stats_summary "$client_dir")"
+	smc_assert_eq "nopreload-$path client: tcp connections" \
+		"$(smc_stats "$client_dir" '.connections.tcp')" "$N"
+	smc_assert_eq "nopreload-$path client: aborts" \
+		"$(smc_stats "$client_dir" '.events.aborts')" 0
+	if [ "$path" = tcpopt ] && [ "$SMC_TEST_EXPECT" = shm ]; then
+		smc_expect_fallback "$client_dir" peer-not-smc "$N" "nopreload-$path client"
+		smc_assert_eq "nopreload-$path client: peer-not-smc" \
+			"$(smc_stats "$client_dir" '.fallback["peer-not-smc"] // 0')" "$N"
+	fi
+
+	smc_log "---- $path: fork-exec (a child execs a program without the library, both accept)"
+	local fdir i out
+	smc_free_port port
+	fdir=$(smc_stats_dir "client-fork-exec-$path")
+	smc_start_server "fork-exec-$path" "$(smc_stats_dir "server-fork-exec-$path")" \
+		python3 "$PROG" fork-exec "$port"
+	smc_wait_port "fork-exec-$path" "$port"
+	# parent and child say SERVING: the child's new image once it runs (its old one
+	# withdrew the listener before the exec)
+	for ((i = 0; i < 200; i++)); do
+		[ "$(grep -c '^SERVING$' "$(smc_server_log "fork-exec-$path")")" -ge 2 ] && break
+		sleep 0.1
+	done
+	[ "$i" -lt 200 ] || smc_fail "fork-exec-$path: the child's new image did not start"
+	out=$(smc_run "$fdir" python3 "$PROG" client "$port" "$((2 * N))") ||
+		smc_fail "fork-exec-$path: client failed: $out"
+	smc_assert_eq "fork-exec-$path: client" "$out" "CLIENT OK"
+	# both serve for ever: the whole group is told to stop
+	kill -TERM -- "-${SMC_SERVER_PID[fork-exec-$path]}" 2>/dev/null
+	smc_stop_server "fork-exec-$path"
+	smc_require_stats "$fdir"
+	smc_log "stats fork-exec-$path client: $(smc_stats_summary "$fdir")"
+	smc_assert_eq "fork-exec-$path client: aborts" "$(smc_stats "$fdir" '.events.aborts')" 0
+	if [ "$path" = tcpopt ] && [ "$SMC_TEST_EXPECT" = shm ]; then
+		smc_expect_fallback "$fdir" peer-not-smc "$((2 * N))" "fork-exec-$path client"
 	fi
 
 	smc_log "---- $path: connect-exec ($CONNECT_EXECS clients exec right after connect)"

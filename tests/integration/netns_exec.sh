@@ -8,7 +8,8 @@
 # namespaces and veth pairs are the test's own and removed on exit.
 #
 #  1. the second pin: the rendezvous directory 1733, its bpf mount root's 0755
-#     (nosuid, nodev, noexec) holding the same map as SMC_BPF_DIR (0666) and no program;
+#     (nosuid, nodev, noexec) holding the same maps as SMC_BPF_DIR (0666: smc_peer and
+#     the withdrawn-ports map) and no program;
 #     uid nobody can neither list the directory nor create, remove or replace anything in
 #     the mount; --status names the pin a process uses, on the host and under ip netns
 #     exec; tcpopt_check under ip netns exec, as root and as nobody;
@@ -128,9 +129,15 @@ map_id=$(bpftool map show pinned "$SMC_BPF_DIR/smc_peer" | sed -n '1s/^\([0-9]*\
 smc_assert_eq "map pinned in $RDV_BPF (id) is the one in $SMC_BPF_DIR" \
 	"$(bpftool map show pinned "$RDV_MAP" | sed -n '1s/^\([0-9]*\):.*/\1/p')" "$map_id"
 # the kernel's own maps.debug / progs.debug (0400) are in every bpf mount; no program pin
+# and the withdrawn-ports map beside it (core/exec.c), the same one too, 0666
+smc_assert_eq "owner and mode of $RDV_BPF/smc_withdrawn" \
+	"$(stat -c '%u %a' "$RDV_BPF/smc_withdrawn")" "0 666"
+smc_assert_eq "withdrawn-ports map pinned in $RDV_BPF (id) is the one in $SMC_BPF_DIR" \
+	"$(bpftool map show pinned "$RDV_BPF/smc_withdrawn" | sed -n '1s/^\([0-9]*\):.*/\1/p')" \
+	"$(bpftool map show pinned "$SMC_BPF_DIR/smc_withdrawn" | sed -n '1s/^\([0-9]*\):.*/\1/p')"
 smc_assert_eq "entries of $RDV_BPF besides the kernel's" \
-	"$(find "$RDV_BPF" -mindepth 1 -printf '%f\n' | grep -vx 'maps.debug\|progs.debug' | tr '\n' ' ')" \
-	"smc_peer "
+	"$(find "$RDV_BPF" -mindepth 1 -printf '%f\n' | grep -vx 'maps.debug\|progs.debug' | sort | tr '\n' ' ')" \
+	"smc_peer smc_withdrawn "
 
 as_nobody ls "$SMC_RDV_DIR" >/dev/null 2>&1 && smc_fail "nobody can list $SMC_RDV_DIR"
 as_nobody touch "$RDV_BPF/x" 2>/dev/null && smc_fail "nobody can create a file in $RDV_BPF"

@@ -8,11 +8,19 @@
 #                                   that re-execs itself, inetd's wait services); with
 #                                   nopreload LD_PRELOAD is taken out of the new
 #                                   program's environment first
+#   listen-exec-fail PORT N         listens, then tries to exec a program that does not
+#                                   exist (ENOENT) with the listener inheritable, and
+#                                   serves in the same image; prints "EXEC FAILED"
+#   fork-exec PORT                  listens, forks; the child execs the "serve" role
+#                                   without LD_PRELOAD with the listener as fd 3 and
+#                                   serves for ever, the parent too (a listener shared
+#                                   with a process that keeps accepting)
 #   listen-serve PORT N             listens and serves in the same image (a control)
 #   serve N                         accepts N connections on fd 3 (LISTEN_FDS style:
 #                                   systemd socket activation), answers each request
 #                                   line with the line upper-cased, closes; prints
-#                                   "SERVED N"
+#                                   "SERVING" before the first accept, "SERVED N" at
+#                                   the end
 #   client PORT N                   N connections in a row, each sends "hello-I-PID\n"
 #                                   and must read back exactly that line upper-cased
 #                                   and then the end of the stream; prints "CLIENT OK"
@@ -29,7 +37,8 @@ import os, socket, sys
 def serve(n):
     ls = socket.socket(fileno=3)
     served = 0
-    while served < n:
+    print("SERVING", flush=True)
+    while n < 0 or served < n:
         try:
             c, _ = ls.accept()
         except ConnectionAbortedError:
@@ -83,6 +92,28 @@ def listen_exec(port, n, nopreload):
     os.execve(sys.executable, [sys.executable, __file__, "serve", str(n)], env)
 
 
+def fork_exec(port):
+    ls = listen_on_3(port)
+    os.set_inheritable(3, True)
+    print("LISTENING", flush=True)
+    if os.fork() == 0:
+        env = dict(os.environ)
+        env.pop("LD_PRELOAD", None)
+        os.execve(sys.executable, [sys.executable, __file__, "serve", "-1"], env)
+    serve(-1)
+
+
+def listen_exec_fail(port, n):
+    ls = listen_on_3(port)
+    os.set_inheritable(3, True)
+    print("LISTENING", flush=True)
+    try:
+        os.execve("/nonexistent/smc-preload-exec-listener", ["x"], dict(os.environ))
+    except FileNotFoundError:
+        print("EXEC FAILED", flush=True)
+    serve(n)
+
+
 def echo(port, n):
     import threading
 
@@ -134,9 +165,13 @@ elif role == "listen-serve":
     serve(int(sys.argv[3]))
 elif role == "listen-exec":
     listen_exec(int(sys.argv[2]), int(sys.argv[3]), len(sys.argv) > 4 and sys.argv[4] == "nopreload")
+elif role == "fork-exec":
+    fork_exec(int(sys.argv[2]))
+elif role == "listen-exec-fail":
+    listen_exec_fail(int(sys.argv[2]), int(sys.argv[3]))
 elif role == "echo":
     echo(int(sys.argv[2]), int(sys.argv[3]))
 elif role == "connect-exec":
     connect_exec(int(sys.argv[2]))
 else:
-    sys.exit("usage: exec_listener.py listen-exec|listen-serve|serve|client|echo|connect-exec ...")
+    sys.exit("usage: exec_listener.py listen-exec|listen-exec-fail|fork-exec|listen-serve|serve|client|echo|connect-exec ...")

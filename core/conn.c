@@ -513,8 +513,8 @@ static void conn_free(struct smc_conn *c)
 		conn_ib_free(c);
 	shm_detach(&c->map);
 	free(c->pend_buf);
-	if (c->reserved)
-		shm_unreserve(c->reserved);
+	if (__atomic_load_n(&c->reserved, __ATOMIC_RELAXED))
+		shm_unreserve(__atomic_load_n(&c->reserved, __ATOMIC_RELAXED));
 	pthread_mutex_destroy(&c->lock);
 	pthread_mutex_destroy(&c->rx_lock);
 	pthread_mutex_destroy(&c->tx_lock);
@@ -755,6 +755,36 @@ static int rx_take_rewind(struct smc_conn *c, smc_cursor prod)
 	return 0;
 }
 
+/*
+ * SMC_MEM_CAP counts memory that is used: a connection is admitted for its control
+ * page (handshake.c), and its RMB's pages count once the peer has written into them.
+ * The writer fills a ring from its start and a rewind goes back to the start, so what
+ * it has touched is always a prefix of the ring, up to the furthest producer cursor
+ * seen; a new cursor [from, +n) that runs past the end has touched the whole ring.
+ * Counted, not checked: the connection is admitted already and its peer may fill its
+ * ring as TCP's peer may fill a receive buffer (the cap decides the next admissions).
+ * Several threads may look at once: the prefix only grows, by compare-and-swap.
+ */
+static void rx_count_touched(struct smc_conn *c, smc_cursor from, uint32_t n)
+{
+	uint64_t end = (uint64_t)cursor_count(from) + n;
+	uint32_t want, cur;
+
+	if (c->pool)
+		return; /* the pool's region, counted by nobody (pool.h) */
+	end = (end + SHM_PAGE - 1) & ~(uint64_t)(SHM_PAGE - 1);
+	want = end >= c->rx_size ? c->rx_size : (uint32_t)end;
+	cur = __atomic_load_n(&c->rx_touched, __ATOMIC_RELAXED);
+	while (want > cur) {
+		if (__atomic_compare_exchange_n(&c->rx_touched, &cur, want, true,
+						__ATOMIC_RELAXED, __ATOMIC_RELAXED)) {
+			shm_charge(want - cur);
+			__atomic_add_fetch(&c->reserved, (size_t)(want - cur), __ATOMIC_RELAXED);
+			return;
+		}
+	}
+}
+
 /* Peer's producer cursor, validated. Returns readable bytes (>= 0) or -1 when aborted. */
 static int64_t rx_used(struct smc_conn *c)
 {
@@ -771,6 +801,8 @@ static int64_t rx_used(struct smc_conn *c)
 			conn_abort_protocol(c, "producer cursor");
 			return -1;
 		}
+		rx_count_touched(c, c->rx_prod_seen,
+				 (uint32_t)cursor_diff(prod, c->rx_prod_seen, c->rx_size));
 		c->rx_prod_seen = prod;
 	}
 	return ring_used(c->rx_prod_seen, c->rx_cons, c->rx_size);

@@ -59,7 +59,9 @@ struct smc_conn {
 	struct shm_dir_ctl *rx, *tx; /* direction we read / write */
 	uint8_t *rx_ring, *tx_ring;
 	uint32_t rx_size, tx_size;
-	size_t reserved;            /* bytes counted against SMC_MEM_CAP */
+	size_t reserved;            /* bytes counted against SMC_MEM_CAP (atomic) */
+	uint32_t rx_touched;        /* our RMB's pages the peer has written, counted in
+				     * `reserved` (shm, conn.c rx_count_touched; atomic) */
 	struct conn_ib *ib;         /* SMC-R transport (conn_ib.h); NULL for shared memory */
 	struct smc_pool *pool;      /* the pool whose slot carries it (pool.h), or NULL: */
 	int pool_slot;              /* then map and bells are the slot's; -1 once returned */

@@ -540,13 +540,24 @@ static void conn_wake_local(struct smc_conn *c)
 static void ring_if_asleep(const uint32_t *sleepers, const uint32_t *seq, uint32_t *rung,
 			   int bell);
 
+/* The staging buffer is used only while PENDING: an idle connection keeps no 8 KiB
+ * for the first bytes it sent. With tx_lock held, as the state leaves PENDING. */
+static void pending_drop(struct smc_conn *c)
+{
+	free(c->pend_buf);
+	c->pend_buf = NULL;
+	c->pend_len = 0;
+}
+
 /* With tx_lock held, before the state leaves PENDING: into the (empty) ring. */
 static void pending_flush_shm(struct smc_conn *c)
 {
 	uint32_t n = c->pend_len < c->tx_size ? (uint32_t)c->pend_len : c->tx_size;
 
-	if (!n)
+	if (!n) {
+		pending_drop(c);
 		return;
+	}
 	c->tx_prod = ring_copy_in(c->tx_ring, c->tx_size, c->tx_prod, c->pend_buf, n);
 	__atomic_store_n(&c->tx->prod, c->tx_prod, __ATOMIC_RELEASE);
 	if (c->ib)
@@ -559,7 +570,7 @@ static void pending_flush_shm(struct smc_conn *c)
 			       c->peer_rx_bell);
 	c->bytes_sent += n;
 	stats_bytes(c->mode, n, 0);
-	c->pend_len = 0;
+	pending_drop(c);
 }
 
 /* With tx_lock held, before the state becomes FALLBACK: onto the TCP socket. */
@@ -583,7 +594,7 @@ static void pending_flush_tcp(struct smc_conn *c)
 			break; /* the connection failed: TCP would lose it too */
 		}
 	}
-	c->pend_len = 0;
+	pending_drop(c);
 }
 
 ssize_t conn_send_pending(struct smc_conn *c, const struct iovec *iov, int iovcnt)

@@ -44,39 +44,47 @@
 
 /* ------------------------------------------------------------------ registry */
 
-/* Every live connection of the process, so fork can account the child's references. */
+/* Every live connection of the process, so fork can account the child's references.
+ * Doubly linked, each connection pointing at its node: a close unlinks in O(1), where a
+ * walk made closing N connections cost O(N^2) under the lock every setup takes. */
 static pthread_mutex_t conn_list_lock = PTHREAD_MUTEX_INITIALIZER;
-static struct conn_node {
+struct conn_node {
 	struct smc_conn *c;
 	struct conn_node *next;
-} *conn_list;
+	struct conn_node **pprev; /* the pointer that points at this node */
+};
+static struct conn_node *conn_list;
 
 static void conn_list_add(struct smc_conn *c)
 {
 	struct conn_node *n = malloc(sizeof(*n));
 
+	c->reg_node = n;
 	if (!n)
 		return;
 	n->c = c;
 	pthread_mutex_lock(&conn_list_lock);
 	n->next = conn_list;
+	n->pprev = &conn_list;
+	if (conn_list)
+		conn_list->pprev = &n->next;
 	conn_list = n;
 	pthread_mutex_unlock(&conn_list_lock);
 }
 
 static void conn_list_del(struct smc_conn *c)
 {
-	struct conn_node **pp, *n;
+	struct conn_node *n = c->reg_node;
 
+	if (!n)
+		return;
 	pthread_mutex_lock(&conn_list_lock);
-	for (pp = &conn_list; (n = *pp); pp = &n->next) {
-		if (n->c == c) {
-			*pp = n->next;
-			free(n);
-			break;
-		}
-	}
+	*n->pprev = n->next;
+	if (n->next)
+		n->next->pprev = n->pprev;
 	pthread_mutex_unlock(&conn_list_lock);
+	c->reg_node = NULL;
+	free(n);
 }
 
 void conn_foreach(void (*fn)(struct smc_conn *c, void *arg), void *arg)

@@ -34,6 +34,7 @@ enum conn_side { CONN_CLIENT = 0, CONN_SERVER = 1 };
 enum conn_hs_watch { HS_WATCH_NONE = 0, HS_WATCH_QUEUED, HS_WATCH_ARMED, HS_WATCH_DONE };
 
 struct smc_ep_reg;
+struct conn_node;
 struct smc_pool;
 struct conn_ib;
 
@@ -104,6 +105,7 @@ struct smc_conn {
 	uint64_t born_ns;           /* connect() time, hs_policy_now_ns */
 
 	struct smc_ep_reg *regs;    /* epoll registrations of this connection */
+	struct conn_node *reg_node; /* its entry in the process's registry (conn.c) */
 
 	/* the peer went back to TCP (conn.c, "Downgrade") */
 	bool peer_tcp;              /* its SHM_W_TCP was seen (atomic) */

@@ -34,14 +34,20 @@ cat "$SMC_TMP/idle.out"
 grep -q '^IDLE n=200 ' "$SMC_TMP/idle.out" || smc_fail "idle_conns did not open 200 connections"
 smc_require_stats "$idle"
 smc_log "stats idle: $(smc_stats_summary "$idle")"
-# both processes' files are in the one directory: each connection counts on both sides
+# Both processes' files are in the one directory: each connection counts on both sides.
+# A connection refused for the cap is mem-cap on the side that refused and mem-cap or
+# declined on the other (the client checks its cap before it proposes, the server
+# before it accepts: whichever reached it first).
 shm=$(smc_stats "$idle" '.connections.shm')
+tcp=$(smc_stats "$idle" '.connections.tcp')
 capped=$(smc_stats "$idle" '.fallback["mem-cap"] // 0')
+declined=$(smc_stats "$idle" '.fallback["declined"] // 0')
 smc_assert_ge "idle: shm connections (both sides)" "$shm" 200
 smc_assert "idle: at most 128 connections per side fit 1 MiB at 8 KiB each, got $shm shm" \
 	"$shm" -le 256
-smc_assert_ge "idle: connections kept TCP for mem-cap" "$capped" 1
-smc_assert_eq "idle: every connection is shm or mem-cap" "$((shm + capped))" 400
+smc_assert_eq "idle: every connection is shm or tcp" "$((shm + tcp))" 400
+smc_assert_ge "idle: connections kept TCP for mem-cap (one side at least)" "$((2 * capped))" "$tcp"
+smc_assert_eq "idle: TCP only for mem-cap (declined: the other side's)" "$((capped + declined))" "$tcp"
 smc_assert_eq "idle: aborts" "$(smc_stats "$idle" '.events.aborts')" 0
 
 smc_log "streaming: 4 connections of 8 MiB each under SMC_MEM_CAP=5m"

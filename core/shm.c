@@ -121,11 +121,6 @@ void shm_charge(size_t bytes)
 	__atomic_fetch_add(&shm_reserved_bytes, bytes, __ATOMIC_RELAXED);
 }
 
-size_t shm_counted(void)
-{
-	return __atomic_load_n(&shm_reserved_bytes, __ATOMIC_RELAXED);
-}
-
 void shm_unreserve(size_t bytes)
 {
 	__atomic_fetch_sub(&shm_reserved_bytes, bytes, __ATOMIC_RELAXED);

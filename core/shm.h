@@ -100,7 +100,5 @@ void shm_detach(struct shm_map *m);
 int shm_reserve(size_t bytes);   /* 0, or -ENOMEM past the cap */
 void shm_charge(size_t bytes);   /* counted without a check: memory already in use */
 void shm_unreserve(size_t bytes);
-/* What is counted now (smcpstat, tests). */
-size_t shm_counted(void);
 
 #endif

@@ -45,39 +45,47 @@
 
 /* ------------------------------------------------------------------ registry */
 
-/* Every live connection of the process, so fork can account the child's references. */
+/* Every live connection of the process, so fork can account the child's references.
+ * Doubly linked, each connection pointing at its node: a close unlinks in O(1), where a
+ * walk made closing N connections cost O(N^2) under the lock every setup takes. */
 static pthread_mutex_t conn_list_lock = PTHREAD_MUTEX_INITIALIZER;
-static struct conn_node {
+struct conn_node {
 	struct smc_conn *c;
 	struct conn_node *next;
-} *conn_list;
+	struct conn_node **pprev; /* the pointer that points at this node */
+};
+static struct conn_node *conn_list;
 
 static void conn_list_add(struct smc_conn *c)
 {
 	struct conn_node *n = malloc(sizeof(*n));
 
+	c->reg_node = n;
 	if (!n)
 		return;
 	n->c = c;
 	pthread_mutex_lock(&conn_list_lock);
 	n->next = conn_list;
+	n->pprev = &conn_list;
+	if (conn_list)
+		conn_list->pprev = &n->next;
 	conn_list = n;
 	pthread_mutex_unlock(&conn_list_lock);
 }
 
 static void conn_list_del(struct smc_conn *c)
 {
-	struct conn_node **pp, *n;
+	struct conn_node *n = c->reg_node;
 
+	if (!n)
+		return;
 	pthread_mutex_lock(&conn_list_lock);
-	for (pp = &conn_list; (n = *pp); pp = &n->next) {
-		if (n->c == c) {
-			*pp = n->next;
-			free(n);
-			break;
-		}
-	}
+	*n->pprev = n->next;
+	if (n->next)
+		n->next->pprev = n->pprev;
 	pthread_mutex_unlock(&conn_list_lock);
+	c->reg_node = NULL;
+	free(n);
 }
 
 void conn_foreach(void (*fn)(struct smc_conn *c, void *arg), void *arg)
@@ -514,8 +522,8 @@ static void conn_free(struct smc_conn *c)
 		conn_ib_free(c);
 	shm_detach(&c->map);
 	free(c->pend_buf);
-	if (c->reserved)
-		shm_unreserve(c->reserved);
+	if (__atomic_load_n(&c->reserved, __ATOMIC_RELAXED))
+		shm_unreserve(__atomic_load_n(&c->reserved, __ATOMIC_RELAXED));
 	pthread_mutex_destroy(&c->lock);
 	pthread_mutex_destroy(&c->rx_lock);
 	pthread_mutex_destroy(&c->tx_lock);
@@ -541,13 +549,24 @@ static void conn_wake_local(struct smc_conn *c)
 static void ring_if_asleep(const uint32_t *sleepers, const uint32_t *seq, uint32_t *rung,
 			   int bell);
 
+/* The staging buffer is used only while PENDING: an idle connection keeps no 8 KiB
+ * for the first bytes it sent. With tx_lock held, as the state leaves PENDING. */
+static void pending_drop(struct smc_conn *c)
+{
+	free(c->pend_buf);
+	c->pend_buf = NULL;
+	c->pend_len = 0;
+}
+
 /* With tx_lock held, before the state leaves PENDING: into the (empty) ring. */
 static void pending_flush_shm(struct smc_conn *c)
 {
 	uint32_t n = c->pend_len < c->tx_size ? (uint32_t)c->pend_len : c->tx_size;
 
-	if (!n)
+	if (!n) {
+		pending_drop(c);
 		return;
+	}
 	c->tx_prod = ring_copy_in(c->tx_ring, c->tx_size, c->tx_prod, c->pend_buf, n);
 	__atomic_store_n(&c->tx->prod, c->tx_prod, __ATOMIC_RELEASE);
 	if (c->ib)
@@ -560,7 +579,7 @@ static void pending_flush_shm(struct smc_conn *c)
 			       c->peer_rx_bell);
 	c->bytes_sent += n;
 	stats_bytes(c->mode, n, 0);
-	c->pend_len = 0;
+	pending_drop(c);
 }
 
 /* With tx_lock held, before the state becomes FALLBACK: onto the TCP socket. */
@@ -584,7 +603,7 @@ static void pending_flush_tcp(struct smc_conn *c)
 			break; /* the connection failed: TCP would lose it too */
 		}
 	}
-	c->pend_len = 0;
+	pending_drop(c);
 }
 
 ssize_t conn_send_pending(struct smc_conn *c, const struct iovec *iov, int iovcnt)
@@ -756,6 +775,36 @@ static int rx_take_rewind(struct smc_conn *c, smc_cursor prod)
 	return 0;
 }
 
+/*
+ * SMC_MEM_CAP counts memory that is used: a connection is admitted for its control
+ * page (handshake.c), and its RMB's pages count once the peer has written into them.
+ * The writer fills a ring from its start and a rewind goes back to the start, so what
+ * it has touched is always a prefix of the ring, up to the furthest producer cursor
+ * seen; a new cursor [from, +n) that runs past the end has touched the whole ring.
+ * Counted, not checked: the connection is admitted already and its peer may fill its
+ * ring as TCP's peer may fill a receive buffer (the cap decides the next admissions).
+ * Several threads may look at once: the prefix only grows, by compare-and-swap.
+ */
+static void rx_count_touched(struct smc_conn *c, smc_cursor from, uint32_t n)
+{
+	uint64_t end = (uint64_t)cursor_count(from) + n;
+	uint32_t want, cur;
+
+	if (c->pool)
+		return; /* the pool's region, counted by nobody (pool.h) */
+	end = (end + SHM_PAGE - 1) & ~(uint64_t)(SHM_PAGE - 1);
+	want = end >= c->rx_size ? c->rx_size : (uint32_t)end;
+	cur = __atomic_load_n(&c->rx_touched, __ATOMIC_RELAXED);
+	while (want > cur) {
+		if (__atomic_compare_exchange_n(&c->rx_touched, &cur, want, true,
+						__ATOMIC_RELAXED, __ATOMIC_RELAXED)) {
+			shm_charge(want - cur);
+			__atomic_add_fetch(&c->reserved, (size_t)(want - cur), __ATOMIC_RELAXED);
+			return;
+		}
+	}
+}
+
 /* Peer's producer cursor, validated. Returns readable bytes (>= 0) or -1 when aborted. */
 static int64_t rx_used(struct smc_conn *c)
 {
@@ -772,6 +821,8 @@ static int64_t rx_used(struct smc_conn *c)
 			conn_abort_protocol(c, "producer cursor");
 			return -1;
 		}
+		rx_count_touched(c, c->rx_prod_seen,
+				 (uint32_t)cursor_diff(prod, c->rx_prod_seen, c->rx_size));
 		c->rx_prod_seen = prod;
 	}
 	return ring_used(c->rx_prod_seen, c->rx_cons, c->rx_size);

@@ -34,6 +34,7 @@ enum conn_side { CONN_CLIENT = 0, CONN_SERVER = 1 };
 enum conn_hs_watch { HS_WATCH_NONE = 0, HS_WATCH_QUEUED, HS_WATCH_ARMED, HS_WATCH_DONE };
 
 struct smc_ep_reg;
+struct conn_node;
 struct smc_pool;
 struct conn_ib;
 
@@ -59,7 +60,9 @@ struct smc_conn {
 	struct shm_dir_ctl *rx, *tx; /* direction we read / write */
 	uint8_t *rx_ring, *tx_ring;
 	uint32_t rx_size, tx_size;
-	size_t reserved;            /* bytes counted against SMC_MEM_CAP */
+	size_t reserved;            /* bytes counted against SMC_MEM_CAP (atomic) */
+	uint32_t rx_touched;        /* our RMB's pages the peer has written, counted in
+				     * `reserved` (shm, conn.c rx_count_touched; atomic) */
 	struct conn_ib *ib;         /* SMC-R transport (conn_ib.h); NULL for shared memory */
 	struct smc_pool *pool;      /* the pool whose slot carries it (pool.h), or NULL: */
 	int pool_slot;              /* then map and bells are the slot's; -1 once returned */
@@ -103,6 +106,7 @@ struct smc_conn {
 	uint64_t born_ns;           /* connect() time, clock_now_ns */
 
 	struct smc_ep_reg *regs;    /* epoll registrations of this connection */
+	struct conn_node *reg_node; /* its entry in the process's registry (conn.c) */
 
 	/* the peer went back to TCP (conn.c, "Downgrade") */
 	bool peer_tcp;              /* its SHM_W_TCP was seen (atomic) */

@@ -180,16 +180,17 @@ static uint32_t client_prepare(struct smc_conn *c, int ufd, const struct hs_auth
 	return 0;
 }
 
-/* Our share of the memory cap: the ring we read. 0 or CLC_DECL_MEM. */
-static uint32_t client_reserve(struct smc_conn *c, const struct clc_sh_proposal *p)
+/* Admission against the memory cap: the control page, which every connection uses; its
+ * RMB's pages count as the server writes into them (shm.h). 0 or CLC_DECL_MEM. */
+static uint32_t client_reserve(struct smc_conn *c)
 {
 	uint32_t diag = 0;
 
 	pthread_mutex_lock(&c->lock);
-	if (shm_reserve(p->s2c_size) < 0)
+	if (shm_reserve(SHM_HDR_SPACE) < 0)
 		diag = CLC_DECL_MEM;
 	else
-		c->reserved = p->s2c_size;
+		c->reserved = SHM_HDR_SPACE;
 	pthread_mutex_unlock(&c->lock);
 	return diag;
 }
@@ -212,7 +213,7 @@ static uint32_t client_propose(struct smc_conn *c, int ufd, const struct hs_auth
 	diag = client_prepare(c, ufd, auth, &prop->u.s_prop);
 	pthread_mutex_unlock(&c->lock);
 	if (!diag && !auth->by_key)
-		diag = client_reserve(c, &prop->u.s_prop);
+		diag = client_reserve(c);
 	if (diag)
 		return diag;
 	if (hs_send(ufd, prop, auth->by_key ? NULL : bells, auth->by_key ? 0 : 2) < 0)
@@ -355,7 +356,7 @@ int hs_client_step(struct hs_flow *f, bool final)
 			  clc_decline_reason_str(acc.u.s_decl.diag));
 		return client_fail(f, reason_from_code(acc.u.s_decl.diag));
 	}
-	if (auth->by_key && (diag = client_reserve(c, p)) != 0)
+	if (auth->by_key && (diag = client_reserve(c)) != 0)
 		return client_decline(f, diag, SMC_REASON_MEM_CAP);
 	diag = clc_sh_check_accept(p, &acc.u.s_acc);
 	if (diag) {
@@ -550,8 +551,8 @@ static int server_on_proposal(struct hs_flow *f, bool final)
 	acc.u.s_acc.server_token = random_secret64();
 	if (!acc.u.s_acc.server_token)
 		return server_refused(f, -EIO, SMC_REASON_RESOURCES, CLC_DECL_INTERR);
-	/* the region holds both rings: all of it counts against our cap */
-	reserve = (size_t)p->c2s_size + p->s2c_size;
+	/* admitted for the control page; our RMB counts as the client fills it (shm.h) */
+	reserve = SHM_HDR_SPACE;
 	if (shm_reserve(reserve) < 0)
 		return server_refused(f, -ENOMEM, SMC_REASON_MEM_CAP, CLC_DECL_MEM);
 	c->reserved = reserve;

@@ -357,7 +357,8 @@ static void answer_step(struct pending *p, bool final)
 	case NEG_ANS_DECLINE:
 		log_debug("fd %d: server declined SMC: %s", c->fd, clc_decline_reason_str(diag));
 		why = diag == CLC_DECL_SH_FDLIMIT || p->fd_limited ? SMC_REASON_FD_LIMIT
-								    : SMC_REASON_DECLINED;
+		      : diag == CLC_DECL_MEM                         ? SMC_REASON_MEM_CAP
+								      : SMC_REASON_DECLINED;
 		break;
 	case NEG_ANS_ACCEPTED:
 		/* a kernel server wanted SMC-R: we cannot complete it with a kernel; counted

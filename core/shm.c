@@ -116,6 +116,11 @@ int shm_reserve(size_t bytes)
 	return 0;
 }
 
+void shm_charge(size_t bytes)
+{
+	__atomic_fetch_add(&shm_reserved_bytes, bytes, __ATOMIC_RELAXED);
+}
+
 void shm_unreserve(size_t bytes)
 {
 	__atomic_fetch_sub(&shm_reserved_bytes, bytes, __ATOMIC_RELAXED);

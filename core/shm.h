@@ -90,8 +90,15 @@ int shm_create(uint32_t size0, uint32_t size1, struct shm_map *out);
 int shm_attach(int memfd, uint32_t size0, uint32_t size1, struct shm_map *out);
 void shm_detach(struct shm_map *m);
 
-/* Process-wide RMB memory accounting against SMC_MEM_CAP. */
+/* Unit in which ring memory is counted: what a first write into it allocates. */
+#define SHM_PAGE 4096u
+
+/* Process-wide RMB memory accounting against SMC_MEM_CAP: memory in use. A same-host
+ * connection is admitted for its control page and counts its RMB's pages as the peer
+ * writes into them (conn.c, rx_count_touched); an RDMA connection reserves its
+ * registered RMB whole (it is pinned). */
 int shm_reserve(size_t bytes);   /* 0, or -ENOMEM past the cap */
+void shm_charge(size_t bytes);   /* counted without a check: memory already in use */
 void shm_unreserve(size_t bytes);
 
 #endif

@@ -50,7 +50,7 @@ EOF
 origin_start() {
 	origin_port=$(free_port)
 	nginx_conf "$3" "$origin_port" 1
-	start_server "$1" "$2" "$OUT/logs/$4.log" -- -- nginx -p "$3" -c "$3/nginx.conf"
+	start_server "$1" "$2" "$LOGS/$4.log" -- -- nginx -p "$3" -c "$3/nginx.conf"
 	origin_pid=$SERVER_PID
 }
 
@@ -58,7 +58,7 @@ origin_start() {
 wrk_rps() {
 	local out
 	out=$(run_client "$1" "$2" $((WRK_D + 30)) -- wrk -t1 -c50 -d"${WRK_D}s" "$3" 2>&1)
-	echo "$out" >"$OUT/logs/wrk-$4.log"
+	echo "$out" >"$LOGS/wrk-$4.log"
 	if grep -q 'Non-2xx\|Socket errors' <<<"$out"; then
 		log "$4: $(grep 'Non-2xx\|Socket errors' <<<"$out")"
 		return
@@ -76,7 +76,7 @@ wl_proxy() {
 			up=$origin_port upid=$origin_pid
 			front=$(free_port)
 			proxy_conf "$dir/front" "$front" "$up"
-			start_server "$mode" "$sdir" "$OUT/logs/proxy-front-$mode-$r.log" -- -- \
+			start_server "$mode" "$sdir" "$LOGS/proxy-front-$mode-$r.log" -- -- \
 				nginx -p "$dir/front" -c "$dir/front/nginx.conf"
 			fpid=$SERVER_PID
 			v=
@@ -130,7 +130,7 @@ ab_rps() {
 	local mode=$1 sdir=$2 url=$3 label=$4 out
 	shift 4
 	out=$(run_client "$mode" "$sdir" 120 -- ab -q -c 50 -n "$AB_N" "$@" "$url" 2>&1)
-	echo "$out" >"$OUT/logs/ab-$label.log"
+	echo "$out" >"$LOGS/ab-$label.log"
 	if ! grep -q '^Failed requests: *0$' <<<"$out" || grep -q 'Non-2xx' <<<"$out"; then
 		log "$label: $(grep -E 'Failed requests|Non-2xx|apr_' <<<"$out" | tr '\n' ' ')"
 		return
@@ -147,7 +147,7 @@ apache_round() {
 	port=$(free_port)
 	apache_conf "$dir" "$port"
 	chmod 1777 "$sdir"
-	start_server "$mode" "$sdir" "$OUT/logs/apache-$label.log" -- -- \
+	start_server "$mode" "$sdir" "$LOGS/apache-$label.log" -- -- \
 		apache2 -DFOREGROUND -f "$dir/httpd.conf"
 	apid=$SERVER_PID
 	wait_listen "$port" && v=$(ab_rps "$mode" "$sdir" "http://127.0.0.1:$port/index.html" "$label" "$@")
@@ -196,7 +196,7 @@ pgbench_tps() {
 	shift 4
 	out=$(run_client "$mode" "$sdir" 60 -- "${PG_AS[@]}" pgbench -h 127.0.0.1 -p "$port" \
 		-c 4 -j 2 -T "$PG_T" "$@" postgres 2>&1)
-	echo "$out" >"$OUT/logs/pgbench-$label.log"
+	echo "$out" >"$LOGS/pgbench-$label.log"
 	grep -q '^number of failed transactions: 0 ' <<<"$out" ||
 		{ log "pgbench $label: $(grep -E 'failed|error|FATAL' <<<"$out" | head -3 | tr '\n' ' ')"; return; }
 	awk '/^tps = / && /without initial/ { print $3 }' <<<"$out"
@@ -211,21 +211,21 @@ wl_pgbench() {
 	rm -rf "$PG_DATA"
 	mkdir -p "$PG_DATA"
 	chown postgres: "$PG_DATA"
-	"${PG_AS[@]}" "$PG_BIN/initdb" -D "$PG_DATA" -A trust >"$OUT/logs/initdb.log" 2>&1 ||
+	"${PG_AS[@]}" "$PG_BIN/initdb" -D "$PG_DATA" -A trust >"$LOGS/initdb.log" 2>&1 ||
 		{ log "pgbench: initdb failed"; return; }
 	# the tables, once, over TCP: the rounds measure the benchmark alone
 	port=$(free_port)
-	pg_start tcp - "$OUT/logs/postgres-init.log" "$port"
+	pg_start tcp - "$LOGS/postgres-init.log" "$port"
 	ppid=$SERVER_PID
 	wait_listen "$port" && "${PG_AS[@]}" pgbench -h 127.0.0.1 -p "$port" -i -s 4 postgres \
-		>"$OUT/logs/pgbench-init.log" 2>&1 || log "pgbench -i failed"
+		>"$LOGS/pgbench-init.log" 2>&1 || log "pgbench -i failed"
 	stop_server "$ppid" INT
 	for ((r = 1; r <= ROUNDS; r++)); do
 		for mode in $(modes_for_round "$r"); do
 			sdir=$(new_sdir pgbench "$mode" "$r")
 			chmod 1777 "$sdir"
 			port=$(free_port)
-			pg_start "$mode" "$sdir" "$OUT/logs/postgres-$mode-$r.log" "$port"
+			pg_start "$mode" "$sdir" "$LOGS/postgres-$mode-$r.log" "$port"
 			ppid=$SERVER_PID
 			tpcb= sel=
 			if wait_listen "$port"; then
@@ -247,14 +247,14 @@ wl_node() {
 		for mode in $(modes_for_round "$r"); do
 			sdir=$(new_sdir node "$mode" "$r")
 			port=$(free_port)
-			start_server "$mode" "$sdir" "$OUT/logs/node-server-$mode-$r.log" -- -- \
+			start_server "$mode" "$sdir" "$LOGS/node-server-$mode-$r.log" -- -- \
 				node "$BENCH_DIR/node_http.js" server "$port"
 			npid=$SERVER_PID
 			ka= per=
 			if wait_listen "$port"; then
 				ka=$(wrk_rps "$mode" "$sdir" "http://127.0.0.1:$port/" "node-$mode-$r")
 				per=$(run_client "$mode" "$sdir" 60 -- node "$BENCH_DIR/node_http.js" \
-					client "$port" "$NODE_REQS" 2>&1 | tee "$OUT/logs/node-client-$mode-$r.log" |
+					client "$port" "$NODE_REQS" 2>&1 | tee "$LOGS/node-client-$mode-$r.log" |
 					awk '/^RPS / { print $2 }')
 			fi
 			stop_server "$npid" TERM
@@ -296,7 +296,7 @@ wl_haproxy() {
 				up=$origin_port upid=$origin_pid
 				front=$(free_port)
 				haproxy_conf "$dir/haproxy.cfg" "$hmode" "$front" "$up"
-				start_server "$mode" "$sdir" "$OUT/logs/haproxy-$hmode-$mode-$r.log" -- -- \
+				start_server "$mode" "$sdir" "$LOGS/haproxy-$hmode-$mode-$r.log" -- -- \
 					haproxy -db -f "$dir/haproxy.cfg"
 				hpid=$SERVER_PID
 				v=

@@ -48,8 +48,8 @@ PACKAGES=(build-essential autoconf automake libtool pkg-config libibverbs-dev li
 # Node.js's http module (tests/integration/node_http.sh); liburing (tests/lib/io_uring_check)
 PACKAGES+=(nodejs liburing-dev)
 # socat EXEC, with and without nofork (tests/integration/exec.sh);
-# systemd-socket-activate (exec_listener.sh)
-PACKAGES+=(socat systemd)
+# systemd-socket-activate (exec_listener.sh); ncat --exec (exec.sh)
+PACKAGES+=(socat systemd ncat)
 # libFuzzer's runtime for tests/fuzz (only a Recommends of clang, which is not installed)
 PACKAGES+=(libclang-rt-14-dev)
 # The Debian packages (tests/integration/debian_package.sh: dpkg-buildpackage, lintian, a

@@ -642,6 +642,7 @@ const char *clc_decline_reason_str(uint32_t diag)
 		{ CLC_DECL_SH_FDS, "ring descriptors missing" },
 		{ CLC_DECL_SH_RDV, "rendezvous unreachable" },
 		{ CLC_DECL_SH_FDLIMIT, "descriptors near their limit" },
+		{ CLC_DECL_SH_FORK, "the server forked mid-handshake" },
 	};
 	static const struct {
 		uint8_t cls;

@@ -188,6 +188,7 @@ enum clc_decline_reason {
 	CLC_DECL_SH_FDS = 0x7F050000,     /* ring/doorbell fds missing or invalid */
 	CLC_DECL_SH_RDV = 0x7F060000,     /* the client's rendezvous socket is unreachable */
 	CLC_DECL_SH_FDLIMIT = 0x7F070000, /* descriptors near RLIMIT_NOFILE (fd_budget.h) */
+	CLC_DECL_SH_FORK = 0x7F080000,    /* the server forked before the handshake ended */
 };
 
 /* Short text for logs, stats and smcpstat ("memory", "timeout", ...); "unknown" for

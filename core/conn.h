@@ -37,6 +37,7 @@ struct smc_ep_reg;
 struct conn_node;
 struct smc_pool;
 struct conn_ib;
+struct hs_flow;
 
 struct smc_conn {
 	int fd;                     /* the application's TCP socket (first fd) */
@@ -94,6 +95,8 @@ struct smc_conn {
 	bool side_rest_waited;      /* conn.c, side_rest_wait: done once */
 	bool deferred;              /* server, PENDING: negotiated on the progress thread */
 	uint8_t hs_watch;           /* enum conn_hs_watch, atomic stores */
+	struct hs_flow *bg_flow;    /* server, PENDING: the progress thread's flow that
+				     * decides it (progress.c), or NULL (under lock) */
 	bool reset_reported;        /* SO_ERROR gave ECONNRESET once, as the kernel clears it */
 
 	uint64_t bytes_sent, bytes_received; /* for smcpstat / stats at close */

@@ -25,6 +25,7 @@
 #include "core/fdtab.h"
 #include "core/hs_policy.h"
 #include "core/log.h"
+#include "core/progress.h"
 #include "core/real.h"
 #include "core/sock.h"
 #include "core/stats.h"
@@ -80,15 +81,45 @@ void smc_sock_before_exec(bool image_replaced)
  * purpose) costs each fork this much at most. */
 #define FORK_SETTLE_NS (200 * 1000000LL)
 
+/* How often a fork looks again at a handshake it could not end at once (below). */
+#define FORK_RECHECK_NS (10 * 1000000LL)
+
+/*
+ * A server connection still negotiating after FORK_SETTLE_NS: while the client can take
+ * a Decline, it gets one now and the connection is plain TCP in parent and child alike
+ * (fork-pending). Once our Accept is out, only the client's Confirm (it answers in
+ * microseconds once it has the Accept) or the handshake's own deadline ends it, and the
+ * fork waits for that, at most one more handshake timeout.
+ */
+static void settle_pending(struct smc_conn *c)
+{
+	int64_t until = (int64_t)clock_now_ns() +
+			(int64_t)smc_cfg.handshake_timeout_ms * 1000000LL;
+
+	if (c->fork_orphan)
+		return; /* an earlier fork's: this process never decides it */
+	while (c->side == CONN_SERVER && !progress_flow_refuse(c, SMC_REASON_FORK_PENDING)) {
+		int64_t left = until - (int64_t)clock_now_ns();
+
+		if (left <= 0)
+			break;
+		conn_wait_pending(c, false, left < FORK_RECHECK_NS ? left : FORK_RECHECK_NS);
+	}
+}
+
 /*
  * Before fork():
- *  - a connection still negotiating is given until FORK_SETTLE_NS to be decided: its
- *    handshake runs on this process's progress thread, which the child does not have,
- *    so a child that execs (inetd, xinetd, ncat --exec; FD_CLOEXEC or not, the child
- *    may dup2 it) would take it for TCP while the parent's thread upgraded it for the
- *    peer, and the peer's bytes would go into a ring nobody reads;
+ *  - a connection still negotiating is given until FORK_SETTLE_NS to be decided, then
+ *    ended (settle_pending): its handshake runs on this process's progress thread,
+ *    which the child does not have, and the child can never learn how it ended. A
+ *    child that goes on with the connection (a forking server's handler, ncat's relay)
+ *    would have no rings, and one that execs (inetd, xinetd, ncat --exec; FD_CLOEXEC
+ *    or not, the child may dup2 it) would take it for TCP while the parent's thread
+ *    upgraded it for the peer: the peer's bytes would go into a ring nobody reads;
  *  - an RDMA one whose descriptor a new program may inherit (no FD_CLOEXEC) goes back
  *    to TCP: a child cannot use its parent's QP.
+ * A client's own handshake is waited for only until FORK_SETTLE_NS: the server
+ * answers it at once, or it ends in TCP at its deadline.
  */
 void smc_sock_before_fork(void)
 {
@@ -107,6 +138,8 @@ void smc_sock_before_fork(void)
 
 			if (left > 0)
 				conn_wait_pending(c, false, left);
+			if (__atomic_load_n(&c->state, __ATOMIC_ACQUIRE) == CONN_PENDING)
+				settle_pending(c);
 		}
 		if (c->ib && fd_survives_exec(fd) &&
 		    __atomic_load_n(&c->state, __ATOMIC_ACQUIRE) == CONN_ACTIVE)

@@ -93,6 +93,8 @@ static enum smc_reason reason_from_code(uint32_t code)
 		return SMC_REASON_PEER_CLOSED; /* the client closed its socket meanwhile */
 	if (code == CLC_DECL_SH_FDLIMIT)
 		return SMC_REASON_FD_LIMIT;
+	if (code == CLC_DECL_SH_FORK)
+		return SMC_REASON_FORK_PENDING;
 	return code == CLC_DECL_MEM ? SMC_REASON_MEM_CAP : SMC_REASON_DECLINED;
 }
 
@@ -646,6 +648,15 @@ int hs_server_step(struct hs_flow *f, bool final)
 	if (f->phase == HS_PHASE_PROPOSAL)
 		return server_on_proposal(f, final);
 	return server_on_confirm(f, final);
+}
+
+int hs_server_refuse_now(struct hs_flow *f, enum smc_reason why)
+{
+	if (f->phase != HS_PHASE_PROPOSAL)
+		return HS_WAIT;
+	log_debug("fd %d: the handshake ends unfinished: plain TCP (%s)", f->c->fd,
+		  stats_reason_name(why));
+	return server_refused(f, -ECONNREFUSED, why, CLC_DECL_SH_FORK);
 }
 
 int hs_server_start_inline(struct hs_flow *f, struct smc_conn *c, int ufd,

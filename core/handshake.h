@@ -102,6 +102,10 @@ int handshake_client(struct smc_conn *c, int ufd, const struct hs_auth *auth);
  * under c->lock with c PENDING. */
 int hs_server_start(struct hs_flow *f, struct smc_conn *c, int ufd, const struct hs_auth *auth);
 int hs_server_step(struct hs_flow *f, bool final);
+/* Server: ends the exchange now with a Decline (why, CLC_DECL_SH_FORK) while the client
+ * can still take it (our Accept is not out): 0, decided as hs_server_step's, or HS_WAIT
+ * when the Accept is out and only the Confirm may end it. */
+int hs_server_refuse_now(struct hs_flow *f, enum smc_reason why);
 /* Server, inside accept(): hs_server_start, then steps while the client answers within
  * HS_INLINE_WAIT_US (handshake.c) in all; HS_WAIT when the rest is the progress
  * thread's. */

@@ -4,6 +4,7 @@
 #include <event2/event.h>
 #include <event2/thread.h>
 #include <pthread.h>
+#include <stddef.h>
 #include <stdlib.h>
 #include <sys/socket.h>
 #include <time.h>
@@ -704,6 +705,10 @@ static void flow_wait_finish(struct flow_wait *w)
 {
 	struct smc_conn *c = w->f.c;
 
+	pthread_mutex_lock(&c->lock);
+	if (c->bg_flow == &w->f)
+		c->bg_flow = NULL;
+	pthread_mutex_unlock(&c->lock);
 	hs_watch_set(c, HS_WATCH_DONE);
 	event_drop(&w->ev);
 	hs_flow_abandon(&w->f);
@@ -762,6 +767,31 @@ static void flow_register(evutil_socket_t fd, short what, void *arg)
 	}
 	event_add(w->ev, &tv);
 	hs_watch_set(w->f.c, HS_WATCH_ARMED);
+	pthread_mutex_lock(&w->f.c->lock);
+	if (__atomic_load_n(&w->f.c->state, __ATOMIC_ACQUIRE) == CONN_PENDING)
+		w->f.c->bg_flow = &w->f;
+	pthread_mutex_unlock(&w->f.c->lock);
+}
+
+/* The flow stays registered: its next event finds c decided and finishes it (on_flow),
+ * closing the rendezvous socket the Decline went out on. */
+bool progress_flow_refuse(struct smc_conn *c, enum smc_reason why)
+{
+	bool decided;
+
+	pthread_mutex_lock(&c->lock);
+	if (__atomic_load_n(&c->state, __ATOMIC_ACQUIRE) == CONN_PENDING && c->bg_flow) {
+		struct flow_wait *w = (struct flow_wait *)((char *)c->bg_flow -
+							   offsetof(struct flow_wait, f));
+
+		if (hs_server_refuse_now(&w->f, why) != HS_WAIT) {
+			c->bg_flow = NULL;
+			w->done(c, w->f.result, w->f.why);
+		}
+	}
+	decided = __atomic_load_n(&c->state, __ATOMIC_ACQUIRE) != CONN_PENDING;
+	pthread_mutex_unlock(&c->lock);
+	return decided;
 }
 
 int progress_watch_flow(const struct hs_flow *f, progress_flow_done done)

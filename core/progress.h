@@ -44,6 +44,10 @@ typedef void (*progress_flow_done)(struct smc_conn *c, int result, enum smc_reas
  * deadlines, then calls done and closes f->ufd. The connection is the application's
  * (fd table) and PENDING; f is copied. 0 or -ENOMEM (nothing taken). */
 int progress_watch_flow(const struct hs_flow *f, progress_flow_done done);
+/* From any thread, c PENDING under a flow of progress_watch_flow: ends its exchange at
+ * once with a Decline while the client can still take one (hs_server_refuse_now) and
+ * calls the flow's done. Takes c->lock. true when c is no longer PENDING. */
+bool progress_flow_refuse(struct smc_conn *c, enum smc_reason why);
 /* SMC-R: starts the thread if needed and makes it serve the link registry (ib_lgr.h):
  * each link's completion channel, the device's async events, the link timers. Call
  * before the first ib_lgr_* call that may create a link. 0 or -ENOMEM. */

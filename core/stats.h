@@ -29,6 +29,7 @@ enum smc_reason {
 	SMC_REASON_IO_URING,        /* the process uses io_uring, which bypasses the library */
 	SMC_REASON_FD_LIMIT,        /* the library's descriptors would crowd RLIMIT_NOFILE */
 	SMC_REASON_RDV_TAKEN,       /* the connection's rendezvous name is held by another user */
+	SMC_REASON_FORK_PENDING,    /* fork() while its handshake was still running */
 	/* an upgraded connection taken back to TCP (conn_downgrade): the reason is the
 	 * connection's own (smcpstat), not counted in "fallback" (it was upgraded) */
 	SMC_REASON_EXEC,            /* its fd went into a new program (exec, posix_spawn) */

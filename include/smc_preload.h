@@ -115,6 +115,7 @@
 #define SMC_STATS_REASON_IO_URING      "io-uring"         /* the process uses io_uring */
 #define SMC_STATS_REASON_FD_LIMIT      "fd-limit"         /* descriptors near RLIMIT_NOFILE */
 #define SMC_STATS_REASON_RDV_TAKEN     "rendezvous-taken" /* another user holds the connection's rendezvous name */
+#define SMC_STATS_REASON_FORK_PENDING  "fork-pending"     /* fork() while its handshake was still running */
 /* Reasons of a connection taken back to TCP after its upgrade (smcpstat; never in
  * "fallback": the connection counts as upgraded). */
 #define SMC_STATS_REASON_EXEC          "exec"             /* its fd went into a new program */

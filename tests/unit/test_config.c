@@ -751,7 +751,7 @@ START_TEST(stats_names)
 	static const char *const expect[SMC_REASON_MAX] = {
 		"none", "disabled", "peer-not-smc", "not-local", "handshake-failed", "declined",
 		"mem-cap", "resources", "sockopt", "peer-closed", "short-lived", "readiness",
-		"io-uring", "fd-limit", "rendezvous-taken", "exec", "fork", "peer-downgrade",
+		"io-uring", "fd-limit", "rendezvous-taken", "fork-pending", "exec", "fork", "peer-downgrade",
 		"fd-passed", "stdio",
 	};
 

@@ -76,32 +76,37 @@ void smc_sock_before_exec(bool image_replaced)
 	}
 }
 
-/* How long a fork waits in all for the handshakes still running (below): a client
- * answers in microseconds, one that holds its handshake open (another user's, on
- * purpose) costs each fork this much at most. */
+/* How long a fork waits in all for the handshakes still running to end by themselves
+ * (below): a client answers in microseconds. */
 #define FORK_SETTLE_NS (200 * 1000000LL)
 
-/* How often a fork looks again at a handshake it could not end at once (below). */
+/* How often a fork looks again at a handshake it could not end at once, and how long
+ * it waits for the progress thread to take up one that accept() just left to it. */
 #define FORK_RECHECK_NS (10 * 1000000LL)
+#define FORK_FLOW_WAIT_NS (50 * 1000000LL)
 
 /*
  * A server connection still negotiating after FORK_SETTLE_NS: while the client can take
  * a Decline, it gets one now and the connection is plain TCP in parent and child alike
  * (fork-pending). Once our Accept is out, only the client's Confirm (it answers in
  * microseconds once it has the Accept) or the handshake's own deadline ends it, and the
- * fork waits for that, at most one more handshake timeout.
+ * fork waits for that until `until`: one handshake timeout past the settle time for all
+ * such connections of one fork together, so that clients holding their Confirm back
+ * cannot make a fork wait longer than that.
  */
-static void settle_pending(struct smc_conn *c)
+static void settle_pending(struct smc_conn *c, int64_t until)
 {
-	int64_t until = (int64_t)clock_now_ns() +
-			(int64_t)smc_cfg.handshake_timeout_ms * 1000000LL;
+	int64_t flow_until = (int64_t)clock_now_ns() + FORK_FLOW_WAIT_NS;
+	int r;
 
-	if (c->fork_orphan)
-		return; /* an earlier fork's: this process never decides it */
-	while (c->side == CONN_SERVER && !progress_flow_refuse(c, SMC_REASON_FORK_PENDING)) {
-		int64_t left = until - (int64_t)clock_now_ns();
+	if (c->fork_orphan || c->side != CONN_SERVER)
+		return; /* an earlier fork's (never decided here), or a client's */
+	while ((r = progress_flow_refuse(c, SMC_REASON_FORK_PENDING)) != 1) {
+		int64_t now = (int64_t)clock_now_ns(), left = until - now;
 
-		if (left <= 0)
+		/* no flow: an in-band negotiation still reading the client's TCP Proposal,
+		 * which no Decline can overtake; it stays the parent's */
+		if (left <= 0 || (r == -ENOENT && now >= flow_until))
 			break;
 		conn_wait_pending(c, false, left < FORK_RECHECK_NS ? left : FORK_RECHECK_NS);
 	}
@@ -124,6 +129,7 @@ static void settle_pending(struct smc_conn *c)
 void smc_sock_before_fork(void)
 {
 	int64_t until = (int64_t)clock_now_ns() + FORK_SETTLE_NS;
+	int64_t confirm_until = until + (int64_t)smc_cfg.handshake_timeout_ms * 1000000LL;
 
 	for (int fd = fdtab_next_tracked(0); fd >= 0; fd = fdtab_next_tracked(fd + 1)) {
 		struct smc_conn *c;
@@ -139,7 +145,7 @@ void smc_sock_before_fork(void)
 			if (left > 0)
 				conn_wait_pending(c, false, left);
 			if (__atomic_load_n(&c->state, __ATOMIC_ACQUIRE) == CONN_PENDING)
-				settle_pending(c);
+				settle_pending(c, confirm_until);
 		}
 		if (c->ib && fd_survives_exec(fd) &&
 		    __atomic_load_n(&c->state, __ATOMIC_ACQUIRE) == CONN_ACTIVE)

@@ -775,23 +775,25 @@ static void flow_register(evutil_socket_t fd, short what, void *arg)
 
 /* The flow stays registered: its next event finds c decided and finishes it (on_flow),
  * closing the rendezvous socket the Decline went out on. */
-bool progress_flow_refuse(struct smc_conn *c, enum smc_reason why)
+int progress_flow_refuse(struct smc_conn *c, enum smc_reason why)
 {
-	bool decided;
+	int r = -ENOENT;
 
 	pthread_mutex_lock(&c->lock);
 	if (__atomic_load_n(&c->state, __ATOMIC_ACQUIRE) == CONN_PENDING && c->bg_flow) {
 		struct flow_wait *w = (struct flow_wait *)((char *)c->bg_flow -
 							   offsetof(struct flow_wait, f));
 
+		r = 0;
 		if (hs_server_refuse_now(&w->f, why) != HS_WAIT) {
 			c->bg_flow = NULL;
 			w->done(c, w->f.result, w->f.why);
 		}
 	}
-	decided = __atomic_load_n(&c->state, __ATOMIC_ACQUIRE) != CONN_PENDING;
+	if (__atomic_load_n(&c->state, __ATOMIC_ACQUIRE) != CONN_PENDING)
+		r = 1;
 	pthread_mutex_unlock(&c->lock);
-	return decided;
+	return r;
 }
 
 int progress_watch_flow(const struct hs_flow *f, progress_flow_done done)

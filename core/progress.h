@@ -46,8 +46,9 @@ typedef void (*progress_flow_done)(struct smc_conn *c, int result, enum smc_reas
 int progress_watch_flow(const struct hs_flow *f, progress_flow_done done);
 /* From any thread, c PENDING under a flow of progress_watch_flow: ends its exchange at
  * once with a Decline while the client can still take one (hs_server_refuse_now) and
- * calls the flow's done. Takes c->lock. true when c is no longer PENDING. */
-bool progress_flow_refuse(struct smc_conn *c, enum smc_reason why);
+ * calls the flow's done. Takes c->lock. 1: c is no longer PENDING; 0: the flow's Accept
+ * is out (only the Confirm ends it); -ENOENT: c is PENDING under no such flow (yet). */
+int progress_flow_refuse(struct smc_conn *c, enum smc_reason why);
 /* SMC-R: starts the thread if needed and makes it serve the link registry (ib_lgr.h):
  * each link's completion channel, the device's async events, the link timers. Call
  * before the first ib_lgr_* call that may create a link. 0 or -ENOMEM. */

@@ -1,0 +1,101 @@
+#!/bin/bash
+# SPDX-License-Identifier: GPL-2.0-only OR BSD-2-Clause
+#
+# A forking server (accept, then fork a child that serves the connection, as ncat's
+# relay, xinetd, PostgreSQL's postmaster) whose client has not answered the handshake
+# when the server forks: the client is stopped (SIGSTOP) right after its nonblocking
+# connect(), before the server's accept() reached its rendezvous. The child can never
+# learn how a handshake its parent's thread runs ends, so the fork declines it: both
+# ends count `fork-pending`, and the child echoes the client's line over plain TCP.
+# The parent keeps its copy until the child is done (as a relay's parent may): without
+# the Decline the child's copy was an orphan, whose reads failed with ECONNRESET, while
+# the parent's thread went on to upgrade the connection for the client.
+[ -n "${BASH_VERSION:-}" ] || exec bash "$0" "$@"
+. "$(dirname -- "$0")/lib.sh"
+
+smc_init
+smc_require_cmd python3
+
+SERVER='
+import os, socket, sys
+l = socket.socket()
+l.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+l.bind(("127.0.0.1", int(sys.argv[1])))
+l.listen(8)
+for _ in range(int(sys.argv[2])):
+    c, _ = l.accept()
+    pid = os.fork()
+    if pid == 0:
+        l.close()
+        f = c.makefile("rb")
+        line = f.readline()
+        c.sendall(b"echo " + line)
+        c.close()
+        os._exit(0)
+    print("forked", flush=True)
+    os.waitpid(pid, 0)
+    c.close()
+'
+CLIENT='
+import os, signal, socket, sys
+s = socket.socket()
+s.setblocking(False)
+s.connect_ex(("127.0.0.1", int(sys.argv[1])))
+os.kill(os.getpid(), signal.SIGSTOP)
+s.setblocking(True)
+s.settimeout(30)
+s.sendall(sys.argv[2].encode() + b"\n")
+got = b""
+while not got.endswith(b"\n"):
+    b = s.recv(4096)
+    if not b:
+        break
+    got += b
+sys.stdout.write(got.decode())
+s.close()
+'
+
+ROUNDS=${FORK_PENDING_ROUNDS:-3}
+srv=$(smc_stats_dir server)
+cli=$(smc_stats_dir clients)
+smc_free_port port
+smc_start_server fork-srv "$srv" python3 -c "$SERVER" "$port" "$ROUNDS"
+smc_wait_port fork-srv "$port"
+for ((i = 1; i <= ROUNDS; i++)); do
+	out=$SMC_TMP/client-$i.out
+	_smc_cmd "$cli" python3 -c "$CLIENT" "$port" "line $i"
+	timeout -k 5 60 "${_smc_argv[@]}" >"$out" 2>"$SMC_TMP/client-$i.err" &
+	pid=$!
+	# the client stops itself (its whole process: the progress thread too); timeout(1)
+	# is its parent
+	stopped=
+	for ((t = 0; t < 400; t++)); do
+		for c in $(pgrep -P "$pid"); do
+			[ "$(awk '{ print $3 }' "/proc/$c/stat" 2>/dev/null)" = T ] && stopped=$c
+		done
+		[ -n "$stopped" ] && break
+		sleep 0.05
+	done
+	[ -n "$stopped" ] || smc_fail "round $i: the client never stopped"
+	# the server accepted, and its fork returned
+	for ((t = 0; t < 400; t++)); do
+		[ "$(grep -c '^forked' "$SMC_TMP/fork-srv.log")" -ge "$i" ] && break
+		sleep 0.05
+	done
+	[ "$(grep -c '^forked' "$SMC_TMP/fork-srv.log")" -ge "$i" ] ||
+		smc_fail "round $i: the server never forked"
+	kill -CONT "$stopped"
+	wait "$pid"
+	rc=$?
+	smc_assert_eq "round $i: client exit status ($(cat "$SMC_TMP/client-$i.err"))" "$rc" 0
+	smc_assert_eq "round $i: echo" "$(cat "$out")" "echo line $i"
+done
+smc_wait_server_exit fork-srv 20
+smc_require_stats "$cli"
+smc_log "stats clients: $(smc_stats_summary "$cli")"
+smc_log "stats server: $(smc_stats_summary "$srv")"
+smc_assert_eq "clients: fork-pending" "$(smc_stats "$cli" '.fallback["fork-pending"] // 0')" "$ROUNDS"
+smc_assert_eq "server: fork-pending" "$(smc_stats "$srv" '.fallback["fork-pending"] // 0')" "$ROUNDS"
+smc_assert_eq "clients: shm connections" "$(smc_stats "$cli" '.connections.shm')" 0
+smc_assert_eq "aborts" "$(smc_stats "$cli" '.events.aborts') $(smc_stats "$srv" '.events.aborts')" "0 0"
+smc_pass

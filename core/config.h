@@ -20,7 +20,8 @@ enum smc_transport_pref {
 	SMC_TRANSPORT_TCP,      /* never upgrade: pure pass-through with stats */
 };
 
-/* The effective configuration, filled by config_load(). */
+/* The effective configuration: the table's defaults once the library is loaded (config.c),
+ * then what config_load() read from the environment. */
 struct smc_config {
 	size_t rcvbuf;             /* SMC_RCVBUF: RMB (receive ring) size per connection */
 	size_t sndbuf;             /* SMC_SNDBUF: send size = size of the peer RMB we propose */

@@ -25,7 +25,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
-#include <unistd.h>
 
 #include "core/config.h"
 #include "core/cpu_cache.h"
@@ -738,14 +737,15 @@ void config_print(FILE *out)
 }
 
 /*
- * `smc_preload.sh --print-config` runs `/bin/true` with the library preloaded and
- * SMC_PRINT_CONFIG=1: the process reports bad values on stderr, prints the table on
- * stdout and exits before main(). Runs from its own constructor so it works whether or
- * not something else calls smc_init() at load time; the table is loaded only once.
- * Only the exact value "1" triggers it, so a stray SMC_PRINT_CONFIG=yes in someone's
- * environment does not kill every program.
+ * `smc_preload.sh --print-config` runs /bin/true with the library preloaded and
+ * SMC_PRINT_CONFIG=1: this file's constructor reports bad values, then prints the table,
+ * both on stderr where the library's other reports go, and the program runs on (a
+ * library never ends the program it is loaded into); the wrapper puts the table's lines
+ * on its stdout. It runs from a constructor so it works whether or not something else
+ * calls smc_init() at load time; the table is loaded only once. Only the exact value "1"
+ * prints, and the wrapper unsets the variable for the commands it runs.
  */
-void config_maybe_print_and_exit(void)
+void config_maybe_print(void)
 {
 	const char *v = getenv("SMC_PRINT_CONFIG");
 
@@ -753,11 +753,10 @@ void config_maybe_print_and_exit(void)
 		return;
 	if (!config_loaded)
 		config_load(stderr);
-	config_print(stdout);
-	_exit(0);
+	config_print(stderr);
 }
 
 __attribute__((constructor)) static void config_print_hook(void)
 {
-	config_maybe_print_and_exit();
+	config_maybe_print();
 }

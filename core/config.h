@@ -96,8 +96,8 @@ int config_parse_uint(const char *s, unsigned long long min, unsigned long long 
 int config_parse_bool(const char *s, bool *out);
 
 /* For `smc_preload.sh --print-config`: when SMC_PRINT_CONFIG=1, prints the effective
- * configuration on stdout and exits. Called from a constructor in config.c. */
-void config_maybe_print_and_exit(void);
+ * configuration on stderr; the program goes on. Called from a constructor in config.c. */
+void config_maybe_print(void);
 
 /* `--print-config`: one line per variable: NAME=VALUE (source) # doc */
 void config_print(FILE *out);

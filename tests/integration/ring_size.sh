@@ -26,12 +26,13 @@ SMCPSTAT=$top_builddir/tools/smcpstat
 [ -x "$SMCPSTAT" ] || smc_hard_error "smcpstat not built: $SMCPSTAT"
 FIRST=${SMC_TEST_PRELOAD_FIRST:+$SMC_TEST_PRELOAD_FIRST }
 
-# config L2 [VAR=VALUE...]: the --print-config output for a CPU with L2 bytes of L2.
+# config L2 [VAR=VALUE...]: the --print-config output for a CPU with L2 bytes of L2 (the
+# library prints it on stderr).
 config() {
 	local l2=$1
 	shift
 	env "$@" SMC_TEST_FAKE_L2="$l2" SMC_PRINT_CONFIG=1 \
-		LD_PRELOAD="$FIRST$SHIM $SMC_PRELOAD_LIB" /bin/true ||
+		LD_PRELOAD="$FIRST$SHIM $SMC_PRELOAD_LIB" /bin/true 2>&1 >/dev/null ||
 		smc_fail "--print-config exited $? (L2 $l2)"
 }
 # line OUTPUT NAME: NAME's line up to the doc comment.
@@ -56,7 +57,7 @@ smc_assert_eq "L2 4m, SMC_RCVBUF=1m: SMC_RCVBUF" "$(line "$out" SMC_RCVBUF)" \
 smc_assert_eq "L2 4m, SMC_RCVBUF=1m: SMC_SNDBUF" "$(line "$out" SMC_SNDBUF)" \
 	"SMC_SNDBUF=8m  (default, raised for this CPU's L2 cache)"
 # this machine, as it is
-native=$(env SMC_PRINT_CONFIG=1 LD_PRELOAD="$FIRST$SMC_PRELOAD_LIB" /bin/true |
+native=$(env SMC_PRINT_CONFIG=1 LD_PRELOAD="$FIRST$SMC_PRELOAD_LIB" /bin/true 2>&1 >/dev/null |
 	sed -n 's/^SMC_RCVBUF=\([0-9]*[kmg]*\) .*/\1/p')
 smc_log "this CPU: L2 $(getconf LEVEL2_CACHE_SIZE 2>/dev/null) bytes, default ring $native"
 case $native in

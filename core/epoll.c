@@ -99,6 +99,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "core/clock.h"
 #include "core/conn.h"
 #include "core/epoll.h"
 #include "core/epoll_int.h"
@@ -626,18 +627,18 @@ static bool ep_spin_useful(struct smc_epoll *ep)
 
 static int ep_spin(struct smc_epoll *ep, struct epoll_event *ev, int max, uint64_t deadline)
 {
-	uint64_t budget = wait_spin_budget(), start = wait_now_ns(), end = start + budget;
+	uint64_t budget = wait_spin_budget(), start = clock_now_ns(), end = start + budget;
 	unsigned round = 0;
 
 	if (budget == 0)
 		return 0;
 	if (end > deadline)
 		end = deadline;
-	while (wait_now_ns() < end) {
+	while (clock_now_ns() < end) {
 		int n = ep_try(ep, ev, max);
 
 		if (n != 0) {
-			wait_spin_outcome(n > 0, wait_now_ns() - start);
+			wait_spin_outcome(n > 0, clock_now_ns() - start);
 			return n;
 		}
 		if (++round % EP_SPIN_YIELD_EVERY == 0)
@@ -704,14 +705,14 @@ static int ep_wait(struct smc_epoll *ep, struct epoll_event *ev, int max, uint64
 					ep_harvest(ep);
 				ep_unlock(ep);
 			}
-			if (n != 0 || wait_now_ns() >= deadline)
+			if (n != 0 || clock_now_ns() >= deadline)
 				return n;
 			continue;
 		}
 		n = ep_try(ep, ev, max);
 		if (n != 0)
 			return n;
-		if (wait_now_ns() >= deadline)
+		if (clock_now_ns() >= deadline)
 			return 0;
 		if (!spun) {
 			spun = true;
@@ -766,7 +767,7 @@ static int ep_wait_put(struct smc_epoll *ep, struct epoll_event *ev, int max, ui
 
 static void ep_nap(uint64_t deadline)
 {
-	uint64_t left = deadline - wait_now_ns(), slice = EP_SHARED_SLICE_MS * 1000000ull;
+	uint64_t left = deadline - clock_now_ns(), slice = EP_SHARED_SLICE_MS * 1000000ull;
 	struct timespec ts;
 
 	if (left > slice)
@@ -804,7 +805,7 @@ static int kernel_wait(int epfd, struct epoll_event *ev, int max, uint64_t deadl
 		/* The cookie of a set another process emulates (shared across fork), or of
 		 * one being set up or closed here: it stays ready until its owner harvests or
 		 * closes it, so nap a slice rather than spin on it. */
-		if (wait_now_ns() >= deadline)
+		if (clock_now_ns() >= deadline)
 			return 0;
 		ep_nap(deadline);
 	}

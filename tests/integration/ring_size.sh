@@ -3,7 +3,7 @@
 #
 # The default ring size follows the CPU's L2 cache (core/config.c fit_rings_to_cpu):
 # twice the L2 per core, as a power of two, at least the table's 2m, at most 8m. The
-# shim tests/lib/libfake_l2.so makes sysconf() report SMC_TEST_FAKE_L2 bytes of L2, so
+# shim tests/progs/libfake_l2.so makes sysconf() report SMC_TEST_FAKE_L2 bytes of L2, so
 # this machine can play a CPU with 2 MiB of L2 per core:
 #   - --print-config shows SMC_RCVBUF/SMC_SNDBUF 4m and SMC_MEM_CAP 16g, marked as
 #     raised for the CPU; with 1 MiB of L2 the table's 2m/8g; a value set in the
@@ -20,7 +20,7 @@
 smc_require_cmd python3
 smc_init
 
-SHIM=$top_builddir/tests/lib/.libs/libfake_l2.so
+SHIM=$top_builddir/tests/progs/.libs/libfake_l2.so
 SMCPSTAT=$top_builddir/tools/smcpstat
 [ -f "$SHIM" ] || smc_hard_error "shim not built: $SHIM (make check builds it)"
 [ -x "$SMCPSTAT" ] || smc_hard_error "smcpstat not built: $SMCPSTAT"

@@ -600,10 +600,14 @@ say "library $lib"
 
 if [ "$print_config" = 1 ]; then
 	[ $# -eq 0 ] || die_usage "--print-config takes no COMMAND"
-	# The library prints its table from a constructor when SMC_PRINT_CONFIG=1, then
-	# exits before /bin/true's main. Bad values are reported on stderr.
-	out=$(env SMC_PRINT_CONFIG=1 LD_PRELOAD="$lib" /bin/true) ||
+	# The library's constructor prints its table on stderr when SMC_PRINT_CONFIG=1, after
+	# the report of any bad value, and /bin/true runs on. The table's lines (NAME=...)
+	# go to our stdout, everything else stays on stderr.
+	all=$(env SMC_PRINT_CONFIG=1 LD_PRELOAD="$lib" /bin/true 2>&1) ||
 		die "the library failed to print its configuration"
+	out=$(printf '%s\n' "$all" | grep '^SMC_[A-Z0-9_]*=')
+	rest=$(printf '%s\n' "$all" | grep -v '^SMC_[A-Z0-9_]*=')
+	[ -z "$rest" ] || printf '%s\n' "$rest" >&2
 	[ -n "$out" ] || die "$lib printed no configuration (not libsmc_preload.so?)"
 	printf '%s\n' "$out"
 	exit 0
@@ -611,7 +615,7 @@ fi
 
 [ $# -gt 0 ] || die_usage "no COMMAND given"
 
-# A stray SMC_PRINT_CONFIG would make every preloaded program exit at start.
+# A stray SMC_PRINT_CONFIG would make every preloaded program print the table on stderr.
 unset SMC_PRINT_CONFIG
 
 # Keep whatever the caller already preloads; add the library once, at the end.

@@ -15,7 +15,7 @@
 #
 # Sanitizer pass, what works: the library is built with -fsanitize=address,undefined and
 # so needs the ASan runtime loaded before it. Programs built with the sanitizers (unit
-# tests, tests/lib/*) have it already. For the others (redis, python3...) the tests put
+# tests, tests/progs/*) have it already. For the others (redis, python3...) the tests put
 # the runtime first in LD_PRELOAD (SMC_TEST_PRELOAD_FIRST=libasan.so; smc_preload.sh
 # appends the library after it), with ASAN_OPTIONS=detect_leaks=0 (their own leaks are
 # not ours) and verify_asan_link_order=0. curl does not start with the ASan runtime
@@ -45,7 +45,7 @@ PACKAGES=(build-essential autoconf automake libtool pkg-config libibverbs-dev li
 	libmemcached-tools iperf3 sockperf qperf wrk jq curl python3 procps iproute2 coreutils
 	util-linux gnuplot-nox hyperfine bpftool tcpdump apache2 apache2-utils postgresql
 	postgresql-contrib haproxy openssh-server openssh-client)
-# Node.js's http module (tests/integration/node_http.sh); liburing (tests/lib/io_uring_check)
+# Node.js's http module (tests/integration/node_http.sh); liburing (tests/progs/io_uring_check)
 PACKAGES+=(nodejs liburing-dev)
 # socat EXEC, with and without nofork (tests/integration/exec.sh);
 # systemd-socket-activate (exec_listener.sh); ncat --exec (exec.sh)

@@ -4,7 +4,7 @@
 # reverse proxy, Apache (mpm_event), PostgreSQL with pgbench, Node's http module and
 # haproxy. Each runs TCP and SMC rounds alternated, every process of the SMC round
 # under the library (both hops of a proxy); the target is SMC >= TCP. Sourced by
-# bench/run, which provides start_server, run_client, check_stats, record, free_port...
+# bench/run; start_server, run_client, check_stats, record, free_port... are bench/lib.sh's.
 
 # proxy_conf DIR PORT UPSTREAM-PORT: an nginx (1 worker) that proxies everything to
 # 127.0.0.1:UPSTREAM-PORT over HTTP/1.1 keep-alive connections.

@@ -15,15 +15,16 @@
  *         choice may also be given by its index 0..max (SMC_LOG_LEVEL=4 means debug).
  *   string any text shorter than SMC_CFG_STRING_MAX; empty means "not set".
  *
- * Robustness: nothing here allocates. smc_cfg is statically initialised with the same
- * defaults as the table (a unit test checks they agree), so code that runs before
- * config_load() -- other libraries' constructors opening sockets -- sees sane values.
+ * Robustness: nothing here allocates. The table is the only place a default is written:
+ * smc_cfg gets the table's defaults from this file's constructor (config_defaults), which
+ * runs when the library is loaded, and config_load() applies them first as well, so a
+ * wrapper that another library's constructor reaches before ours still sees them.
  */
 #include <errno.h>
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
-#include <unistd.h>
 
 #include "core/config.h"
 #include "core/cpu_cache.h"
@@ -36,26 +37,32 @@
 /* Longest accepted string value (paths), terminating NUL included. */
 #define SMC_CFG_STRING_MAX 4096
 
-struct smc_config smc_cfg = {
-	.rcvbuf = 2 * MIB,
-	.sndbuf = 2 * MIB,
-	.debug = false,
-	.log_level = SMC_LOG_OFF,
-	.log_file = NULL,
-	.stats_file = NULL,
-	.spin_us = 20,
-	.short_conn_us = 10000,
-	.pool_slots = 16,
-	.pool_ring = 64 * KIB,
-	.copy_store = -1,
-	.mem_cap = 8 * GIB,
-	.handshake_timeout_ms = 2000,
-	.bpf_dir = "/sys/fs/bpf/smc_preload",
-	.rdv_dir = "/run/smc-preload",
-	.ib_dev = NULL,
-	.ib_port = 1,
-	.ib_gid_index = -1,
-	.transport = SMC_TRANSPORT_AUTO,
+/* Zero until config_defaults() (below) fills in the table's defaults. */
+struct smc_config smc_cfg;
+
+/* Index of each variable; the designated initializers below keep the table and the
+ * effective-value printer (config_value_text) in step. */
+enum cfg_index {
+	CFG_RCVBUF,
+	CFG_SNDBUF,
+	CFG_DEBUG,
+	CFG_LOG_LEVEL,
+	CFG_LOG_FILE,
+	CFG_STATS_FILE,
+	CFG_SPIN_US,
+	CFG_SHORT_CONN_US,
+	CFG_POOL_SLOTS,
+	CFG_POOL_RING,
+	CFG_COPY,
+	CFG_MEM_CAP,
+	CFG_HANDSHAKE_TIMEOUT_MS,
+	CFG_TRANSPORT,
+	CFG_BPF_DIR,
+	CFG_RDV_DIR,
+	CFG_IB_DEV,
+	CFG_IB_PORT,
+	CFG_IB_GID_INDEX,
+	CFG_NVARS
 };
 
 /* Enum choice lists: the index of a word is the value stored. */
@@ -129,14 +136,14 @@ static void store_bpf_dir(const void *v)
 {
 	const char *s = copy_string(bpf_dir_buf, *(const char *const *)v);
 
-	smc_cfg.bpf_dir = s ? s : "/sys/fs/bpf/smc_preload";
+	smc_cfg.bpf_dir = s ? s : smc_cfg_vars[CFG_BPF_DIR].def;
 }
 
 static void store_rdv_dir(const void *v)
 {
 	const char *s = copy_string(rdv_dir_buf, *(const char *const *)v);
 
-	smc_cfg.rdv_dir = s ? s : "/run/smc-preload";
+	smc_cfg.rdv_dir = s ? s : smc_cfg_vars[CFG_RDV_DIR].def;
 }
 
 static void store_ib_dev(const void *v)
@@ -153,31 +160,6 @@ static void store_ib_gid_index(const void *v)
 
 	smc_cfg.ib_gid_index = x > 255 ? -1 : (int)x;
 }
-
-/* Index of each variable; the designated initializers below keep the table and the
- * effective-value printer (config_value_text) in step. */
-enum cfg_index {
-	CFG_RCVBUF,
-	CFG_SNDBUF,
-	CFG_DEBUG,
-	CFG_LOG_LEVEL,
-	CFG_LOG_FILE,
-	CFG_STATS_FILE,
-	CFG_SPIN_US,
-	CFG_SHORT_CONN_US,
-	CFG_POOL_SLOTS,
-	CFG_POOL_RING,
-	CFG_COPY,
-	CFG_MEM_CAP,
-	CFG_HANDSHAKE_TIMEOUT_MS,
-	CFG_TRANSPORT,
-	CFG_BPF_DIR,
-	CFG_RDV_DIR,
-	CFG_IB_DEV,
-	CFG_IB_PORT,
-	CFG_IB_GID_INDEX,
-	CFG_NVARS
-};
 
 const struct smc_cfg_var smc_cfg_vars[CFG_NVARS] = {
 	[CFG_RCVBUF] = {
@@ -572,6 +554,22 @@ static void apply_default(const struct smc_cfg_var *var)
 		store_value(var, &v);
 }
 
+static pthread_once_t defaults_once = PTHREAD_ONCE_INIT;
+
+static void apply_defaults(void)
+{
+	for (size_t i = 0; i < CFG_NVARS; i++)
+		apply_default(&smc_cfg_vars[i]);
+}
+
+/* Fills smc_cfg from the table when the library (or a test program) is loaded, before
+ * any environment is read. Once only: a config_load() that got here first (a wrapper
+ * reached from an earlier constructor) must not have its values reset. */
+__attribute__((constructor)) static void config_defaults(void)
+{
+	pthread_once(&defaults_once, apply_defaults);
+}
+
 /*
  * Rings larger than a core's L2 cache. On this project's VM (1 MiB of L2 per core) a
  * stream through a ring of 1 MiB or less ran at 10-14 GB/s and through one of 2 MiB or
@@ -644,6 +642,7 @@ int config_load(FILE *err)
 
 	if (err == NULL)
 		err = stderr;
+	pthread_once(&defaults_once, apply_defaults);
 	for (size_t i = 0; i < CFG_NVARS; i++) {
 		const struct smc_cfg_var *var = &smc_cfg_vars[i];
 		const char *text = getenv(var->name);
@@ -738,14 +737,15 @@ void config_print(FILE *out)
 }
 
 /*
- * `smc_preload.sh --print-config` runs `/bin/true` with the library preloaded and
- * SMC_PRINT_CONFIG=1: the process reports bad values on stderr, prints the table on
- * stdout and exits before main(). Runs from its own constructor so it works whether or
- * not something else calls smc_init() at load time; the table is loaded only once.
- * Only the exact value "1" triggers it, so a stray SMC_PRINT_CONFIG=yes in someone's
- * environment does not kill every program.
+ * `smc_preload.sh --print-config` runs /bin/true with the library preloaded and
+ * SMC_PRINT_CONFIG=1: this file's constructor reports bad values, then prints the table,
+ * both on stderr where the library's other reports go, and the program runs on (a
+ * library never ends the program it is loaded into); the wrapper puts the table's lines
+ * on its stdout. It runs from a constructor so it works whether or not something else
+ * calls smc_init() at load time; the table is loaded only once. Only the exact value "1"
+ * prints, and the wrapper unsets the variable for the commands it runs.
  */
-void config_maybe_print_and_exit(void)
+void config_maybe_print(void)
 {
 	const char *v = getenv("SMC_PRINT_CONFIG");
 
@@ -753,11 +753,10 @@ void config_maybe_print_and_exit(void)
 		return;
 	if (!config_loaded)
 		config_load(stderr);
-	config_print(stdout);
-	_exit(0);
+	config_print(stderr);
 }
 
 __attribute__((constructor)) static void config_print_hook(void)
 {
-	config_maybe_print_and_exit();
+	config_maybe_print();
 }

@@ -20,7 +20,8 @@ enum smc_transport_pref {
 	SMC_TRANSPORT_TCP,      /* never upgrade: pure pass-through with stats */
 };
 
-/* The effective configuration, filled by config_load(). */
+/* The effective configuration: the table's defaults once the library is loaded (config.c),
+ * then what config_load() read from the environment. */
 struct smc_config {
 	size_t rcvbuf;             /* SMC_RCVBUF: RMB (receive ring) size per connection */
 	size_t sndbuf;             /* SMC_SNDBUF: send size = size of the peer RMB we propose */
@@ -95,8 +96,8 @@ int config_parse_uint(const char *s, unsigned long long min, unsigned long long 
 int config_parse_bool(const char *s, bool *out);
 
 /* For `smc_preload.sh --print-config`: when SMC_PRINT_CONFIG=1, prints the effective
- * configuration on stdout and exits. Called from a constructor in config.c. */
-void config_maybe_print_and_exit(void);
+ * configuration on stderr; the program goes on. Called from a constructor in config.c. */
+void config_maybe_print(void);
 
 /* `--print-config`: one line per variable: NAME=VALUE (source) # doc */
 void config_print(FILE *out);

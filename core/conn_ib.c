@@ -13,6 +13,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "core/clock.h"
 #include "core/config.h"
 #include "core/conn.h"
 #include "core/conn_ib_msg.h"
@@ -242,21 +243,19 @@ void conn_ib_shutdown_wr(struct smc_conn *c)
 
 enum conn_ib_leave conn_ib_go_tcp(struct smc_conn *c, uint64_t wait_ns)
 {
-	struct timespec t0, t;
 	enum ib_tcp_answer a;
+	uint64_t t0;
 
 	conn_ib_rx_published(c); /* the cursor the CDC carries is the one we stopped at */
 	if (!ci_enter(c))
 		return CONN_IB_GONE;
 	a = ib_conn_go_tcp(c->ib->ic);
-	clock_gettime(CLOCK_MONOTONIC, &t0);
+	t0 = clock_now_ns();
 	while (a == IB_TCP_ANNOUNCED) {
 		bool final;
 		enum ib_tcp_answer b;
 
-		clock_gettime(CLOCK_MONOTONIC, &t);
-		final = (uint64_t)(t.tv_sec - t0.tv_sec) * 1000000000ull + (uint64_t)t.tv_nsec -
-				(uint64_t)t0.tv_nsec >= wait_ns;
+		final = clock_now_ns() - t0 >= wait_ns;
 		b = ib_conn_tcp_answer(c->ib->ic, final);
 		if (b != IB_TCP_WAITING) {
 			a = b;

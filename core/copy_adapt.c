@@ -7,6 +7,8 @@
 #include <x86intrin.h>
 #endif
 
+#include "core/clock.h"
+
 /* A probe takes over when its window cost less than 9/10 of the current kind's: two
  * kinds within noise of each other do not flip back and forth. */
 #define COPY_ADAPT_SWITCH_NUM 9
@@ -22,10 +24,7 @@ uint64_t copy_adapt_ticks(void)
 #if defined(__x86_64__)
 	return __rdtsc();
 #else
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+	return clock_now_ns();
 #endif
 }
 

@@ -86,187 +86,37 @@
  *   2. otherwise spin up to SMC_SPIN_US repeating 1, yielding every few rounds;
  *   3. evaluate the list once more (watches leave it armed), then sleep in the real
  *      epoll_pwait2 on the application's fd; when the cookie fired, harvest and report.
+ *
+ * The files: this one has the wait (the ready list, sleeper counts, readiness, the
+ * epoll_wait loop and the kernel's share of a wait); epoll_ctl.c the interest set (slots,
+ * shadow entries, watches, registrations, epoll_ctl, the hand-back of a connection that
+ * fell back to TCP); epoll_set.c the sets themselves (creation, references, the global
+ * list, close, fork). epoll_int.h holds the objects they share.
  */
 #include <errno.h>
-#include <fcntl.h>
 #include <limits.h>
 #include <pthread.h>
-#include <stdlib.h>
-#include <string.h>
-#include <sys/eventfd.h>
+#include <time.h>
 #include <unistd.h>
 
+#include "core/clock.h"
 #include "core/conn.h"
 #include "core/epoll.h"
-#include "core/epoll_track.h"
-#include "core/fd_budget.h"
-#include "core/fdtab.h"
-#include "core/forklock.h"
+#include "core/epoll_int.h"
 #include "core/log.h"
-#include "core/random.h"
 #include "core/real.h"
-#include "core/sock.h"
 #include "core/wait.h"
 
-#define TAG_RX     CONN_BELL_RX  /* 1 */
-#define TAG_TX     CONN_BELL_TX  /* 2 */
-#define TAG_NESTED 3u
-#define TAG_TCP    CONN_WAIT_TCP /* 4 */
-#define TAG_BITS   3
-#define TAG_MASK   ((1u << TAG_BITS) - 1)
-/* Shadow data layout: slot generation (24 bits) | owner (8) | slot (29) | tag (3). */
-#define DATA_GEN_SHIFT   40
-#define DATA_OWNER_SHIFT 32
-#define DATA_GEN_MASK    0xffffffu
-/* Shadow data of the set's own eventfd (no slot has this index). */
-#define EP_KICK_DATA UINT64_MAX
-/* Kick values: 1 = "a registration changed, evaluate the list"; this one = "another
- * waiter harvested what we may need: evaluate every watch". */
-#define EP_KICK_RESCAN (1ull << 32)
 /* A set shared with another process sleeps at most this long between scans. */
 #define EP_SHARED_SLICE_MS 10
 
-#define EP_MAX_WAIT 3                 /* conn_wait_fds() fills at most 3 */
 #define EP_DRAIN_BATCH 64
 #define EP_SPIN_YIELD_EVERY 8
 #define EP_MAX_EVENTS ((int)(INT_MAX / sizeof(struct epoll_event)))
 
-/* Bits an application may be told about (everything but the behaviour flags). */
-#define EV_REPORTABLE (EPOLLIN | EPOLLPRI | EPOLLOUT | EPOLLRDNORM | EPOLLRDBAND | \
-		       EPOLLWRNORM | EPOLLWRBAND | EPOLLMSG | EPOLLRDHUP)
-#define EV_IN_SIDE (EPOLLIN | EPOLLRDNORM | EPOLLRDBAND | EPOLLPRI | EPOLLRDHUP)
-#define EV_OUT_SIDE (EPOLLOUT | EPOLLWRNORM | EPOLLWRBAND)
-/* Linux accepts EPOLLEXCLUSIVE only with these (fs/eventpoll.c EPOLLEXCLUSIVE_OK_BITS). */
-#define EV_EXCLUSIVE_OK (EPOLLIN | EPOLLOUT | EPOLLRDNORM | EPOLLRDBAND | EPOLLWRNORM | \
-			 EPOLLWRBAND | EPOLLERR | EPOLLHUP | EPOLLWAKEUP | EPOLLET | \
-			 EPOLLEXCLUSIVE)
-
-struct ep_fdreg;
-
-struct smc_ep_reg {
-	struct smc_epoll *ep;
-	struct smc_conn *conn;          /* referenced; NULL for a nested set */
-	struct smc_epoll *inner;        /* nested emulated set (referenced) or NULL */
-	int inner_fd;
-	struct smc_ep_reg *conn_next;   /* c->regs chain, under c->lock */
-	struct smc_ep_reg *next;        /* ep->watches; ep->dead_watches after release */
-	struct smc_ep_reg *rnext, *rprev; /* ep's ready list while `listed` */
-	bool listed;
-	struct ep_fdreg *fdregs;        /* application fds using this watch */
-	uint32_t slot;
-	uint8_t owner;                  /* owner byte of its shadow entries */
-	/* shadow entries currently installed */
-	int nwait;
-	int wait_fd[EP_MAX_WAIT];
-	unsigned wait_tag[EP_MAX_WAIT];
-	uint32_t interest;              /* POLLIN/POLLOUT the entries were chosen for */
-	uint32_t fds_gen;
-	bool synced;
-	uint32_t arm_want;              /* POLLIN/POLLOUT of the enabled registrations */
-	uint32_t armed;                 /* sleeper counts held (conn_prepare_sleep) */
-	/* last evaluation */
-	uint64_t scan;
-	uint32_t mask;
-	uint64_t rx_gen, tx_gen;
-	uint64_t reported;              /* ep->call of the last report */
-	uint64_t hot_until;             /* ep->waits up to which it stays listed: hot */
-	bool polled;                    /* hot, listed, holding no sleeper counts */
-};
-
-struct ep_fdreg {
-	int fd;
-	uint32_t events;                /* as the application gave them */
-	uint64_t data;
-	struct smc_ep_reg *w;           /* NULL: detached, see ep_convert_watch() */
-	struct ep_fdreg *wnext;         /* w->fdregs chain */
-	struct ep_fdreg *next, *prev;   /* every registration of the set */
-	bool disabled;                  /* EPOLLONESHOT fired, waiting for MOD */
-	uint32_t last;                  /* ET: bits reported last and still set since */
-	uint64_t rx_gen, tx_gen;        /* ET: generations at the last report */
-};
-
-struct smc_epoll {
-	int epfd, shadow;
-	int kick;                       /* eventfd in the shadow: wakes sleepers after ctl */
-	pthread_mutex_t lock;
-	int refs;                       /* global list + callers; under eps_lock */
-	bool dead;                      /* application closed epfd */
-	bool inherited;                 /* a forked child's copy: the kernel objects are shared */
-	bool shared;                    /* another process waits on it too: see the top */
-	bool fd_waited;                 /* poll/select or an outer set waited on our fd */
-	bool kernel_turn;               /* max == 1: alternate SMC and kernel events */
-	uint64_t scan, call;
-	uint64_t waits;                 /* epoll_wait calls: the age of hot watches */
-	int nlisted;                    /* watches on the ready list */
-	struct ep_fdreg *head, *tail;
-	struct smc_ep_reg *watches;
-	struct smc_ep_reg *rhead, *rtail; /* ready list */
-	struct smc_ep_reg *last_reported; /* spin heuristic */
-	struct smc_ep_reg *dead_watches; /* released under lock, freed after unlock */
-	struct ep_fdreg **by_fd;
-	size_t by_fd_len;
-	struct smc_ep_reg **slots;
-	uint32_t *slot_gen, *free_slots;
-	uint32_t nslots, nfree, slots_cap;
-	int nentries;                   /* shadow entries, bounds the harvest loop */
-	int nsleeping;                  /* threads in the kernel wait on this set */
-	struct smc_epoll *gnext, *gprev;
-};
-
-static pthread_mutex_t eps_lock = PTHREAD_MUTEX_INITIALIZER;
-static struct smc_epoll *eps_head;
-static int eps_count;                /* atomic reads: forget_fd's fast path */
-static uint64_t ep_cookie;
-static uint8_t ep_owner;             /* this process's owner byte */
-/* Set (for good) before the first shadow joins an application set: from then on a
- * kernel wait on any set may return our cookie, and every path strips it. */
-bool smc_epoll_cookies;
-static pthread_once_t ep_cookie_once = PTHREAD_ONCE_INIT;
-
-static void reg_arm_now(struct smc_epoll *ep, struct ep_fdreg *r);
 static bool ep_may_poll(struct smc_epoll *ep);
-static void watch_disarm(struct smc_ep_reg *w);
-static void ep_convert_watch(struct smc_epoll *ep, struct smc_ep_reg *w);
 
-/* ------------------------------------------------------------------ small helpers */
-
-/* Not a secret: the cookie only has to differ from what applications put in their
- * events' data (random.h: a weak value will do). */
-static void cookie_init(void)
-{
-	ep_cookie = random_weak64();
-	ep_owner = (uint8_t)(ep_cookie >> 56);
-}
-
-static bool grow(void **arr, size_t *cap, size_t need, size_t elem)
-{
-	size_t ncap = *cap ? *cap : 16;
-	void *p;
-
-	if (need <= *cap)
-		return true;
-	while (ncap < need)
-		ncap *= 2;
-	p = realloc(*arr, ncap * elem);
-	if (!p)
-		return false;
-	memset((char *)p + *cap * elem, 0, (ncap - *cap) * elem);
-	*arr = p;
-	*cap = ncap;
-	return true;
-}
-
-static uint32_t ev_interest(uint32_t events)
-{
-	uint32_t want = 0;
-
-	if (events & EV_IN_SIDE)
-		want |= POLLIN;
-	if (events & EV_OUT_SIDE)
-		want |= POLLOUT;
-	/* EPOLLHUP and EPOLLERR are always reported: see poll_interest in wait.c */
-	return want ? want : POLLIN;
-}
+/* ------------------------------------------------------------------ the kernel's events */
 
 static int real_pwait(int epfd, struct epoll_event *ev, int max, const struct timespec *ts,
 		      const sigset_t *mask)
@@ -308,243 +158,9 @@ static int strip_cookie(struct epoll_event *ev, int n, bool *seen)
 	return out;
 }
 
-static void ep_kick(struct smc_epoll *ep, uint64_t what)
-{
-	if (REAL(write)(ep->kick, &what, sizeof(what)) < 0)
-		log_debug("epoll: kick of %d failed: %d", ep->epfd, errno);
-}
-/* ------------------------------------------------------------------ set lifetime */
-
-static struct smc_epoll *ep_get(int epfd)
-{
-	struct smc_epoll *ep = NULL;
-	struct fd_entry *e;
-
-	if (fdtab_kind(epfd) != FD_EPOLL)
-		return NULL;
-	pthread_mutex_lock(&eps_lock);
-	e = fdtab_peek(epfd);
-	if (e && e->kind == FD_EPOLL && e->obj) {
-		ep = e->obj;
-		if (ep->dead)
-			ep = NULL;
-		else
-			ep->refs++;
-	}
-	pthread_mutex_unlock(&eps_lock);
-	return ep;
-}
-
-static void ep_free(struct smc_epoll *ep)
-{
-	REAL(close)(ep->shadow);
-	REAL(close)(ep->kick);
-	fd_budget_give(2);
-	pthread_mutex_destroy(&ep->lock);
-	free(ep->by_fd);
-	free(ep->slots);
-	free(ep->slot_gen);
-	free(ep->free_slots);
-	free(ep);
-}
-
-static void ep_put(struct smc_epoll *ep)
-{
-	bool last;
-
-	if (!ep)
-		return;
-	pthread_mutex_lock(&eps_lock);
-	last = --ep->refs == 0;
-	pthread_mutex_unlock(&eps_lock);
-	if (last)
-		ep_free(ep);
-}
-
-static void ep_lock(struct smc_epoll *ep)
-{
-	pthread_mutex_lock(&ep->lock);
-}
-
-/* Unlocks, then drops what released watches referenced (a connection's last reference
- * or a nested set may be freed: never under our lock). */
-static void ep_unlock(struct smc_epoll *ep)
-{
-	struct smc_ep_reg *w = ep->dead_watches;
-
-	ep->dead_watches = NULL;
-	pthread_mutex_unlock(&ep->lock);
-	while (w) {
-		struct smc_ep_reg *next = w->next;
-
-		if (w->conn)
-			conn_put(w->conn);
-		ep_put(w->inner);
-		free(w);
-		w = next;
-	}
-}
-
-static struct smc_epoll *ep_create(int epfd)
-{
-	struct epoll_event ev = { .events = EPOLLIN };
-	struct smc_epoll *ep, *other = NULL;
-	struct fd_entry *e;
-	int saved;
-
-	pthread_once(&ep_cookie_once, cookie_init);
-	/* EBADF before creating the shadow, which could otherwise take epfd's free number */
-	if (REAL(fcntl)(epfd, F_GETFD) < 0)
-		return NULL;
-	ep = calloc(1, sizeof(*ep));
-	if (!ep) {
-		errno = ENOMEM;
-		return NULL;
-	}
-	ep->epfd = epfd;
-	ep->shadow = REAL(epoll_create1)(EPOLL_CLOEXEC);
-	ep->kick = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
-	ev.data.u64 = EP_KICK_DATA;
-	if (ep->shadow < 0 || ep->kick < 0 ||
-	    REAL(epoll_ctl)(ep->shadow, EPOLL_CTL_ADD, ep->kick, &ev) < 0) {
-		saved = errno;
-		if (ep->shadow >= 0)
-			REAL(close)(ep->shadow);
-		if (ep->kick >= 0)
-			REAL(close)(ep->kick);
-		free(ep);
-		errno = saved;
-		return NULL;
-	}
-	/* Also validates epfd the way the kernel would (EBADF, EINVAL if not an epoll). */
-	ev.data.u64 = ep_cookie;
-	__atomic_store_n(&smc_epoll_cookies, true, __ATOMIC_RELEASE);
-	if (REAL(epoll_ctl)(epfd, EPOLL_CTL_ADD, ep->shadow, &ev) < 0) {
-		saved = errno;
-		REAL(close)(ep->shadow);
-		REAL(close)(ep->kick);
-		free(ep);
-		errno = saved;
-		return NULL;
-	}
-	fd_budget_take(2);
-	pthread_mutex_init(&ep->lock, NULL);
-	ep->refs = 2; /* the global list and the caller */
-
-	pthread_mutex_lock(&eps_lock);
-	e = fdtab_peek(epfd);
-	if (e && e->kind == FD_EPOLL && e->obj) {
-		other = e->obj; /* another thread won the race */
-		other->refs++;
-	} else {
-		fdtab_set(epfd, FD_EPOLL, ep);
-		e = fdtab_peek(epfd);
-		if (!e || e->kind != FD_EPOLL || e->obj != ep) {
-			pthread_mutex_unlock(&eps_lock);
-			REAL(epoll_ctl)(epfd, EPOLL_CTL_DEL, ep->shadow, NULL);
-			ep_free(ep);
-			errno = ENOMEM;
-			return NULL;
-		}
-		ep->gnext = eps_head;
-		if (eps_head)
-			eps_head->gprev = ep;
-		eps_head = ep;
-		__atomic_add_fetch(&eps_count, 1, __ATOMIC_RELEASE);
-	}
-	pthread_mutex_unlock(&eps_lock);
-	if (other) {
-		REAL(epoll_ctl)(epfd, EPOLL_CTL_DEL, ep->shadow, NULL);
-		ep_free(ep);
-		return other;
-	}
-	/* A thread may sleep in the kernel on this set already, unseen by the emulation
-	 * (it entered before the set was ours): the kick wakes it, it finds only our
-	 * cookie and continues in the emulated wait, where it counts as a sleeper. */
-	ep_kick(ep, 1);
-	log_debug("epoll: fd %d emulated (shadow %d)", epfd, ep->shadow);
-	return ep;
-}
-
-/* ------------------------------------------------------------------ slots and shadow */
-
-static bool slot_alloc(struct smc_epoll *ep, struct smc_ep_reg *w)
-{
-	uint32_t idx;
-
-	if (ep->nfree) {
-		idx = ep->free_slots[--ep->nfree];
-	} else {
-		if (ep->nslots >= (1u << (DATA_OWNER_SHIFT - TAG_BITS)) - 1)
-			return false;
-		if (ep->nslots == ep->slots_cap) {
-			size_t c1 = ep->slots_cap, c2 = ep->slots_cap, c3 = ep->slots_cap;
-
-			if (!grow((void **)&ep->slots, &c1, ep->nslots + 1, sizeof(*ep->slots)) ||
-			    !grow((void **)&ep->slot_gen, &c2, ep->nslots + 1, sizeof(*ep->slot_gen)) ||
-			    !grow((void **)&ep->free_slots, &c3, ep->nslots + 1, sizeof(*ep->free_slots)))
-				return false; /* the arrays that did grow keep their larger size */
-			ep->slots_cap = (uint32_t)(c1 < c2 ? (c1 < c3 ? c1 : c3) : (c2 < c3 ? c2 : c3));
-		}
-		idx = ep->nslots++;
-	}
-	ep->slots[idx] = w;
-	w->slot = idx;
-	w->owner = ep_owner;
-	return true;
-}
-
-static void slot_free(struct smc_epoll *ep, struct smc_ep_reg *w)
-{
-	ep->slots[w->slot] = NULL;
-	ep->slot_gen[w->slot]++;
-	ep->free_slots[ep->nfree++] = w->slot;
-}
-
-static uint64_t slot_data(struct smc_epoll *ep, struct smc_ep_reg *w, unsigned tag)
-{
-	return ((uint64_t)(ep->slot_gen[w->slot] & DATA_GEN_MASK) << DATA_GEN_SHIFT) |
-	       ((uint64_t)w->owner << DATA_OWNER_SHIFT) | ((uint64_t)w->slot << TAG_BITS) | tag;
-}
-
-/* The watch an event belongs to, or NULL: stale, or (*foreign) another process's. */
-static struct smc_ep_reg *slot_lookup(struct smc_epoll *ep, uint64_t data, unsigned *tag,
-				      bool *foreign)
-{
-	uint32_t idx = ((uint32_t)data) >> TAG_BITS;
-	uint8_t owner = (uint8_t)(data >> DATA_OWNER_SHIFT);
-	struct smc_ep_reg *w;
-
-	*tag = (unsigned)data & TAG_MASK;
-	w = idx < ep->nslots ? ep->slots[idx] : NULL;
-	if (w && (ep->slot_gen[idx] & DATA_GEN_MASK) == (uint32_t)(data >> DATA_GEN_SHIFT) &&
-	    w->owner == owner)
-		return w;
-	if (owner != ep_owner)
-		*foreign = true;
-	return NULL;
-}
-
-/* A forked child shares the shadow with its parent (like the application's epoll fd
- * itself): closing an fd in the child must not remove the parent's entries, so an
- * inherited set never deletes; stale entries are ignored by their slot generation. */
-static void shadow_del(struct smc_epoll *ep, int fd)
-{
-	if (!ep->inherited)
-		REAL(epoll_ctl)(ep->shadow, EPOLL_CTL_DEL, fd, NULL);
-}
-
-static void watch_clear_shadow(struct smc_epoll *ep, struct smc_ep_reg *w)
-{
-	for (int i = 0; i < w->nwait; i++)
-		shadow_del(ep, w->wait_fd[i]);
-	ep->nentries -= w->nwait;
-	w->nwait = 0;
-}
-
 /* ------------------------------------------------------------------ the ready list */
 
-static void watch_list(struct smc_epoll *ep, struct smc_ep_reg *w)
+void watch_list(struct smc_epoll *ep, struct smc_ep_reg *w)
 {
 	if (w->listed)
 		return;
@@ -559,7 +175,7 @@ static void watch_list(struct smc_epoll *ep, struct smc_ep_reg *w)
 	ep->rtail = w;
 }
 
-static void watch_unlist(struct smc_epoll *ep, struct smc_ep_reg *w)
+void watch_unlist(struct smc_epoll *ep, struct smc_ep_reg *w)
 {
 	if (!w->listed)
 		return;
@@ -583,23 +199,6 @@ static void ep_list_all(struct smc_epoll *ep)
 			watch_list(ep, w);
 }
 
-/* Removes one shadow entry (fd, tag) of w; w is re-synced when next evaluated. */
-static void watch_drop_entry(struct smc_epoll *ep, struct smc_ep_reg *w, int fd, unsigned tag)
-{
-	for (int i = 0; i < w->nwait; i++) {
-		if (w->wait_fd[i] != fd || w->wait_tag[i] != tag)
-			continue;
-		shadow_del(ep, fd);
-		w->nwait--;
-		w->wait_fd[i] = w->wait_fd[w->nwait];
-		w->wait_tag[i] = w->wait_tag[w->nwait];
-		ep->nentries--;
-		w->synced = false;
-		watch_list(ep, w);
-		return;
-	}
-}
-
 /* ------------------------------------------------------------------ sleeper counts */
 
 /* Makes the sleeper counts w holds match its enabled registrations. A new count asks
@@ -607,7 +206,7 @@ static void watch_drop_entry(struct smc_epoll *ep, struct smc_ep_reg *w, int fd,
  * leaves the list only through watch_settle, which asks. Asking here made the peer ring
  * once per EPOLL_CTL_ADD: redis-benchmark deletes and adds its fds around every request
  * (ae), and redis-server wrote an eventfd for each of its -P 16 replies. */
-static void watch_arm_sync(struct smc_epoll *ep, struct smc_ep_reg *w)
+void watch_arm_sync(struct smc_epoll *ep, struct smc_ep_reg *w)
 {
 	uint32_t drop = w->armed & ~w->arm_want, add = w->arm_want & ~w->armed;
 
@@ -632,187 +231,12 @@ static void watch_arm_sync(struct smc_epoll *ep, struct smc_ep_reg *w)
 	}
 }
 
-static void watch_disarm(struct smc_ep_reg *w)
+void watch_disarm(struct smc_ep_reg *w)
 {
 	if (w->conn && w->armed) {
 		conn_end_sleep(w->conn, w->armed);
 		w->armed = 0;
 	}
-}
-
-static bool watch_has_entry(const struct smc_ep_reg *w, int fd, unsigned tag)
-{
-	for (int i = 0; i < w->nwait; i++)
-		if (w->wait_fd[i] == fd && w->wait_tag[i] == tag)
-			return true;
-	return false;
-}
-
-/* Adds one shadow entry; -1 (errno) when a doorbell or nested set cannot be watched. */
-static int watch_add_entry(struct smc_epoll *ep, struct smc_ep_reg *w, int fd, unsigned tag)
-{
-	/* doorbells edge-triggered: every ring queues the watch once, and nobody has to
-	 * empty the eventfd (see the top) */
-	struct epoll_event ev = {
-		.events = tag == TAG_NESTED ? EPOLLIN
-		       : tag == TAG_TCP ? (EPOLLIN | EPOLLRDHUP | EPOLLET) : (EPOLLIN | EPOLLET),
-		.data.u64 = slot_data(ep, w, tag),
-	};
-	int r = REAL(epoll_ctl)(ep->shadow, EPOLL_CTL_ADD, fd, &ev);
-
-	/* a forked child cannot delete the entries it shares: update them */
-	if (r < 0 && errno == EEXIST && ep->inherited)
-		r = REAL(epoll_ctl)(ep->shadow, EPOLL_CTL_MOD, fd, &ev);
-	if (r == 0 && w->nwait < EP_MAX_WAIT) {
-		w->wait_fd[w->nwait] = fd;
-		w->wait_tag[w->nwait] = tag;
-		w->nwait++;
-		ep->nentries++;
-		return 0;
-	}
-	/* the TCP socket is only a liveness hint (it may be closed under a dup) */
-	return tag == TAG_TCP ? 0 : -1;
-}
-
-/* Makes the shadow entries and sleeper counts of w match its registrations. Entries
- * only grow while the watch lives (a doorbell nobody armed rings rarely, while
- * epoll_ctl costs a syscall): applications that switch between EPOLLIN and EPOLLOUT,
- * re-arm one-shot registrations or DEL and ADD again per request cost none. Returns -1
- * (errno set) when a doorbell or nested set could not be added. */
-static int watch_sync(struct smc_epoll *ep, struct smc_ep_reg *w)
-{
-	struct pollfd want[EP_MAX_WAIT];
-	unsigned tags[EP_MAX_WAIT];
-	uint32_t interest = w->interest, arm = 0, gen = 0;
-	int n = 0, rc = 0, err = 0;
-
-	for (struct ep_fdreg *r = w->fdregs; r; r = r->wnext) {
-		interest |= ev_interest(r->events);
-		if (!r->disabled)
-			arm |= ev_interest(r->events);
-	}
-	if (w->inner) {
-		want[0] = (struct pollfd){ .fd = w->inner_fd, .events = POLLIN };
-		tags[0] = TAG_NESTED;
-		n = 1;
-	} else {
-		gen = wait_fds_generation(w->conn);
-		n = conn_wait_fds(w->conn, interest, want, tags);
-		if (n > EP_MAX_WAIT)
-			n = EP_MAX_WAIT;
-	}
-	w->arm_want = arm;
-	w->interest = interest;
-	w->fds_gen = gen;
-	/* entries the state no longer lists (the TCP socket after EOF, a closed fd) */
-	for (int i = 0; i < w->nwait;) {
-		bool keep = false;
-
-		for (int j = 0; j < n && !keep; j++)
-			keep = want[j].fd == w->wait_fd[i] && tags[j] == w->wait_tag[i];
-		if (keep) {
-			i++;
-			continue;
-		}
-		shadow_del(ep, w->wait_fd[i]);
-		w->nwait--;
-		w->wait_fd[i] = w->wait_fd[w->nwait];
-		w->wait_tag[i] = w->wait_tag[w->nwait];
-		ep->nentries--;
-	}
-	for (int j = 0; j < n; j++) {
-		if (watch_has_entry(w, want[j].fd, tags[j]))
-			continue;
-		if (watch_add_entry(ep, w, want[j].fd, tags[j]) < 0) {
-			err = errno;
-			rc = -1;
-		}
-	}
-	w->synced = rc == 0;
-	watch_arm_sync(ep, w);
-	if (rc < 0)
-		errno = err;
-	return rc;
-}
-
-/* ------------------------------------------------------------------ watches */
-
-static struct smc_ep_reg *watch_find_conn(struct smc_epoll *ep, struct smc_conn *c)
-{
-	struct smc_ep_reg *w;
-
-	pthread_mutex_lock(&c->lock);
-	for (w = c->regs; w; w = w->conn_next)
-		if (w->ep == ep)
-			break;
-	pthread_mutex_unlock(&c->lock);
-	return w;
-}
-
-static struct smc_ep_reg *watch_find_inner(struct smc_epoll *ep, struct smc_epoll *inner)
-{
-	for (struct smc_ep_reg *w = ep->watches; w; w = w->next)
-		if (w->inner == inner)
-			return w;
-	return NULL;
-}
-
-/* New watch for a connection or a nested set; takes over the caller's inner reference. */
-static struct smc_ep_reg *watch_new(struct smc_epoll *ep, struct smc_conn *c,
-				    struct smc_epoll *inner, int inner_fd)
-{
-	struct smc_ep_reg *w = calloc(1, sizeof(*w));
-
-	if (!w || !slot_alloc(ep, w)) {
-		free(w);
-		errno = ENOMEM;
-		return NULL;
-	}
-	w->ep = ep;
-	w->inner = inner;
-	w->inner_fd = inner_fd;
-	if (c) {
-		conn_get(c);
-		w->conn = c;
-		pthread_mutex_lock(&c->lock);
-		w->conn_next = c->regs;
-		c->regs = w;
-		pthread_mutex_unlock(&c->lock);
-	}
-	w->next = ep->watches;
-	ep->watches = w;
-	return w;
-}
-
-/* Unlinks w (its fd registrations must be gone or detached); freed after unlock. */
-static void watch_release(struct smc_epoll *ep, struct smc_ep_reg *w)
-{
-	struct smc_ep_reg **pp;
-
-	watch_disarm(w);
-	watch_clear_shadow(ep, w);
-	watch_unlist(ep, w);
-	slot_free(ep, w);
-	if (ep->last_reported == w)
-		ep->last_reported = NULL;
-	for (pp = &ep->watches; *pp; pp = &(*pp)->next) {
-		if (*pp == w) {
-			*pp = w->next;
-			break;
-		}
-	}
-	if (w->conn) {
-		pthread_mutex_lock(&w->conn->lock);
-		for (pp = &w->conn->regs; *pp; pp = &(*pp)->conn_next) {
-			if (*pp == w) {
-				*pp = w->conn_next;
-				break;
-			}
-		}
-		pthread_mutex_unlock(&w->conn->lock);
-	}
-	w->next = ep->dead_watches;
-	ep->dead_watches = w;
 }
 
 /* Connection state (cached per scan) as a poll mask, CONN_MASK_FALLBACK, or for a nested
@@ -845,189 +269,6 @@ static uint32_t watch_eval(struct smc_epoll *ep, struct smc_ep_reg *w)
 		watch_arm_sync(ep, w);
 	watch_read_state(w);
 	return w->mask;
-}
-
-/* ------------------------------------------------------------------ fd registrations */
-
-static void reg_link_tail(struct smc_epoll *ep, struct ep_fdreg *r)
-{
-	r->next = NULL;
-	r->prev = ep->tail;
-	if (ep->tail)
-		ep->tail->next = r;
-	else
-		ep->head = r;
-	ep->tail = r;
-}
-
-static void reg_unlink(struct smc_epoll *ep, struct ep_fdreg *r)
-{
-	if (r->prev)
-		r->prev->next = r->next;
-	else
-		ep->head = r->next;
-	if (r->next)
-		r->next->prev = r->prev;
-	else
-		ep->tail = r->prev;
-	r->next = r->prev = NULL;
-}
-
-static struct ep_fdreg *reg_find(struct smc_epoll *ep, int fd)
-{
-	if (fd < 0 || (size_t)fd >= ep->by_fd_len)
-		return NULL;
-	return ep->by_fd[fd];
-}
-
-static void reg_detach_from_watch(struct ep_fdreg *r)
-{
-	struct smc_ep_reg *w = r->w;
-
-	if (!w)
-		return;
-	for (struct ep_fdreg **pp = &w->fdregs; *pp; pp = &(*pp)->wnext) {
-		if (*pp == r) {
-			*pp = r->wnext;
-			break;
-		}
-	}
-	r->w = NULL;
-	r->wnext = NULL;
-}
-
-/* Drops registration r entirely. When r was the last user of its watch, the watch goes
- * too, or with `park` (EPOLL_CTL_DEL of a connection that stays open) it stays without
- * sleeper counts, keeping its shadow entries for the next ADD: event loops that DEL and
- * ADD around every request (redis-benchmark's ae) then cost no epoll_ctl. A parked
- * watch goes when its fd is closed (ep_forget_in) or the set is. */
-static void reg_remove(struct smc_epoll *ep, struct ep_fdreg *r, bool park)
-{
-	struct smc_ep_reg *w = r->w;
-
-	reg_unlink(ep, r);
-	ep->by_fd[r->fd] = NULL;
-	reg_detach_from_watch(r);
-	free(r);
-	if (!w)
-		return;
-	if (w->fdregs || (park && w->conn)) {
-		watch_sync(ep, w);
-		if (!w->fdregs)
-			watch_unlist(ep, w);
-	} else {
-		watch_release(ep, w);
-	}
-}
-
-static void reg_arm(struct ep_fdreg *r, const struct epoll_event *ev)
-{
-	r->events = ev->events;
-	r->data = ev->data.u64;
-	r->disabled = false;
-	r->last = 0; /* like the kernel's re-poll on ADD/MOD: report what is ready now */
-}
-
-/* `fired`: a one-shot registration that already reported (moved from the kernel's set,
- * epoll_track.h): it stays disabled until EPOLL_CTL_MOD, as there. */
-static int reg_add(struct smc_epoll *ep, int fd, struct smc_conn *c, struct smc_epoll *inner,
-		   const struct epoll_event *ev, bool fired)
-{
-	size_t cap = ep->by_fd_len;
-	struct smc_ep_reg *w;
-	struct ep_fdreg *r;
-	bool new_watch = false;
-
-	if (!grow((void **)&ep->by_fd, &cap, (size_t)fd + 1, sizeof(*ep->by_fd))) {
-		ep_put(inner);
-		errno = ENOMEM;
-		return -1;
-	}
-	ep->by_fd_len = cap;
-	w = c ? watch_find_conn(ep, c) : watch_find_inner(ep, inner);
-	if (w) {
-		ep_put(inner); /* the watch already holds one */
-	} else {
-		w = watch_new(ep, c, inner, fd);
-		if (!w) {
-			ep_put(inner);
-			return -1;
-		}
-		new_watch = true;
-	}
-	r = calloc(1, sizeof(*r));
-	if (!r) {
-		if (new_watch)
-			watch_release(ep, w);
-		errno = ENOMEM;
-		return -1;
-	}
-	r->fd = fd;
-	reg_arm(r, ev);
-	r->disabled = fired && (ev->events & EPOLLONESHOT);
-	r->w = w;
-	r->wnext = w->fdregs;
-	w->fdregs = r;
-	reg_link_tail(ep, r);
-	ep->by_fd[fd] = r;
-	if (watch_sync(ep, w) < 0) {
-		int saved = errno;
-
-		reg_remove(ep, r, false);
-		errno = saved;
-		return -1;
-	}
-	reg_arm_now(ep, r);
-	return 0;
-}
-
-/* A registration was added or re-armed: the next evaluation reports what is ready now
- * (the kernel's re-poll). Other threads may already sleep in the kernel on the
- * application's epoll fd (a one-shot MOD from a worker thread is the classic case):
- * Linux wakes them when the new entry is ready, so kick the shadow then. */
-static void reg_arm_now(struct smc_epoll *ep, struct ep_fdreg *r)
-{
-	struct smc_ep_reg *w = r->w;
-	uint32_t m;
-
-	if (!w || r->disabled)
-		return;
-	watch_list(ep, w);
-	if (ep->nsleeping <= 0)
-		return;
-	if (w->inner)
-		m = epoll_emul_prepare_sleep(w->inner_fd);
-	else
-		m = wait_expand_mask(conn_poll_mask(w->conn));
-	if ((m & CONN_MASK_FALLBACK) || (m & ((r->events & EV_REPORTABLE) | EPOLLERR | EPOLLHUP)))
-		ep_kick(ep, 1);
-}
-
-/* The connection of w went back to plain TCP: its registrations move to the kernel's
- * set with the application's events and data. A one-shot registration that already
- * fired stays with us, detached, until the application re-arms or deletes it (the
- * kernel has no way to add an entry in the fired state). */
-static void ep_convert_watch(struct smc_epoll *ep, struct smc_ep_reg *w)
-{
-	int saved = errno;
-
-	while (w->fdregs) {
-		struct ep_fdreg *r = w->fdregs;
-
-		reg_detach_from_watch(r);
-		if (r->disabled)
-			continue;
-		struct epoll_event ev = { .events = r->events, .data.u64 = r->data };
-
-		if (REAL(epoll_ctl)(ep->epfd, EPOLL_CTL_ADD, r->fd, &ev) < 0 && errno != EEXIST)
-			log_warn("epoll: fd %d fell back to TCP but cannot join epoll %d: %d",
-				 r->fd, ep->epfd, errno);
-		reg_unlink(ep, r);
-		ep->by_fd[r->fd] = NULL;
-		free(r);
-	}
-	watch_release(ep, w);
-	errno = saved;
 }
 
 /* ------------------------------------------------------------------ readiness */
@@ -1386,18 +627,18 @@ static bool ep_spin_useful(struct smc_epoll *ep)
 
 static int ep_spin(struct smc_epoll *ep, struct epoll_event *ev, int max, uint64_t deadline)
 {
-	uint64_t budget = wait_spin_budget(), start = wait_now_ns(), end = start + budget;
+	uint64_t budget = wait_spin_budget(), start = clock_now_ns(), end = start + budget;
 	unsigned round = 0;
 
 	if (budget == 0)
 		return 0;
 	if (end > deadline)
 		end = deadline;
-	while (wait_now_ns() < end) {
+	while (clock_now_ns() < end) {
 		int n = ep_try(ep, ev, max);
 
 		if (n != 0) {
-			wait_spin_outcome(n > 0, wait_now_ns() - start);
+			wait_spin_outcome(n > 0, clock_now_ns() - start);
 			return n;
 		}
 		if (++round % EP_SPIN_YIELD_EVERY == 0)
@@ -1464,14 +705,14 @@ static int ep_wait(struct smc_epoll *ep, struct epoll_event *ev, int max, uint64
 					ep_harvest(ep);
 				ep_unlock(ep);
 			}
-			if (n != 0 || wait_now_ns() >= deadline)
+			if (n != 0 || clock_now_ns() >= deadline)
 				return n;
 			continue;
 		}
 		n = ep_try(ep, ev, max);
 		if (n != 0)
 			return n;
-		if (wait_now_ns() >= deadline)
+		if (clock_now_ns() >= deadline)
 			return 0;
 		if (!spun) {
 			spun = true;
@@ -1526,7 +767,7 @@ static int ep_wait_put(struct smc_epoll *ep, struct epoll_event *ev, int max, ui
 
 static void ep_nap(uint64_t deadline)
 {
-	uint64_t left = deadline - wait_now_ns(), slice = EP_SHARED_SLICE_MS * 1000000ull;
+	uint64_t left = deadline - clock_now_ns(), slice = EP_SHARED_SLICE_MS * 1000000ull;
 	struct timespec ts;
 
 	if (left > slice)
@@ -1564,7 +805,7 @@ static int kernel_wait(int epfd, struct epoll_event *ev, int max, uint64_t deadl
 		/* The cookie of a set another process emulates (shared across fork), or of
 		 * one being set up or closed here: it stays ready until its owner harvests or
 		 * closes it, so nap a slice rather than spin on it. */
-		if (wait_now_ns() >= deadline)
+		if (clock_now_ns() >= deadline)
 			return 0;
 		ep_nap(deadline);
 	}
@@ -1601,341 +842,4 @@ int epoll_emul_after_kernel(int epfd, struct epoll_event *ev, int n, int max,
 	/* the caller's start time is unknown: the whole timeout again, at most once per
 	 * set that becomes emulated under a sleeper */
 	return epoll_emul_wait(epfd, ev, max, timeout, mask);
-}
-
-/* ------------------------------------------------------------------ epoll_ctl */
-
-static int fail(int err)
-{
-	errno = err;
-	return -1;
-}
-
-/* The checks Linux makes before looking the target up (fs/eventpoll.c). */
-static int ctl_check(int epfd, int op, int fd, const struct epoll_event *ev, bool target_epoll)
-{
-	if ((op == EPOLL_CTL_ADD || op == EPOLL_CTL_MOD) && !ev)
-		return fail(EFAULT);
-	if (epfd == fd)
-		return fail(EINVAL);
-	if (op != EPOLL_CTL_ADD && op != EPOLL_CTL_MOD && op != EPOLL_CTL_DEL)
-		return fail(EINVAL);
-	if (op != EPOLL_CTL_DEL && (ev->events & EPOLLEXCLUSIVE)) {
-		if (op == EPOLL_CTL_MOD || target_epoll || (ev->events & ~EV_EXCLUSIVE_OK))
-			return fail(EINVAL);
-	}
-	return 0;
-}
-
-/* op on an fd we already have a registration for. */
-static int ctl_registered(struct smc_epoll *ep, struct ep_fdreg *r, int op, int fd,
-			  struct epoll_event *ev)
-{
-	if (ctl_check(ep->epfd, op, fd, ev, r->w && r->w->inner) < 0)
-		return -1;
-	if (r->w && r->w->conn && (wait_conn_mask(r->w->conn) & CONN_MASK_FALLBACK)) {
-		ep_convert_watch(ep, r->w);
-		r = reg_find(ep, fd);
-		if (!r) /* now a kernel registration */
-			return REAL(epoll_ctl)(ep->epfd, op, fd, ev);
-	}
-	switch (op) {
-	case EPOLL_CTL_ADD:
-		return fail(EEXIST);
-	case EPOLL_CTL_DEL:
-		reg_remove(ep, r, true);
-		return 0;
-	default: /* EPOLL_CTL_MOD */
-		if (r->events & EPOLLEXCLUSIVE)
-			return fail(EINVAL);
-		if (!r->w) { /* detached one-shot of a fallen-back connection */
-			reg_remove(ep, r, false);
-			return REAL(epoll_ctl)(ep->epfd, EPOLL_CTL_ADD, fd, ev);
-		}
-		reg_arm(r, ev);
-		if (watch_sync(ep, r->w) < 0)
-			return -1;
-		reg_arm_now(ep, r);
-		return 0;
-	}
-}
-
-/* A registration the kernel keeps: recorded when fd may still be upgraded. */
-static int kernel_ctl(int epfd, int op, int fd, struct epoll_event *ev)
-{
-	if (epoll_track_wanted(fd))
-		return epoll_track_ctl(epfd, op, fd, ev);
-	return REAL(epoll_ctl)(epfd, op, fd, ev);
-}
-
-static int ctl_add(struct smc_epoll *ep, int epfd, int fd, struct smc_conn *c,
-		   struct smc_epoll *inner, struct epoll_event *ev, bool fired);
-
-int epoll_emul_ctl(int epfd, int op, int fd, struct epoll_event *ev)
-{
-	struct smc_epoll *ep = ep_get(epfd), *inner = NULL;
-	struct smc_conn *c;
-	int rc = 0, saved;
-
-	if (ep) {
-		bool handled = false;
-
-		ep_lock(ep);
-		if (!ep->dead) {
-			struct ep_fdreg *r = reg_find(ep, fd);
-
-			if (r) {
-				rc = ctl_registered(ep, r, op, fd, ev);
-				handled = true;
-			}
-		}
-		saved = errno;
-		ep_unlock(ep);
-		if (handled) {
-			ep_put(ep);
-			errno = saved;
-			return rc;
-		}
-	}
-
-	c = sock_fd_conn(fd);
-	if (c && (wait_conn_mask(c) & CONN_MASK_FALLBACK)) {
-		conn_put(c);
-		c = NULL;
-	}
-	if (!c && fd != epfd)
-		inner = ep_get(fd);
-	if ((!c && !inner) || op != EPOLL_CTL_ADD) {
-		if (c)
-			conn_put(c);
-		ep_put(inner);
-		ep_put(ep);
-		return kernel_ctl(epfd, op, fd, ev);
-	}
-	rc = ctl_add(ep, epfd, fd, c, inner, ev, false); /* its watch takes its own reference */
-	if (c) {
-		saved = errno;
-		conn_put(c);
-		errno = saved;
-	}
-	return rc;
-}
-
-/* Adds fd (connection c, or nested set inner) to the emulation of epfd; consumes the
- * references to ep (may be NULL: the set becomes emulated) and inner. */
-static int ctl_add(struct smc_epoll *ep, int epfd, int fd, struct smc_conn *c,
-		   struct smc_epoll *inner, struct epoll_event *ev, bool fired)
-{
-	int rc, saved;
-
-	rc = ctl_check(epfd, EPOLL_CTL_ADD, fd, ev, inner != NULL);
-	if (rc == 0 && !ep) {
-		ep = ep_create(epfd);
-		if (!ep)
-			rc = -1;
-	}
-	if (rc < 0) {
-		saved = errno;
-		ep_put(inner);
-		ep_put(ep);
-		errno = saved;
-		return -1;
-	}
-	ep_lock(ep);
-	if (ep->dead) {
-		ep_put(inner);
-		rc = fail(EBADF);
-	} else if (reg_find(ep, fd)) {
-		ep_put(inner);
-		rc = fail(EEXIST);
-	} else {
-		rc = reg_add(ep, fd, c, inner, ev, fired); /* takes the inner reference */
-	}
-	saved = errno;
-	ep_unlock(ep);
-	ep_put(ep);
-	errno = saved;
-	return rc;
-}
-
-int epoll_emul_adopt(int epfd, int fd, struct smc_conn *c, struct epoll_event *ev, bool fired)
-{
-	return ctl_add(ep_get(epfd), epfd, fd, c, NULL, ev, fired);
-}
-
-void epoll_emul_unadopt(int epfd, int fd)
-{
-	struct smc_epoll *ep = ep_get(epfd);
-	struct ep_fdreg *r;
-
-	if (!ep)
-		return;
-	ep_lock(ep);
-	r = ep->dead ? NULL : reg_find(ep, fd);
-	if (r)
-		reg_remove(ep, r, false);
-	ep_unlock(ep);
-	ep_put(ep);
-}
-
-/* ------------------------------------------------------------------ close and fork */
-
-/* References to every live set, for work that must not hold eps_lock. */
-static struct smc_epoll **eps_snapshot(struct smc_epoll **stack, int cap, int *n)
-{
-	struct smc_epoll **arr = stack;
-	int i = 0;
-
-	pthread_mutex_lock(&eps_lock);
-	if (eps_count > cap)
-		arr = malloc((size_t)eps_count * sizeof(*arr));
-	if (arr) {
-		for (struct smc_epoll *ep = eps_head; ep; ep = ep->gnext) {
-			ep->refs++;
-			arr[i++] = ep;
-		}
-	}
-	pthread_mutex_unlock(&eps_lock);
-	*n = i;
-	return arr;
-}
-
-/* The shadow entry for fd's socket must go before fd is closed: a closed fd number
- * can no longer be named in EPOLL_CTL_DEL, and a dup would keep the entry alive. */
-static void ep_forget_in(struct smc_epoll *ep, int fd, struct smc_conn *c)
-{
-	struct smc_ep_reg *w = NULL;
-	struct ep_fdreg *r;
-
-	ep_lock(ep);
-	if (ep->dead) {
-		ep_unlock(ep);
-		return;
-	}
-	r = reg_find(ep, fd);
-	if (r) {
-		/* the wrapper may have cleared fd's table entry already: find the watch
-		 * through the registration, unless the removal releases it anyway */
-		w = r->w;
-		if (w && w->fdregs == r && !r->wnext)
-			w = NULL;
-		reg_remove(ep, r, false);
-	} else if (c) {
-		w = watch_find_conn(ep, c);
-		if (w && !w->fdregs) { /* parked by a DEL: goes with the fd */
-			watch_release(ep, w);
-			w = NULL;
-		}
-	}
-	if (w)
-		watch_drop_entry(ep, w, fd, TAG_TCP);
-	ep_unlock(ep);
-}
-
-void epoll_emul_forget_fd(int fd)
-{
-	struct smc_epoll *stack[16], **arr;
-	struct smc_conn *c;
-	int n;
-
-	if (__atomic_load_n(&eps_count, __ATOMIC_ACQUIRE) == 0 || fd < 0)
-		return;
-	c = sock_fd_conn(fd);
-	arr = eps_snapshot(stack, 16, &n);
-	for (int i = 0; arr && i < n; i++) {
-		ep_forget_in(arr[i], fd, c);
-		ep_put(arr[i]);
-	}
-	if (arr && arr != stack)
-		free(arr);
-	if (c)
-		conn_put(c);
-}
-
-void epoll_emul_close_epfd(int epfd)
-{
-	struct smc_epoll *ep = NULL;
-	struct fd_entry *e;
-
-	pthread_mutex_lock(&eps_lock);
-	e = fdtab_peek(epfd);
-	if (e && e->kind == FD_EPOLL && e->obj) {
-		ep = e->obj;
-		fdtab_clear(epfd);
-		if (ep->gprev)
-			ep->gprev->gnext = ep->gnext;
-		else
-			eps_head = ep->gnext;
-		if (ep->gnext)
-			ep->gnext->gprev = ep->gprev;
-		__atomic_sub_fetch(&eps_count, 1, __ATOMIC_RELEASE);
-	}
-	pthread_mutex_unlock(&eps_lock);
-
-	if (ep) {
-		ep_lock(ep);
-		ep->dead = true;
-		while (ep->head)
-			reg_remove(ep, ep->head, false);
-		while (ep->watches) /* detached leftovers cannot exist without regs */
-			watch_release(ep, ep->watches);
-		ep_unlock(ep);
-	}
-	/* it may itself be nested in other emulated sets */
-	epoll_emul_forget_fd(epfd);
-	ep_put(ep); /* the global list's reference; waiters may still hold theirs */
-}
-
-/* Epoll sets created before a fork are shared with the child, which may make one of
- * them emulated; the other process must then know the cookie to strip it. So the cookie
- * exists before the first fork (both processes inherit it), and after a fork both
- * strip it from every wait. */
-void epoll_emul_atfork_prepare(void)
-{
-	pthread_once(&ep_cookie_once, cookie_init);
-}
-
-void epoll_emul_atfork_parent(void)
-{
-	__atomic_store_n(&smc_epoll_cookies, true, __ATOMIC_RELEASE);
-}
-
-/* Every set is locked only around bounded work on its lists (sleeps happen unlocked),
- * so the child finds them consistent. Sets out of the list (closed, a waiter still
- * holding one) are reachable in the child through nothing: fdtab no longer names them. */
-bool epoll_emul_fork_lock(void)
-{
-	enum forklock_result r = forklock_take(&eps_lock);
-
-	if (r != FORKLOCK_TAKEN)
-		return r == FORKLOCK_SKIPPED;
-	for (struct smc_epoll *ep = eps_head; ep; ep = ep->gnext)
-		if (forklock_take(&ep->lock) == FORKLOCK_BUSY)
-			return false;
-	return true;
-}
-
-void epoll_emul_atfork_child(void)
-{
-	uint8_t parent = ep_owner;
-
-	__atomic_store_n(&smc_epoll_cookies, true, __ATOMIC_RELEASE);
-	/* the locks: forklock_child */
-	/* entries this process adds from now on must be told apart from the parent's */
-	ep_owner = (uint8_t)(((uint32_t)getpid() * 2654435761u) >> 24);
-	if (ep_owner == parent)
-		ep_owner++;
-	for (struct smc_epoll *ep = eps_head; ep; ep = ep->gnext) {
-		ep->inherited = true;
-		ep->shared = true;
-		ep->nsleeping = 0;
-		for (struct smc_ep_reg *w = ep->watches; w; w = w->next) {
-			/* the sleeper counts are the parent's: it gives them back, not us; ours
-			 * are taken when the watch is next evaluated */
-			w->armed = 0;
-			w->polled = false;
-			if (w->fdregs)
-				watch_list(ep, w);
-		}
-	}
 }

@@ -10,7 +10,7 @@
  * edge, one-shot, RDHUP and HUP semantics; non-SMC fds stay in the kernel's set. Only
  * connections on the set's ready list are evaluated (those whose doorbell rang, that
  * epoll_ctl touched, or that a level-triggered report left ready): a call costs
- * O(ready), not O(registered); epoll.c explains the design.
+ * O(ready), not O(registered); epoll.c explains the design (epoll_int.h lists its files).
  *
  * Per (epoll set, connection) there is one "watch" holding the shadow entries and a
  * connection reference; each application fd registered in the set is a registration

@@ -8,8 +8,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "core/clock.h"
 #include "core/fd_budget.h"
-#include "core/log.h"
 #include "core/log.h"
 #include "core/real.h"
 #include "core/stats.h"
@@ -102,14 +102,6 @@ static uint64_t nofile_limit(void)
 	return (uint64_t)rl.rlim_cur;
 }
 
-static uint64_t mono_ns(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
-
 /* The descriptors the application holds, exactly: every open one minus the library's
  * and the directory's own. -1 when they cannot be counted (no /proc, or no descriptor
  * left to open it with). */
@@ -163,7 +155,7 @@ bool fd_budget_allows(int app_fd, unsigned n)
 		est = (unsigned)app_fd + 1;
 	if (rule_holds(limit, est, n))
 		return true;
-	now = mono_ns();
+	now = clock_now_ns();
 	if (now - __atomic_load_n(&last_count_ns, __ATOMIC_RELAXED) >= RECOUNT_INTERVAL_NS) {
 		__atomic_store_n(&last_count_ns, now, __ATOMIC_RELAXED);
 		counted = count_app_fds();

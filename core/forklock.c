@@ -4,7 +4,7 @@
  *
  * Order of the prepare handler (each module's fork_lock function takes its own):
  *   1. the connection registry (conn.c: conn_list_lock)
- *   2. the epoll emulation: its list of sets, then every set (epoll.c)
+ *   2. the epoll emulation: its list of sets, then every set (epoll_set.c)
  *   3. the fd stripes (sock.c)
  *   4. the pools: destinations, the list of sets, every set (pool.c)
  *   5. every connection's lock, walking the registry (conn.c: c->lock)
@@ -37,7 +37,7 @@
  *     reading what they protect (ib_lgr_atfork_child, conn_ib_atfork_child);
  *   - libevent's locks: the progress thread's base is abandoned in the child, never
  *     touched again (progress_atfork_child), a new one is made on next need;
- *   - pthread_once controls (init.c, real.c, fdtab.c, epoll.c, negotiate.c,
+ *   - pthread_once controls (init.c, real.c, fdtab.c, epoll_set.c, negotiate.c,
  *     tcpopt.c, hs_policy.c): glibc restarts an initialisation that another thread had
  *     under way at the fork;
  *   - stats and log: lock-free (relaxed atomics, one write() per line).

@@ -10,6 +10,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "core/clock.h"
 #include "core/config.h"
 #include "core/fd_budget.h"
 #include "core/fd_pass.h"
@@ -72,14 +73,6 @@ static bool pool_fds_take(uint32_t nslots)
 		return false;
 	fd_budget_take(pool_fd_cost(nslots));
 	return true;
-}
-
-static uint64_t now_ns(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
 }
 
 static void close_fds(int *fds, int n)
@@ -405,7 +398,7 @@ static void dest_fail(struct pool_dest *d, uint64_t now)
  */
 static void pool_client_reclaim(void)
 {
-	uint64_t now = now_ns();
+	uint64_t now = clock_now_ns();
 	unsigned n = 0;
 
 	pthread_mutex_lock(&dests_lock);
@@ -428,7 +421,7 @@ enum pool_route pool_client_route(const struct sockaddr *dst, uint64_t key,
 				  struct smc_pool **out)
 {
 	enum pool_route route = POOL_ROUTE_NONE;
-	uint64_t now = now_ns();
+	uint64_t now = clock_now_ns();
 	struct pool_dest *d;
 
 	*out = NULL;

@@ -10,6 +10,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "core/clock.h"
 #include "core/config.h"
 #include "core/conn.h"
 #include "core/conn_ib.h"
@@ -835,14 +836,6 @@ static struct event *ib_timer;
 static struct event_base *ib_base;  /* the base the hooks register with */
 static pid_t ib_pid;
 
-static uint64_t mono_ns(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
-
 /* Under ib_watch_lock. libevent calls from an application thread must reach the
  * kernel, not our emulation. */
 static void ib_timer_arm_locked(uint64_t delay_ns)
@@ -865,7 +858,7 @@ static void ib_timer_arm_locked(uint64_t delay_ns)
 
 static void on_ib_timer(evutil_socket_t fd, short what, void *arg)
 {
-	uint64_t now = mono_ns(), next;
+	uint64_t now = clock_now_ns(), next;
 
 	(void)fd;
 	(void)what;
@@ -874,7 +867,7 @@ static void on_ib_timer(evutil_socket_t fd, short what, void *arg)
 	next = ib_lgr_next_deadline();
 	if (next == UINT64_MAX)
 		return; /* no link left: armed again by the next one */
-	now = mono_ns();
+	now = clock_now_ns();
 	pthread_mutex_lock(&ib_watch_lock);
 	ib_timer_arm_locked(next > now ? next - now : 0);
 	pthread_mutex_unlock(&ib_watch_lock);

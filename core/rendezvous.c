@@ -17,6 +17,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "core/clock.h"
 #include "core/config.h"
 #include "core/fd_pass.h"
 #include "core/fdpark.h"
@@ -95,7 +96,7 @@ static socklen_t rdv_name(struct sockaddr_un *un, char kind, const struct rdv_en
 static pthread_mutex_t local_lock = PTHREAD_MUTEX_INITIALIZER;
 static struct rdv_endpoint *local_addrs;
 static size_t local_count;
-static time_t local_loaded;
+static uint64_t local_loaded_ms;   /* clock_now_ms() of the last load; 0: never */
 
 static void local_addrs_load(void)
 {
@@ -118,7 +119,7 @@ static void local_addrs_load(void)
 		local_count = n;
 	}
 	freeifaddrs(ifa);
-	local_loaded = time(NULL);
+	local_loaded_ms = clock_now_ms();
 }
 
 /* Held for a lookup and at most one getifaddrs(). */
@@ -149,7 +150,7 @@ bool rdv_addr_is_local(const struct sockaddr *sa)
 	pthread_mutex_lock(&local_lock);
 	found = local_addrs_contain(&ep);
 	/* Addresses change rarely; reload at most once a second on a miss. */
-	if (!found && time(NULL) != local_loaded) {
+	if (!found && (!local_loaded_ms || clock_now_ms() - local_loaded_ms >= 1000)) {
 		local_addrs_load();
 		found = local_addrs_contain(&ep);
 	}

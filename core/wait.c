@@ -22,6 +22,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/clock.h"
 #include "core/config.h"
 #include "core/conn.h"
 #include "core/epoll.h"
@@ -112,14 +113,6 @@ uint32_t wait_fds_generation(struct smc_conn *c)
 	return gen;
 }
 
-uint64_t wait_now_ns(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
-
 uint64_t wait_deadline(const struct timespec *timeout)
 {
 	uint64_t now, rel;
@@ -128,7 +121,7 @@ uint64_t wait_deadline(const struct timespec *timeout)
 		return UINT64_MAX;
 	if (timeout->tv_sec < 0 || timeout->tv_nsec < 0)
 		return 0;
-	now = wait_now_ns();
+	now = clock_now_ns();
 	if ((uint64_t)timeout->tv_sec >= (UINT64_MAX - now) / 1000000000ull)
 		return UINT64_MAX;
 	rel = (uint64_t)timeout->tv_sec * 1000000000ull + (uint64_t)timeout->tv_nsec;
@@ -141,7 +134,7 @@ const struct timespec *wait_remaining(uint64_t deadline, struct timespec *ts)
 
 	if (deadline == UINT64_MAX)
 		return NULL;
-	now = wait_now_ns();
+	now = clock_now_ns();
 	left = deadline > now ? deadline - now : 0;
 	ts->tv_sec = (time_t)(left / 1000000000ull);
 	ts->tv_nsec = (long)(left % 1000000000ull);
@@ -441,14 +434,14 @@ static bool spin_useful(struct poll_call *pc)
 
 static int spin(struct poll_call *pc, uint64_t deadline)
 {
-	uint64_t budget = wait_spin_budget(), start = wait_now_ns(), end = start + budget;
+	uint64_t budget = wait_spin_budget(), start = clock_now_ns(), end = start + budget;
 	unsigned round = 0;
 
 	if (budget == 0)
 		return 0;
 	if (end > deadline)
 		end = deadline;
-	while (wait_now_ns() < end) {
+	while (clock_now_ns() < end) {
 		int r;
 
 		if (++round % WAIT_SPIN_KERNEL_EVERY == 0) {
@@ -459,7 +452,7 @@ static int spin(struct poll_call *pc, uint64_t deadline)
 				r = eval_all(pc); /* report kernel entries ready too */
 		}
 		if (r != 0) {
-			wait_spin_outcome(r > 0, wait_now_ns() - start);
+			wait_spin_outcome(r > 0, clock_now_ns() - start);
 			return r;
 		}
 		if (round % WAIT_SPIN_KERNEL_EVERY == 0)
@@ -482,7 +475,7 @@ static int poll_loop(struct poll_call *pc, const struct timespec *timeout)
 
 		if (r != 0)
 			return r;
-		if (wait_now_ns() >= deadline)
+		if (clock_now_ns() >= deadline)
 			return 0;
 		if (!spun) {
 			spun = true;

@@ -50,8 +50,7 @@ uint64_t wait_tx_generation(struct smc_conn *c);
 /* A value that changes when conn_wait_fds() may return different fds (state change). */
 uint32_t wait_fds_generation(struct smc_conn *c);
 
-/* Monotonic time in ns, and deadline arithmetic. A deadline of UINT64_MAX is forever. */
-uint64_t wait_now_ns(void);
+/* Deadlines in clock_now_ns() time (core/clock.h). A deadline of UINT64_MAX is forever. */
 uint64_t wait_deadline(const struct timespec *timeout);
 /* Time left until deadline: NULL when forever (writes nothing), else *ts (0 when past). */
 const struct timespec *wait_remaining(uint64_t deadline, struct timespec *ts);

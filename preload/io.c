@@ -21,6 +21,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "core/clock.h"
+
 /* The kernel's limits on vectors (UIO_MAXIOV) and on one transfer (MAX_RW_COUNT). */
 #define SMC_UIO_MAXIOV 1024
 #define SMC_MAX_RW_COUNT ((size_t)INT_MAX & ~(size_t)4095)
@@ -123,13 +125,6 @@ static int64_t timespec_ns(const struct timespec *ts)
 	return (int64_t)ts->tv_sec * 1000000000 + ts->tv_nsec;
 }
 
-static int64_t monotonic_ns(void)
-{
-	struct timespec now;
-	clock_gettime(CLOCK_MONOTONIC, &now);
-	return timespec_ns(&now);
-}
-
 /*
  * recvmmsg() as the kernel runs it on a stream socket: one recvmsg per entry; after
  * the first success MSG_WAITFORONE turns into MSG_DONTWAIT; the timeout is checked
@@ -146,7 +141,7 @@ static int recvmmsg_tracked(int fd, struct mmsghdr *vec, unsigned int vlen, int 
 			errno = EINVAL;
 			return -1;
 		}
-		deadline = monotonic_ns() + timespec_ns(timeout);
+		deadline = (int64_t)clock_now_ns() + timespec_ns(timeout);
 	}
 	if (vlen > SMC_UIO_MAXIOV)
 		vlen = SMC_UIO_MAXIOV;
@@ -163,7 +158,7 @@ static int recvmmsg_tracked(int fd, struct mmsghdr *vec, unsigned int vlen, int 
 		if (flags & MSG_WAITFORONE)
 			flags |= MSG_DONTWAIT;
 		if (timeout) {
-			int64_t left = deadline - monotonic_ns();
+			int64_t left = deadline - (int64_t)clock_now_ns();
 			if (left < 0)
 				left = 0;
 			timeout->tv_sec = left / 1000000000;

@@ -15,6 +15,8 @@
 #include <sys/select.h>
 #include <time.h>
 
+#include "core/clock.h"
+
 /* glibc declares poll()'s array write-only (__attr_access), so GCC believes a
  * definition of poll() that reads fds reads uninitialized memory. It is the caller's
  * initialized array. */
@@ -93,13 +95,6 @@ bool smc_fdsets_involved(int nfds, const fd_set *r, const fd_set *w, const fd_se
 	return false;
 }
 
-static int64_t monotonic_ns(void)
-{
-	struct timespec now;
-	clock_gettime(CLOCK_MONOTONIC, &now);
-	return (int64_t)now.tv_sec * 1000000000 + now.tv_nsec;
-}
-
 /* select() through the core, with Linux's timeval handling: tv_usec of a million or
  * more carries into seconds, negative values are EINVAL, and on return (whatever the
  * result) the unslept time is written back unless the timeout was zero. */
@@ -116,10 +111,10 @@ static int select_via_core(int nfds, fd_set *r, fd_set *w, fd_set *e, struct tim
 		.tv_nsec = (tv->tv_usec % 1000000) * 1000,
 	};
 	int64_t budget = (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
-	int64_t start = monotonic_ns();
+	int64_t start = (int64_t)clock_now_ns();
 	int ret = smc_select(nfds, r, w, e, &ts, NULL);
 	if (budget > 0) {
-		int64_t left = budget - (monotonic_ns() - start);
+		int64_t left = budget - ((int64_t)clock_now_ns() - start);
 		if (left < 0)
 			left = 0;
 		tv->tv_sec = left / 1000000000;

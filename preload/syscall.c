@@ -28,6 +28,7 @@
 #include <sys/syscall.h>
 #include <time.h>
 
+#include "core/clock.h"
 #include "core/io_uring_watch.h"
 
 /* io_uring has one number on every architecture (Linux 5.1). */
@@ -65,13 +66,6 @@ static int mask_from_kernel(const void *kmask, unsigned long ksize, sigset_t *bu
 	return 0;
 }
 
-static int64_t monotonic_ns(void)
-{
-	struct timespec now;
-	clock_gettime(CLOCK_MONOTONIC, &now);
-	return (int64_t)now.tv_sec * 1000000000 + now.tv_nsec;
-}
-
 static bool timespec_valid(const struct timespec *ts)
 {
 	return ts->tv_sec >= 0 && ts->tv_nsec >= 0 && ts->tv_nsec < 1000000000;
@@ -93,7 +87,7 @@ static long timed_wait(enum timed_call which, const long *a, struct timespec *ts
 			return -1;
 		}
 		budget = (int64_t)ts->tv_sec * 1000000000 + ts->tv_nsec;
-		start = monotonic_ns();
+		start = (int64_t)clock_now_ns();
 	}
 	if (which == TIMED_PPOLL)
 		ret = smc_impl_ppoll(PTR(0), (nfds_t)U32(1), ts, mask);
@@ -101,7 +95,7 @@ static long timed_wait(enum timed_call which, const long *a, struct timespec *ts
 		ret = smc_impl_pselect(FD(0), PTR(1), PTR(2), PTR(3), ts, mask);
 	if (budget > 0) {
 		int saved_errno = errno;
-		int64_t left = budget - (monotonic_ns() - start);
+		int64_t left = budget - ((int64_t)clock_now_ns() - start);
 		if (left < 0)
 			left = 0;
 		ts->tv_sec = left / 1000000000;

@@ -18,7 +18,7 @@
 #include "core/conn_ib_msg.h"
 #include "core/pool_msg.h"
 #include "core/pool_slot.h"
-#include "tests/lib/clc_fixtures.h"
+#include "tests/progs/clc_fixtures.h"
 
 static const char *top;
 
@@ -53,7 +53,7 @@ static size_t encode(const struct clc_msg *m, uint8_t *buf)
 	return (size_t)n;
 }
 
-/* An SMC-R Proposal (tests/lib/clc_fixtures.h), with our rendezvous block when block:
+/* An SMC-R Proposal (tests/progs/clc_fixtures.h), with our rendezvous block when block:
  * ib a client that can do SMC-R only (NO_SHM), else one that offers shared memory. */
 static struct clc_msg r_proposal(unsigned v6, bool block, bool ib)
 {

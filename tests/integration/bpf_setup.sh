@@ -2,7 +2,7 @@
 # SPDX-License-Identifier: GPL-2.0-only OR BSD-2-Clause
 #
 # The SMC TCP option through eBPF: smc_preload.sh --setup / --status / --teardown and the
-# library's side (core/tcpopt.c, driven by tests/lib/tcpopt_check).
+# library's side (core/tcpopt.c, driven by tests/progs/tcpopt_check).
 #
 #  - --setup twice (idempotent; the eBPF object found in a build tree, installed, and
 #    through SMC_BPF_OBJ); a partial setup is reported (exit 4) and repaired, leaving
@@ -25,7 +25,7 @@
 [ -n "${BASH_VERSION:-}" ] || exec bash "$0" "$@"
 . "$(dirname -- "$0")/lib.sh"
 
-TCPOPT_CHECK=${TCPOPT_CHECK:-$top_builddir/tests/lib/tcpopt_check}
+TCPOPT_CHECK=${TCPOPT_CHECK:-$top_builddir/tests/progs/tcpopt_check}
 : "${SMC_BPF_OBJ:=$top_builddir/bpf/smc_tcpopt.bpf.o}"
 export SMC_BPF_OBJ
 export SMC_BPF_DIR=/sys/fs/bpf/smc_preload_test_$$

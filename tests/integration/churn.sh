@@ -6,7 +6,7 @@
 # then a thread-per-connection server. No cycle may fail (in particular none may lose its
 # response, nor see its connection reset: the client's RESULT line counts both) and
 # neither process may leak an fd, a memfd or a memfd mapping (smc_churn counts
-# /proc/self/fd and /proc/self/maps before and after; see tests/lib/smc_churn.c for the
+# /proc/self/fd and /proc/self/maps before and after; see tests/progs/smc_churn.c for the
 # rules). The server's baseline is taken after a short warm-up client, so lazily created
 # library state is not mistaken for a leak.
 # SMC_SHORT_CONN_US=0: every connection is upgraded (libsmc_preload(7)).

@@ -7,7 +7,7 @@
 # socket, the peer first drains its ring, and what it wrote that the exec'ing side had
 # not read yet reaches the new image over TCP.
 #
-# exec_midstream (tests/lib): server and client stream 8 MiB each way, every byte
+# exec_midstream (tests/progs): server and client stream 8 MiB each way, every byte
 # checked against its offset. The exec'ing side has read 100 KiB and written 300 KiB,
 # its peer has left most of those 300 KiB unread in its ring and filled the exec'ing
 # side's ring, then the exec happens: execv with the environment (new image
@@ -45,7 +45,7 @@ declare -F smc_init >/dev/null || . "$(dirname -- "${BASH_SOURCE[0]}")/lib.sh"
 DATA=shm
 [ "${SMC_TRANSPORT:-}" = ib ] && DATA=ib
 
-: "${SMC_EXEC_MIDSTREAM:=$top_builddir/tests/lib/exec_midstream}"
+: "${SMC_EXEC_MIDSTREAM:=$top_builddir/tests/progs/exec_midstream}"
 EXEC_BYTES=${EXEC_BYTES:-8m}
 # One case: the programs' own timeout, and timeout(1) around each process beyond it.
 CASE_TIMEOUT=60

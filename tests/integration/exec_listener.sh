@@ -2,7 +2,7 @@
 # SPDX-License-Identifier: GPL-2.0-only OR BSD-2-Clause
 #
 # Listeners handed to a new program by exec, and a client that execs right after a
-# nonblocking connect() (tests/lib/exec_listener.py), first over the same-host
+# nonblocking connect() (tests/progs/exec_listener.py), first over the same-host
 # rendezvous, then (root, eBPF) with the SMC TCP option set up under a map directory of
 # the test's own:
 #  - reexec: a preloaded server listens, then execs itself with the listener as fd 3
@@ -40,7 +40,7 @@
 [ -n "${BASH_VERSION:-}" ] || exec bash "$0" "$@"
 . "$(dirname -- "$0")/lib.sh"
 
-PROG=$top_srcdir/tests/lib/exec_listener.py
+PROG=$top_srcdir/tests/progs/exec_listener.py
 N=3
 CONNECT_EXECS=20
 

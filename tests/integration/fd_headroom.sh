@@ -2,7 +2,7 @@
 # SPDX-License-Identifier: GPL-2.0-only OR BSD-2-Clause
 #
 # A program that grows to its RLIMIT_NOFILE while it keeps connections open
-# (tests/lib/fd_headroom.c), both ends under smc_preload.sh, and the same program over
+# (tests/progs/fd_headroom.c), both ends under smc_preload.sh, and the same program over
 # TCP (SMC_TRANSPORT=tcp) in the same run: neither may see EMFILE before it holds
 # LIMIT - MARGIN descriptors of its own, every echo must match, and no descriptor may be
 # left behind. Under the library the first connections are upgraded and, as the
@@ -12,7 +12,7 @@
 [ -n "${BASH_VERSION:-}" ] || exec bash "$0" "$@"
 . "$(dirname -- "$0")/lib.sh"
 
-: "${FD_HEADROOM:=$top_builddir/tests/lib/fd_headroom}"
+: "${FD_HEADROOM:=$top_builddir/tests/progs/fd_headroom}"
 LIMIT=2048
 MARGIN=32
 EVERY=4      # every 4th descriptor the program opens is a connection

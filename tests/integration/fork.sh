@@ -1,7 +1,7 @@
 #!/bin/bash
 # SPDX-License-Identifier: GPL-2.0-only OR BSD-2-Clause
 #
-# fork() while other threads are busy on upgraded connections (tests/lib/smc_fork.c,
+# fork() while other threads are busy on upgraded connections (tests/progs/smc_fork.c,
 # storm): blocking send and recv, nonblocking recv with epoll_wait, dup/dup2/close,
 # connect/close churn whose handshakes run on the progress thread. The main thread forks
 # FORK_COUNT times (default 1000); every child, under an alarm, dup2()s onto an SMC fd,
@@ -19,7 +19,7 @@
 
 FORK_COUNT=${FORK_COUNT:-1000}
 FORK_CHURN=${FORK_CHURN:-1}
-: "${SMC_FORK:=$top_builddir/tests/lib/smc_fork}"
+: "${SMC_FORK:=$top_builddir/tests/progs/smc_fork}"
 
 smc_init
 smc_require_built "$SMC_FORK"

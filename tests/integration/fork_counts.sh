@@ -11,7 +11,7 @@
 [ -n "${BASH_VERSION:-}" ] || exec bash "$0" "$@"
 . "$(dirname -- "$0")/lib.sh"
 
-: "${SMC_FORK:=$top_builddir/tests/lib/smc_fork}"
+: "${SMC_FORK:=$top_builddir/tests/progs/smc_fork}"
 N=5 M=3 K=300000
 
 smc_init

@@ -2,7 +2,7 @@
 # SPDX-License-Identifier: GPL-2.0-only OR BSD-2-Clause
 #
 # Upgraded connections that go where the library cannot follow them must go back to
-# plain TCP first, losing nothing (tests/lib/handoff.py, handoff_node.js):
+# plain TCP first, losing nothing (tests/progs/handoff.py, handoff_node.js):
 #  - mp: a Python server hands each of 4 concurrent clients' connections to a worker
 #    process with multiprocessing.reduction.send_handle (SCM_RIGHTS); each client
 #    echoes 20 lines of 1000 bytes and must get every byte back, then the end;
@@ -19,8 +19,8 @@
 [ -n "${BASH_VERSION:-}" ] || exec bash "$0" "$@"
 . "$(dirname -- "$0")/lib.sh"
 
-PROG=$top_srcdir/tests/lib/handoff.py
-ECHO=$top_srcdir/tests/lib/exec_listener.py
+PROG=$top_srcdir/tests/progs/handoff.py
+ECHO=$top_srcdir/tests/progs/exec_listener.py
 CLIENTS=4
 LINES=20
 
@@ -80,7 +80,7 @@ if command -v node >/dev/null; then
 	smc_free_port port
 	sdir=$(smc_stats_dir node-server)
 	cdir=$(smc_stats_dir node-clients)
-	smc_start_server node "$sdir" node "$top_srcdir/tests/lib/handoff_node.js" "$port" "$CLIENTS"
+	smc_start_server node "$sdir" node "$top_srcdir/tests/progs/handoff_node.js" "$port" "$CLIENTS"
 	smc_wait_port node "$port"
 	clients node "$port" "$CLIENTS" "$cdir"
 	smc_wait_server_exit node 30

@@ -5,7 +5,7 @@
 # so a process that uses io_uring must have its connections on plain TCP: the
 # connections it makes once it has a ring are not upgraded, and those upgraded before
 # its first ring go back to TCP when it makes it, without losing a byte.
-# tests/lib/io_uring_check, both sides under smc_preload.sh, every byte checked:
+# tests/progs/io_uring_check, both sides under smc_preload.sh, every byte checked:
 #  1. the server's ring made with syscall(SYS_io_uring_setup), data through its own
 #     SQ/CQ ring, the client plain, 1 MiB each way: made before listen(), the listener
 #     announces no SMC (the client sees peer-not-smc); made between listen() and
@@ -39,7 +39,7 @@
 . "$(dirname -- "$0")/lib.sh"
 
 BYTES=$((1 << 20))
-CHECK=$top_builddir/tests/lib/io_uring_check
+CHECK=$top_builddir/tests/progs/io_uring_check
 smc_require_built "$CHECK"
 smc_init
 [ "$SMC_TEST_EXPECT" = shm ] || smc_skip "about the upgrade decision: shm mode only"

@@ -38,9 +38,9 @@ _smc_here=$(cd -- "$(dirname -- "${BASH_SOURCE[0]}")" && pwd)
 : "${SMC_CMD_TIMEOUT:=120}"
 : "${SMC_TEST_PRELOAD_FIRST:=}"
 export SMC_PRELOAD_LIB
-# Test programs built by `make check` (tests/lib/).
-: "${SMC_STREAM:=$top_builddir/tests/lib/smc_stream}"
-: "${SMC_CHURN:=$top_builddir/tests/lib/smc_churn}"
+# Test programs built by `make check` (tests/progs/).
+: "${SMC_STREAM:=$top_builddir/tests/progs/smc_stream}"
+: "${SMC_CHURN:=$top_builddir/tests/progs/smc_churn}"
 
 if [ "$SMC_TEST_EXPECT" = tcp ] && [ -z "${SMC_TRANSPORT+set}" ] &&
 	[ "${SMC_TEST_KEEP_TRANSPORT:-0}" != 1 ]; then
@@ -86,7 +86,7 @@ smc_require_cmd() {
 	done
 }
 
-# smc_require_built PROGRAM...: the test programs of tests/lib must exist (`make check`
+# smc_require_built PROGRAM...: the test programs of tests/progs must exist (`make check`
 # builds them); their absence is a hard error, not a skip.
 smc_require_built() {
 	local p

@@ -9,7 +9,7 @@
 #    cap. Counted as reserved rings (4 MiB each) not one would be upgraded; counted as
 #    used (a control page and one ring page per side, 8 KiB) about 128 are, and the rest
 #    stay TCP with fallback reason mem-cap: the cap is still enforced once really reached.
-#  - streaming: tests/lib/mem_cap_stream.py opens 4 connections one after the other,
+#  - streaming: tests/progs/mem_cap_stream.py opens 4 connections one after the other,
 #    each filling the server's ring (8 MiB through a 2 MiB ring) before the next, and
 #    keeps them open, under a 5 MiB cap. The server counts 2 MiB + 8 KiB per streamed
 #    connection: the first three are upgraded (the third is admitted at 4 MiB + 16 KiB),
@@ -18,7 +18,7 @@
 . "$(dirname -- "$0")/lib.sh"
 
 IDLE_CONNS=${SMC_IDLE_CONNS:-$top_builddir/bench/idle_conns}
-STREAM=$top_srcdir/tests/lib/mem_cap_stream.py
+STREAM=$top_srcdir/tests/progs/mem_cap_stream.py
 
 [ "$SMC_TEST_EXPECT" = shm ] || smc_skip "the memory cap concerns upgraded connections"
 smc_init

@@ -32,7 +32,7 @@ SMC_TEST_EXPECT=shm
 [ "$(id -u)" = 0 ] || smc_skip "needs root (eBPF setup)"
 smc_init
 smc_require_cmd python3 bpftool jq
-ATTACK=$top_builddir/tests/lib/neg_attack
+ATTACK=$top_builddir/tests/progs/neg_attack
 smc_require_built "$ATTACK"
 
 export SMC_BPF_DIR=/sys/fs/bpf/smc-robust-$$

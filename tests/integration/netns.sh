@@ -14,7 +14,7 @@
 #     counts peer-not-smc;
 #  3. client not preloaded, server preloaded: no option in the SYN, the application's
 #     bytes exactly, the server counts peer-not-smc;
-#  4. a kernel AF_SMC client, played by tests/lib/clc_peer: a malformed Proposal resets
+#  4. a kernel AF_SMC client, played by tests/progs/clc_peer: a malformed Proposal resets
 #     that connection only; SMC v2 and SMC-D v1 Proposals are declined ("no SMC
 #     device") and the application's bytes follow;
 #  5. a kernel AF_SMC server, played by clc_peer, against a preloaded client: its
@@ -30,7 +30,7 @@ SMC_TEST_EXPECT=shm       # case 1 and 4 are about upgrading
 [ "$(id -u)" = 0 ] || smc_skip "needs root (network namespaces, eBPF)"
 smc_init
 smc_require_cmd ip nsenter tcpdump python3 bpftool
-CLC_PEER=$top_builddir/tests/lib/clc_peer
+CLC_PEER=$top_builddir/tests/progs/clc_peer
 smc_require_built "$SMC_STREAM" "$CLC_PEER"
 
 NS_A=smcA$$

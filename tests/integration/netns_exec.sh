@@ -35,7 +35,7 @@ SMC_TEST_EXPECT=shm
 [ "$(id -u)" = 0 ] || smc_skip "needs root (network namespaces, mounts, eBPF)"
 smc_init
 smc_require_cmd ip nsenter unshare setpriv tcpdump python3 bpftool
-TCPOPT_CHECK=${TCPOPT_CHECK:-$top_builddir/tests/lib/tcpopt_check}
+TCPOPT_CHECK=${TCPOPT_CHECK:-$top_builddir/tests/progs/tcpopt_check}
 smc_require_built "$SMC_STREAM" "$TCPOPT_CHECK"
 ip netns list >/dev/null 2>&1 || smc_skip "ip netns not available"
 

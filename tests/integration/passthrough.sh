@@ -2,7 +2,7 @@
 # SPDX-License-Identifier: GPL-2.0-only OR BSD-2-Clause
 #
 # The preload layer must be invisible: every interposed call returns what libc returns,
-# with the same errno. Runs tests/lib/passthrough_check (one line per check) without and
+# with the same errno. Runs tests/progs/passthrough_check (one line per check) without and
 # with LD_PRELOAD and requires the same, all-passing, output; then runs a few ordinary
 # programs (ls, a shell pipeline, a Python socket script) under the library.
 # Builds nothing. Exit 0 pass, 1 fail, 77 skip.
@@ -10,7 +10,7 @@
 set -u
 
 top_builddir=${top_builddir:-.}
-check_prog=$top_builddir/tests/lib/passthrough_check
+check_prog=$top_builddir/tests/progs/passthrough_check
 lib=${SMC_PRELOAD_LIB:-}
 
 if [ -z "$lib" ]; then

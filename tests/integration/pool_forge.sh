@@ -2,7 +2,7 @@
 # SPDX-License-Identifier: GPL-2.0-only OR BSD-2-Clause
 #
 # A forged pool slot (core/pool.h) must not hand another user's connection to the
-# forger. A preloaded churn server runs as root; tests/lib/pool_forge, as user nobody,
+# forger. A preloaded churn server runs as root; tests/progs/pool_forge, as user nobody,
 # sets up a pool with it and offers a slot naming the port that a plain TCP client of
 # user daemon has bound and then connects from. The server must find that nobody does
 # not own that connection (sock_diag) and abort it, and only it: the victim sees its
@@ -17,7 +17,7 @@ smc_init
 [ "$SMC_TEST_EXPECT" = shm ] || smc_skip "pools carry shm connections: shm mode only"
 [ "$(id -u)" = 0 ] || smc_skip "needs root to run the forger and the victim as other users"
 id nobody >/dev/null 2>&1 && id daemon >/dev/null 2>&1 || smc_skip "needs users nobody and daemon"
-FORGE=$top_builddir/tests/lib/pool_forge
+FORGE=$top_builddir/tests/progs/pool_forge
 smc_require_built "$FORGE"
 smc_require_built "$SMC_CHURN"
 unset SMC_SHORT_CONN_US SMC_POOL_SLOTS SMC_POOL_RING

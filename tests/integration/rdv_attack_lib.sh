@@ -1,13 +1,13 @@
 # SPDX-License-Identifier: GPL-2.0-only OR BSD-2-Clause
 #
 # Shared by the cross-user rendezvous attack tests (rdv_hold.sh, rdv_flood.sh,
-# rdv_path_attack.sh), sourced after lib.sh: user nobody attacks (tests/lib/rdv_attack,
+# rdv_path_attack.sh), sourced after lib.sh: user nobody attacks (tests/progs/rdv_attack,
 # without the library) while a preloaded root client (rdv_attack legit) makes short
 # connections to a preloaded root server; what each legitimate connection took is
 # compared with a run of the same client without the attack.
 
 # the attacker: uid nobody, no library, no groups
-ATTACK=$top_builddir/tests/lib/rdv_attack
+ATTACK=$top_builddir/tests/progs/rdv_attack
 smc_require_built "$ATTACK"
 as_nobody=(setpriv --reuid=nobody --regid="$(id -g nobody)" --clear-groups)
 # The assertion on the delay an attack adds per legitimate connection: the handshake's

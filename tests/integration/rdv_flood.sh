@@ -7,7 +7,7 @@
 # "@smcp1:stat:"), as many times as their backlog takes, sending garbage, and sends
 # garbage datagrams to the listeners' pool setup names ("@smcp1:l:", read inside the
 # server's accept()). Meanwhile a preloaded root client makes short connections to a
-# preloaded root event-loop server (tests/lib/smc_churn, epoll). Asserted: every
+# preloaded root event-loop server (tests/progs/smc_churn, epoll). Asserted: every
 # legitimate connection works (its exact response, no abort); the attacker receives no
 # descriptor and no byte of the legitimate payload (a client that finds it on its name
 # first may answer with a Decline: counted and reported); the server holds no more

@@ -3,7 +3,7 @@
 #
 # Another local user holds same-host handshakes open (abstract names, no TCP option):
 # user nobody keeps TCP connections to a preloaded root event-loop server
-# (tests/lib/smc_churn, epoll) queued, each from a port whose per-connection rendezvous
+# (tests/progs/smc_churn, epoll) queued, each from a port whose per-connection rendezvous
 # name it binds itself, so the server joins it inside accept() and the owner check
 # passes (nobody owns both ends). It then never sends the Proposal ("silent"), or sends
 # a valid one and never the Confirm ("proposal"). Meanwhile a preloaded root client

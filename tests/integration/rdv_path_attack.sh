@@ -2,7 +2,7 @@
 # SPDX-License-Identifier: GPL-2.0-only OR BSD-2-Clause
 #
 # Another local user against the path rendezvous of the in-band negotiation (SMC TCP
-# option): root client and root event-loop server (tests/lib/smc_churn, epoll), both
+# option): root client and root event-loop server (tests/progs/smc_churn, epoll), both
 # preloaded, user nobody attacking without the library. Root: sets up the eBPF program
 # under a map and rendezvous directory of its own (smc_preload.sh --setup, as
 # negotiate_robust.sh), torn down at exit.

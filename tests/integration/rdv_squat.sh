@@ -3,9 +3,9 @@
 #
 # Another local user squats the same-host rendezvous: user nobody binds the abstract
 # per-connection names (core/rendezvous.h) of the connections a root client is about to
-# make to a root server (tests/lib/rdv_squat squat), accepts whoever connects and never
+# make to a root server (tests/progs/rdv_squat squat), accepts whoever connects and never
 # answers. Then the preloaded client makes short connections from exactly those ports
-# to the preloaded event-loop server (tests/lib/smc_churn, epoll). Each must work as
+# to the preloaded event-loop server (tests/progs/smc_churn, epoll). Each must work as
 # plain TCP, on both sides for "rendezvous-taken": the server checks who holds the name
 # before it reads anything from it (otherwise its nonblocking accept() would wait out a
 # handshake timeout per connection, freezing its event loop), and the client gives up
@@ -24,7 +24,7 @@ SMC_TEST_EXPECT=shm
 id -u nobody >/dev/null 2>&1 || smc_skip "no user nobody"
 smc_require_cmd setpriv
 smc_init
-SQUAT=$top_builddir/tests/lib/rdv_squat
+SQUAT=$top_builddir/tests/progs/rdv_squat
 smc_require_built "$SQUAT"
 smc_require_built "$SMC_CHURN"
 as_nobody=(setpriv --reuid=nobody --regid="$(id -g nobody)" --clear-groups)

@@ -1,7 +1,7 @@
 #!/bin/bash
 # SPDX-License-Identifier: GPL-2.0-only OR BSD-2-Clause
 #
-# poll/ppoll/select/pselect/epoll semantics over SMC: tests/lib/readiness_check runs its
+# poll/ppoll/select/pselect/epoll semantics over SMC: tests/progs/readiness_check runs its
 # checks (level and edge triggered, one-shot, RDHUP/HUP, EPOLLOUT only with room, one fd
 # in two sets, nested epoll, mixing with pipes/eventfd/timerfd) first on plain TCP (the
 # reference), then preloaded with both ends in one process, then with the peer in a
@@ -15,7 +15,7 @@
 [ -n "${BASH_VERSION:-}" ] || exec bash "$0" "$@"
 . "$(dirname -- "$0")/lib.sh"
 
-READINESS=${READINESS:-$top_builddir/tests/lib/readiness_check}
+READINESS=${READINESS:-$top_builddir/tests/progs/readiness_check}
 
 smc_init
 smc_require_built "$READINESS"

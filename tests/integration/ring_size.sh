@@ -3,7 +3,7 @@
 #
 # The default ring size follows the CPU's L2 cache (core/config.c fit_rings_to_cpu):
 # twice the L2 per core, as a power of two, at least the table's 2m, at most 8m. The
-# shim tests/lib/libfake_l2.so makes sysconf() report SMC_TEST_FAKE_L2 bytes of L2, so
+# shim tests/progs/libfake_l2.so makes sysconf() report SMC_TEST_FAKE_L2 bytes of L2, so
 # this machine can play a CPU with 2 MiB of L2 per core:
 #   - --print-config shows SMC_RCVBUF/SMC_SNDBUF 4m and SMC_MEM_CAP 16g, marked as
 #     raised for the CPU; with 1 MiB of L2 the table's 2m/8g; a value set in the
@@ -20,18 +20,19 @@
 smc_require_cmd python3
 smc_init
 
-SHIM=$top_builddir/tests/lib/.libs/libfake_l2.so
+SHIM=$top_builddir/tests/progs/.libs/libfake_l2.so
 SMCPSTAT=$top_builddir/tools/smcpstat
 [ -f "$SHIM" ] || smc_hard_error "shim not built: $SHIM (make check builds it)"
 [ -x "$SMCPSTAT" ] || smc_hard_error "smcpstat not built: $SMCPSTAT"
 FIRST=${SMC_TEST_PRELOAD_FIRST:+$SMC_TEST_PRELOAD_FIRST }
 
-# config L2 [VAR=VALUE...]: the --print-config output for a CPU with L2 bytes of L2.
+# config L2 [VAR=VALUE...]: the --print-config output for a CPU with L2 bytes of L2 (the
+# library prints it on stderr).
 config() {
 	local l2=$1
 	shift
 	env "$@" SMC_TEST_FAKE_L2="$l2" SMC_PRINT_CONFIG=1 \
-		LD_PRELOAD="$FIRST$SHIM $SMC_PRELOAD_LIB" /bin/true ||
+		LD_PRELOAD="$FIRST$SHIM $SMC_PRELOAD_LIB" /bin/true 2>&1 >/dev/null ||
 		smc_fail "--print-config exited $? (L2 $l2)"
 }
 # line OUTPUT NAME: NAME's line up to the doc comment.
@@ -56,7 +57,7 @@ smc_assert_eq "L2 4m, SMC_RCVBUF=1m: SMC_RCVBUF" "$(line "$out" SMC_RCVBUF)" \
 smc_assert_eq "L2 4m, SMC_RCVBUF=1m: SMC_SNDBUF" "$(line "$out" SMC_SNDBUF)" \
 	"SMC_SNDBUF=8m  (default, raised for this CPU's L2 cache)"
 # this machine, as it is
-native=$(env SMC_PRINT_CONFIG=1 LD_PRELOAD="$FIRST$SMC_PRELOAD_LIB" /bin/true |
+native=$(env SMC_PRINT_CONFIG=1 LD_PRELOAD="$FIRST$SMC_PRELOAD_LIB" /bin/true 2>&1 >/dev/null |
 	sed -n 's/^SMC_RCVBUF=\([0-9]*[kmg]*\) .*/\1/p')
 smc_log "this CPU: L2 $(getconf LEVEL2_CACHE_SIZE 2>/dev/null) bytes, default ring $native"
 case $native in

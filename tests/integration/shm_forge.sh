@@ -1,7 +1,7 @@
 #!/bin/bash
 # SPDX-License-Identifier: GPL-2.0-only OR BSD-2-Clause
 #
-# A hostile peer forges the shared block of its own connection (tests/lib/shm_forge.c):
+# A hostile peer forges the shared block of its own connection (tests/progs/shm_forge.c):
 # cursors two rings ahead, backwards, with reserved bits or counts beyond the ring,
 # impossible rewinds, the victim's own rewind shown pending, flags in odd combinations,
 # unknown flag bits, magic and holder counts trashed, pages hole-punched, a byte on the
@@ -32,7 +32,7 @@
 smc_require_cmd python3
 smc_init
 [ "$SMC_TEST_EXPECT" = shm ] || smc_skip "forges shared-memory blocks: shm mode only"
-FORGE=$top_builddir/tests/lib/shm_forge
+FORGE=$top_builddir/tests/progs/shm_forge
 smc_require_built "$FORGE"
 unset SMC_SHORT_CONN_US SMC_POOL_SLOTS SMC_POOL_RING SMC_TRANSPORT
 export SMC_LOG_LEVEL=warn

@@ -1,7 +1,7 @@
 #!/bin/bash
 # SPDX-License-Identifier: GPL-2.0-only OR BSD-2-Clause
 #
-# Connections driven only through raw syscall() (tests/lib/syscall_check: SYS_socket,
+# Connections driven only through raw syscall() (tests/progs/syscall_check: SYS_socket,
 # SYS_connect, SYS_accept4, SYS_read/SYS_write, SYS_recvfrom/SYS_sendto, SYS_dup,
 # SYS_dup2, SYS_fcntl, SYS_shutdown, SYS_close), both sides under smc_preload.sh: every
 # byte arrives both ways, EOF is seen, a nonblocking read finds nothing, and after each
@@ -19,7 +19,7 @@ ROUNDS=${SYSCALL_ROUNDS:-8}
 REQ=$((65536 + 1000))
 REPLY=$((100000 + 3333))
 
-CHECK=$top_builddir/tests/lib/syscall_check
+CHECK=$top_builddir/tests/progs/syscall_check
 SMCPSTAT=$top_builddir/tools/smcpstat
 smc_require_built "$CHECK" "$SMCPSTAT"
 smc_init

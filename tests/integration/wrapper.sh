@@ -192,6 +192,12 @@ else
 		"$(printf '%s\n' "$err" | grep -c 'SMC_SPIN_US="12q"')|$(printf '%s\n' "$err" | grep -c .)" "1|1"
 fi
 
+# The library prints the table and lets the program run: it never ends a program.
+run env SMC_PRINT_CONFIG=1 LD_PRELOAD="$lib" sh -c 'echo ran; exit 3'
+expect "SMC_PRINT_CONFIG=1: the program runs on" "$out|$rc" "ran|3"
+expect "SMC_PRINT_CONFIG=1: the table is on stderr" \
+	"$(printf '%s\n' "$err" | grep -c '^SMC_RCVBUF=')" 1
+
 if [ -n "$other" ]; then
 	run env SMC_PRELOAD_LIB="$other" "$wrapper" --print-config
 	expect "--print-config with a library that prints nothing exits 1" "$rc" 1

@@ -27,7 +27,7 @@ fi
 
 # A reader slower than the network (as a loaded host is): it still has most of an RMB
 # to read when the writer's process is gone.
-SLOW_READER=$top_srcdir/tests/lib/slow_reader.py
+SLOW_READER=$top_srcdir/tests/progs/slow_reader.py
 
 # one_way LABEL fast|slow WRITER...: a reader (socat, or the slow python one) stores
 # what arrives; WRITER (its @PORT@ replaced by the reader's port) sends $SMC_TMP/in and

@@ -14,7 +14,7 @@
 #  2. SMC_TRANSPORT=ib on the client, shm on the server: the server declines (modes do
 #     not match, 0x03040000), both count the fallback as "declined", and the TCP
 #     payload is the Proposal, the Decline and then exactly the application's bytes;
-#  3. a kernel-like SMC-R server (tests/lib/clc_peer: an Accept without our credits
+#  3. a kernel-like SMC-R server (tests/progs/clc_peer: an Accept without our credits
 #     extension) against an ib client: the client declines it (at its next handshake
 #     tick) and the request and response then go over TCP ("not-local").
 [ -n "${BASH_VERSION:-}" ] || exec bash "$0" "$@"
@@ -25,7 +25,7 @@
 : "${RDMA_INBAND_TCP_BYTES:=128k}" # case 2, over TCP: all of it goes through the capture
 
 smc_init
-CLC_PEER=$top_builddir/tests/lib/clc_peer
+CLC_PEER=$top_builddir/tests/progs/clc_peer
 smc_require_built "$SMC_STREAM" "$CLC_PEER"
 vm_require_cmd tcpdump bpftool
 export SMC_BPF_OBJ=${SMC_BPF_OBJ:-$top_builddir/bpf/smc_tcpopt.bpf.o}

@@ -12,11 +12,11 @@
 #include <string.h>
 
 #include "core/clc.h"
-#include "tests/lib/clc_fixtures.h"
+#include "tests/progs/clc_fixtures.h"
 
 /* ------------------------------------------------------------------ sample messages */
 
-/* the valid messages of tests/lib/clc_fixtures.h, by number */
+/* the valid messages of tests/progs/clc_fixtures.h, by number */
 #define N_SAMPLES 12
 static struct clc_msg sample(int i)
 {

@@ -186,8 +186,9 @@ START_TEST(table_is_sane)
 }
 END_TEST
 
-/* The static initializer (used before config_load runs) agrees with the table. */
-START_TEST(static_defaults_match_table)
+/* What smc_cfg holds before config_load runs (the table's defaults, filled in when the
+ * program was loaded) agrees with a load from an empty environment. */
+START_TEST(defaults_before_load_match_table)
 {
 	struct smc_config before = smc_cfg; /* fresh process per test (CK_FORK) */
 	int bad = -1;
@@ -211,6 +212,11 @@ START_TEST(static_defaults_match_table)
 	ck_assert_uint_eq(before.mem_cap, smc_cfg.mem_cap);
 	ck_assert_uint_eq(before.handshake_timeout_ms, smc_cfg.handshake_timeout_ms);
 	ck_assert_int_eq(before.transport, smc_cfg.transport);
+	ck_assert_str_eq(before.bpf_dir, smc_cfg.bpf_dir);
+	ck_assert_str_eq(before.rdv_dir, smc_cfg.rdv_dir);
+	ck_assert_ptr_null(before.ib_dev);
+	ck_assert_uint_eq(before.ib_port, smc_cfg.ib_port);
+	ck_assert_int_eq(before.ib_gid_index, smc_cfg.ib_gid_index);
 	/* and the documented values */
 	ck_assert_uint_eq(smc_cfg.rcvbuf, 2 * MIB);
 	ck_assert_uint_eq(smc_cfg.sndbuf, 2 * MIB);
@@ -959,7 +965,7 @@ static Suite *config_suite(void)
 
 	tcase_add_checked_fixture(load, clear_env, NULL);
 	tcase_add_test(load, table_is_sane);
-	tcase_add_test(load, static_defaults_match_table);
+	tcase_add_test(load, defaults_before_load_match_table);
 	tcase_add_test(load, load_good_values);
 	tcase_add_test(load, bad_values_keep_defaults);
 	tcase_add_test(load, bad_value_message_text);

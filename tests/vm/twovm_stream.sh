@@ -31,7 +31,7 @@ TWOVM_CAPTURE=1 twovm_stream_case stream "$TWOVM_STREAM_BYTES" --mode block
 
 # ------------------------------------------------ 2. one way, the writer exits at once
 N=$(smc_bytes_of "$TWOVM_ONEWAY_BYTES")
-SLOW_READER=$top_srcdir/tests/lib/slow_reader.py
+SLOW_READER=$top_srcdir/tests/progs/slow_reader.py
 # one_way LABEL fast|slow
 one_way() {
 	local label=$1 speed=$2 dir got want t0

@@ -12,7 +12,7 @@
  *       "RESULT accepted=A bytes=B" (connections accepted, bytes they sent) and exits 0.
  *   rdv_squat connect SERVER_PORT FIRST_PORT COUNT
  *       From each of those COUNT ports in turn: bind, connect, send a 64-byte request,
- *       check the 64-byte response of tests/lib/smc_churn's server, close. Prints
+ *       check the 64-byte response of tests/progs/smc_churn's server, close. Prints
  *       "RESULT ok=N failed=F usec_per_conn=U" and exits 0 only when all N worked (U is
  *       for the log: the test asserts no time).
  */
@@ -32,9 +32,9 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "tests/lib/rdv_names.h"
+#include "tests/progs/rdv_names.h"
 
-#define MSG_LEN 64 /* tests/lib/smc_churn.c */
+#define MSG_LEN 64 /* tests/progs/smc_churn.c */
 #define MAX_COUNT 256
 #define MAX_ACCEPTED 4096
 

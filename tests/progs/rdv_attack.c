@@ -7,7 +7,7 @@
  *
  *   rdv_attack legit PORT COUNT
  *       COUNT short connections, one after the other, to 127.0.0.1:PORT (the
- *       tests/lib/smc_churn server): connect, a 64-byte request that starts with
+ *       tests/progs/smc_churn server): connect, a 64-byte request that starts with
  *       MARKER, check the 64-byte response, close. Prints "LAT <usec>" per connection
  *       (connect to the last response byte), then
  *       "RESULT ok=N failed=F median_us=M max_us=X" and exits 0 only when all worked.
@@ -73,9 +73,9 @@
 #include <unistd.h>
 
 #include "core/clc.h"
-#include "tests/lib/rdv_names.h"
+#include "tests/progs/rdv_names.h"
 
-#define MSG_LEN 64 /* tests/lib/smc_churn.c */
+#define MSG_LEN 64 /* tests/progs/smc_churn.c */
 #define MAX_LEGIT 4096
 #define MAX_HOLD 32
 #define MAX_CONNS 4096
@@ -105,7 +105,7 @@ static unsigned long rx_bytes, rx_msgs, rx_fds, rx_marker, rx_accepts;
 /* of rx_msgs: a client's same-host Proposal without descriptors (the by-key kind) */
 static unsigned long rx_proposals;
 
-/* The marker as the client sent it, and as tests/lib/smc_churn's server answers it. */
+/* The marker as the client sent it, and as tests/progs/smc_churn's server answers it. */
 static bool has_marker(const uint8_t *b, size_t n)
 {
 	size_t m = sizeof(MARKER) - 1;

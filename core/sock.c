@@ -753,12 +753,17 @@ static void copy_addr_out(const struct sockaddr_storage *ss, socklen_t sslen,
 
 /* Aborts the TCP connection with a reset: used when a handshake failed after the point
  * where the peer may already consider the connection upgraded. */
+/*
+ * An accepted connection that cannot be used (a client that may take it as upgraded
+ * while this side cannot, a broken CLC exchange) is reset where it stands and still
+ * handed to the application: it reads ECONNRESET, as from a client that reset its
+ * connection while it waited in the accept queue, which every TCP server handles.
+ * accept() failing with ECONNABORTED instead would end servers that take any accept()
+ * error as fatal (a Python accept() loop raises ConnectionAbortedError).
+ */
 static void abort_tcp(int fd)
 {
-	struct linger lg = { .l_onoff = 1, .l_linger = 0 };
-
-	REAL(setsockopt)(fd, SOL_SOCKET, SO_LINGER, &lg, sizeof(lg));
-	REAL(close)(fd);
+	neg_reset(fd);
 }
 
 /* The peer of an accepted socket closed (FIN or RST already received). */
@@ -788,7 +793,7 @@ bool sock_listener_opted_in(int fd)
 
 /* The end of a server handshake on accepted socket nfd with result r: 0 -> nfd is the
  * ACTIVE connection c (returns 1); -ECONNABORTED -> the client may consider the
- * connection upgraded, so nfd is reset and closed (returns -1, errno ECONNABORTED;
+ * connection upgraded, so nfd is reset (abort_tcp; returns -1,
  * counted as an abort when count_abort); otherwise plain TCP (returns 0). */
 static int accept_finish(struct smc_conn *c, int nfd, int r, bool count_abort)
 {
@@ -804,7 +809,6 @@ static int accept_finish(struct smc_conn *c, int nfd, int r, bool count_abort)
 	if (count_abort)
 		stats_count_abort();
 	abort_tcp(nfd);
-	errno = ECONNABORTED;
 	return -1;
 }
 
@@ -862,8 +866,8 @@ static int accept_defer_flow(int nfd, struct smc_conn *c, const struct hs_flow *
 
 /* The server's side of the same-host handshake for accepted socket nfd over rendezvous
  * socket ufd (closed here, or handed to the progress thread). 1: nfd is an SMC
- * connection, ACTIVE or still PENDING. 0: plain TCP (*why). -1: nfd was reset and
- * closed (errno ECONNABORTED). */
+ * connection, ACTIVE or still PENDING. 0: plain TCP (*why). -1: nfd was reset
+ * (abort_tcp). */
 static int accept_handshake(int nfd, int ufd, int flags, const struct hs_auth *auth,
 			    enum smc_reason *why)
 {
@@ -1056,7 +1060,6 @@ static int accept_inband(int nfd, int flags, bool may_defer, enum smc_reason *wh
 	case NEG_OFFER_ABORT:
 		stats_count_abort();
 		abort_tcp(nfd);
-		errno = ECONNABORTED;
 		return -1;
 	case NEG_OFFER_TCP:
 		return 0;
@@ -1103,7 +1106,7 @@ static void listener_serve_pools(int lfd)
 
 /* A connection whose client offered a slot of one of listener lfd's pools (pool.h):
  * 1: nfd is an ACTIVE pooled connection; 0: no pool names it; -1: one did but the
- * connection could not be taken: nfd was reset and closed (errno ECONNABORTED). */
+ * connection could not be taken: nfd was reset (abort_tcp). */
 static int accept_pooled(int lfd, int nfd, const struct sockaddr *peer, int flags)
 {
 	struct fd_entry *e = fdtab_peek(lfd);
@@ -1124,7 +1127,6 @@ static int accept_pooled(int lfd, int nfd, const struct sockaddr *peer, int flag
 		if (r > 0)
 			pool_slot_abort(p, slot);
 		abort_tcp(nfd);
-		errno = ECONNABORTED;
 		return -1;
 	}
 	c->nonblock = (flags & SOCK_NONBLOCK) != 0;
@@ -1192,7 +1194,7 @@ static bool listener_nonblocking(int fd)
 
 /* Reads the in-band offer of a client we do not negotiate with and declines it, so its
  * CLC bytes never reach the application. 0: plain TCP (*why: `reason`, or what the
- * client's bytes said); -1: nfd was reset (errno ECONNABORTED). */
+ * client's bytes said); -1: nfd was reset (abort_tcp). */
 static int accept_decline_inband(int nfd, enum smc_reason reason, enum smc_reason *why)
 {
 	struct clc_block blk;
@@ -1213,7 +1215,6 @@ static int accept_decline_inband(int nfd, enum smc_reason reason, enum smc_reaso
 	}
 	stats_count_abort();
 	abort_tcp(nfd);
-	errno = ECONNABORTED;
 	return -1;
 }
 
@@ -1232,6 +1233,14 @@ static int accept_unknown_listener(int nfd, int flags, enum smc_reason *why)
 /* A listener of a process that uses io_uring (io_uring_watch.h): a pooled connection
  * whose slot was offered before is served (the client has taken it as upgraded); every
  * other client is declined, in band or on its rendezvous, and stays TCP. */
+/* What a connection reset at accept (abort_tcp: -1 from the steps above) counts as: a
+ * client gone meanwhile, or a failed handshake. It goes to the application as a plain
+ * TCP socket that reads ECONNRESET. */
+static enum smc_reason reset_reason(enum smc_reason why)
+{
+	return why == SMC_REASON_PEER_CLOSED ? why : SMC_REASON_HANDSHAKE;
+}
+
 static int accept_io_uring(int lfd, int nfd, const struct sockaddr *peer, int flags)
 {
 	enum smc_reason why = SMC_REASON_IO_URING;
@@ -1243,8 +1252,10 @@ static int accept_io_uring(int lfd, int nfd, const struct sockaddr *peer, int fl
 		r = accept_decline_inband(nfd, SMC_REASON_IO_URING, &why);
 	else if (r == 0)
 		r = accept_rendezvous(lfd, nfd, peer, flags, &why);
-	if (r < 0)
-		return -1;
+	if (r < 0) {
+		r = 0;
+		why = reset_reason(why);
+	}
 	if (r == 0) {
 		fdtab_set(nfd, FD_TCP, NULL);
 		stats_conn(SMC_MODE_TCP, why);
@@ -1273,8 +1284,10 @@ int smc_sock_accept(int fd, struct sockaddr *addr, socklen_t *len, int flags)
 		/* only an accepted socket of an opted-in listener has a map entry */
 		r = tcpopt_available() && tcpopt_peer_sent(nfd) == 1
 			    ? accept_unknown_listener(nfd, flags, &why) : 0;
-		if (r < 0)
-			return -1;
+		if (r < 0) {
+			r = 0;
+			why = reset_reason(why);
+		}
 		if (r == 0) {
 			smc_sock_created(nfd, peer.ss_family, SOCK_STREAM, 0);
 			fdtab_flags_set(nfd, FDF_TCP_FINAL); /* connected: never upgraded */
@@ -1295,8 +1308,10 @@ int smc_sock_accept(int fd, struct sockaddr *addr, socklen_t *len, int flags)
 		if (opted_in && why == SMC_REASON_NOT_LOCAL)
 			why = SMC_REASON_PEER_NOT_SMC;
 	}
-	if (r < 0)
-		return -1;
+	if (r < 0) {
+		r = 0;
+		why = reset_reason(why);
+	}
 	if (r == 0) {
 		fdtab_set(nfd, FD_TCP, NULL);
 		fdtab_flags_set(nfd, FDF_TCP_FINAL);

@@ -15,7 +15,9 @@
 #     their connections over at once, and the next client is served over shared
 #     memory while they are still connected; when they close, the server counts them
 #     as peer-closed; one that stays silent past a short handshake timeout is reset
-#     and counted as an abort (handshake-failed); one held up for three handshake
+#     and counted as an abort (handshake-failed), and a blocking accept() hands it to
+#     the application reset (it reads ECONNRESET) rather than failing with
+#     ECONNABORTED; one held up for three handshake
 #     timeouts that then talks plain TCP is served, with no abort;
 #  3. a listener opted in by one program image and accepted from by the next (exec):
 #     the application receives exactly the client's bytes, no CLC byte, and the
@@ -201,6 +203,47 @@ smc_log "stats server4: $(smc_stats_summary "$SRV_STATS")"
 smc_assert_eq "server4: silent connection timed out" \
 	"$(smc_stats "$SRV_STATS" '.fallback["handshake-failed"] // 0')" 1
 smc_assert_eq "server4: aborts" "$(smc_stats "$SRV_STATS" '.events.aborts')" 1
+
+# ... and with a blocking accept() the same reset connection is handed to the
+# application, which reads ECONNRESET as from a client that reset its connection in the
+# accept queue: accept() itself must not fail (ECONNABORTED ends a plain accept loop,
+# Python's raises ConnectionAbortedError), and the next client is served
+cat >"$SMC_TMP/blkserver.py" <<'EOF'
+import signal, socket, sys
+signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))  # exit() writes the stats
+l = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+l.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+l.bind(("127.0.0.1", int(sys.argv[1]))); l.listen(64)
+print("listening", flush=True)
+while True:
+    c, _ = l.accept()
+    try:
+        d = c.recv(4096)
+        if d:
+            c.sendall(b"pong\n" * d.count(b"\n"))
+    except OSError as e:
+        print("recv: %s" % e.strerror, flush=True)
+    c.close()
+EOF
+smc_free_port PORT
+SRV_STATS=$(smc_stats_dir server4b)
+CLI_STATS=$(smc_stats_dir client4b)
+SMC_HANDSHAKE_TIMEOUT_MS=300 smc_start_server server4b "$SRV_STATS" \
+	python3 "$SMC_TMP/blkserver.py" "$PORT"
+smc_wait_port server4b "$PORT"
+out=$("${as_nobody[@]}" "$ATTACK" hold 127.0.0.1 "$PORT" 1 2 2>&1)
+[ "$out" = "OK held 1" ] || smc_fail "silent client (blocking accept): $out"
+smc_wait_log server4b "^recv: Connection reset by peer"
+smc_run "$CLI_STATS" python3 "$SMC_TMP/client.py" "$PORT" ||
+	smc_fail "a blocking accept() did not serve a client after a reset connection:" \
+		"$(cat "$(smc_server_log server4b)")"
+smc_stop_server server4b
+smc_expect_payload "$CLI_STATS" 10 client4b
+smc_require_stats "$SRV_STATS"
+smc_log "stats server4b: $(smc_stats_summary "$SRV_STATS")"
+smc_assert_eq "server4b: silent connection timed out" \
+	"$(smc_stats "$SRV_STATS" '.fallback["handshake-failed"] // 0')" 1
+smc_assert_eq "server4b: aborts" "$(smc_stats "$SRV_STATS" '.events.aborts')" 1
 
 # ... but one that is merely held up (its process stalled for three handshake timeouts)
 # and then talks is served: the server waits while it lives (progress.c)

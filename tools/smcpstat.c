@@ -491,7 +491,7 @@ static void print_json_array(const struct rec_list *l)
  * that one reader serves both. */
 static const char *const mode_names[] = { "shm", "ib", "tcp" };
 #define NMODES (sizeof(mode_names) / sizeof(mode_names[0]))
-#define MAX_REASONS 32 /* the library has 18 reason names */
+#define MAX_REASONS 32 /* the library has 21 reason names */
 
 struct totals {
 	size_t processes;

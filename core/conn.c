@@ -1590,8 +1590,12 @@ int conn_handoff_leave(struct smc_conn *c, uint64_t word, struct conn_handoff_st
 	int r = 0;
 
 	pthread_mutex_lock(&c->lock);
-	if (conn_state(c) != CONN_ACTIVE || c->ib || c->pool || c->fork_shared || c->memfd < 0 ||
-	    c->aborted) {
+	/* A side shared with forked siblings is downgraded, unless they all closed it
+	 * (inetd, sshd: the parent closes its copy after the fork): side_refs counts the
+	 * processes holding it, and only a holder forks a new one. */
+	if (conn_state(c) != CONN_ACTIVE || c->ib || c->pool || c->memfd < 0 || c->aborted ||
+	    (c->fork_shared &&
+	     __atomic_load_n(&c->map.hdr->side_refs[c->side], __ATOMIC_ACQUIRE) != 1)) {
 		pthread_mutex_unlock(&c->lock);
 		return -EINVAL;
 	}
@@ -1608,6 +1612,13 @@ int conn_handoff_leave(struct smc_conn *c, uint64_t word, struct conn_handoff_st
 	    (peer_wflags(c) & (SHM_W_CLOSED | SHM_W_ABORT))) {
 		/* the peer left or closed: what is left is a downgrade's or a close's */
 		r = -EALREADY;
+		goto out;
+	}
+	/* a sibling that held our side may have moved its cursors last */
+	rx_resync(c);
+	tx_resync(c);
+	if (c->aborted) {
+		r = -EINVAL;
 		goto out;
 	}
 	__atomic_store_n(&c->rx->cons, c->rx_cons, __ATOMIC_RELEASE);

@@ -38,26 +38,6 @@
 #include "core/sock.h"
 #include "core/stats.h"
 
-#define HANDOFF_MAGIC   0x534d4348u /* "SMCH" */
-#define HANDOFF_VERSION 1u
-#define HANDOFF_MAX     4096u       /* connections in one description */
-#define HANDOFF_NAME    "smc-handoff"
-
-struct handoff_head {
-	uint32_t magic, version;
-	uint32_t count, rec_size;
-	uint32_t head_size, pid;
-	struct smc_stats_snapshot stats; /* the old image's counters */
-};
-
-struct handoff_rec {
-	int32_t fd, memfd;
-	int32_t bells[4];          /* ours rx, tx; the peer's rx, tx */
-	uint64_t word;             /* our side's hand-off word in the shared block */
-	struct conn_handoff_state st;
-	struct sockaddr_storage local, peer; /* the socket's ends at the exec */
-};
-
 /* ---------------------------------------------------------------- the guess */
 
 /* The file name of this library (dladdr), for LD_PRELOAD's entries. */
@@ -280,6 +260,7 @@ no:
 
 static void undo_all(void)
 {
+	stats_count_handoff(STATS_HANDOFF_OUT, -(int)out.n);
 	for (size_t i = 0; i < out.n; i++) {
 		rec_fds_survive(&out.rec[i], false);
 		conn_handoff_undo(out.c[i]);
@@ -305,7 +286,6 @@ static int write_description(void)
 	if (fd < 0)
 		return -1;
 	stats_snapshot(&h.stats);
-	h.stats.handoffs += out.n; /* counted once it is sure (handoff_exec_end undoes) */
 	if (pwrite(fd, &h, sizeof(h), 0) != (ssize_t)sizeof(h) ||
 	    (out.n && pwrite(fd, out.rec, len - sizeof(h), sizeof(h)) != (ssize_t)(len - sizeof(h))) ||
 	    REAL(fcntl)(fd, F_ADD_SEALS, F_SEAL_WRITE | F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL) < 0) {
@@ -348,6 +328,8 @@ char **handoff_exec_begin(int dirfd, const char *path, int exec_fd, char *const 
 	for (int fd = fdtab_next_tracked(0); fd >= 0; fd = fdtab_next_tracked(fd + 1))
 		if (fdtab_kind(fd) == FD_SMC && survives_exec(fd))
 			hand_off(fd, token);
+	/* counted before the snapshot the description carries (undone if the exec fails) */
+	stats_count_handoff(STATS_HANDOFF_OUT, (int)out.n);
 	out.desc = write_description();
 	env = out.desc >= 0 ? env_with(envp, out.desc) : NULL;
 	if (!env) {
@@ -577,7 +559,7 @@ static enum adopt_result adopt_one(const struct handoff_rec *r)
 	/* the peer's sleepers: the other side is back */
 	(void)!write(r->bells[2], &(uint64_t){ 1 }, 8);
 	(void)!write(r->bells[3], &(uint64_t){ 1 }, 8);
-	stats_count_handoff(STATS_HANDOFF_IN);
+	stats_count_handoff(STATS_HANDOFF_IN, 1);
 	log_debug("fd %d: connection taken over from the old image (rx %llu tx %llu)", r->fd,
 		  (unsigned long long)st->rx_cons, (unsigned long long)st->tx_prod);
 	return ADOPTED;
@@ -654,7 +636,7 @@ static void on_peer_bound(void *arg)
 	uint64_t w = __atomic_load_n(&c->peer_handoff_seen, __ATOMIC_ACQUIRE);
 
 	if (conn_handoff_force(c, w))
-		stats_count_handoff(STATS_HANDOFF_FORCED);
+		stats_count_handoff(STATS_HANDOFF_FORCED, 1);
 	conn_put(c);
 }
 
@@ -676,7 +658,7 @@ void handoff_peer_look(struct smc_conn *c)
 	if (progress_after(smc_cfg.handshake_timeout_ms, on_peer_bound, c) < 0) {
 		/* no thread to bound it: take no risk, TCP now */
 		if (conn_handoff_force(c, w))
-			stats_count_handoff(STATS_HANDOFF_FORCED);
+			stats_count_handoff(STATS_HANDOFF_FORCED, 1);
 		conn_put(c);
 	}
 }
@@ -692,7 +674,7 @@ static bool force_now(struct smc_conn *c)
 	if (!shm_handoff_pending(w))
 		return false;
 	if (conn_handoff_force(c, w))
-		stats_count_handoff(STATS_HANDOFF_FORCED);
+		stats_count_handoff(STATS_HANDOFF_FORCED, 1);
 	return true;
 }
 

@@ -23,8 +23,35 @@
 #define SMC_HANDOFF_H
 
 #include <stdbool.h>
+#include <stdint.h>
+#include <sys/socket.h>
 
-struct smc_conn;
+#include "core/conn.h"
+#include "core/stats.h"
+
+/* The description memfd (sealed against writes, named HANDOFF_NAME): a handoff_head,
+ * then `count` handoff_rec, in the host's byte order (the same build reads it: the
+ * version and both sizes must match). */
+#define HANDOFF_MAGIC   0x534d4348u /* "SMCH" */
+#define HANDOFF_VERSION 1u
+#define HANDOFF_MAX     4096u       /* connections in one description */
+#define HANDOFF_NAME    "smc-handoff"
+
+struct handoff_head {
+	uint32_t magic, version;
+	uint32_t count, rec_size;
+	uint32_t head_size, pid;
+	struct smc_stats_snapshot stats; /* the old image's counters */
+};
+
+struct handoff_rec {
+	int32_t fd, memfd;
+	int32_t bells[4];          /* ours rx, tx; the peer's rx, tx */
+	uint64_t word;             /* our side's hand-off word in the shared block */
+	struct conn_handoff_state st;
+	struct sockaddr_storage local, peer; /* the socket's ends at the exec */
+};
+
 
 /* The environment variable naming the description memfd in the new image. */
 #define HANDOFF_ENV "SMC_HANDOFF_FD"

@@ -164,10 +164,10 @@ void stats_count_downgrade(bool by_peer)
 	count(by_peer ? &peer_downgrades : &downgrades, 1);
 }
 
-void stats_count_handoff(enum stats_handoff what)
+void stats_count_handoff(enum stats_handoff what, int n)
 {
 	if ((unsigned)what < 3)
-		count(&handoffs[what], 1);
+		count(&handoffs[what], (uint64_t)(int64_t)n); /* n < 0: taken back */
 }
 
 void stats_count_reason(enum smc_reason r)

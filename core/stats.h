@@ -96,7 +96,7 @@ void stats_count_hs_background(void);
 void stats_count_downgrade(bool by_peer);
 /* Exec hand-offs (handoff.h): given, taken over, forced to TCP by us as the peer. */
 enum stats_handoff { STATS_HANDOFF_OUT, STATS_HANDOFF_IN, STATS_HANDOFF_FORCED };
-void stats_count_handoff(enum stats_handoff what);
+void stats_count_handoff(enum stats_handoff what, int n); /* n < 0: taken back */
 /* An inherited hand-off rejected (reason SMC_REASON_HANDOFF_INVALID in "fallback"). */
 void stats_count_reason(enum smc_reason r);
 /* A new image carries on from its old image's counters (handoff.c). */

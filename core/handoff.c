@@ -594,18 +594,44 @@ bad:
 	return -1;
 }
 
+extern char **environ;
+
+/*
+ * The variable, taken out of the environment in place (main's envp is the same array):
+ * the next program is not this one's to hand anything (a grandchild). Not getenv and
+ * unsetenv: a program may bring its own (bash does, working on shell variables it has
+ * not set up before main).
+ */
+static bool env_take(char *val, size_t len)
+{
+	const size_t nl = sizeof(HANDOFF_ENV); /* with the '=' */
+	bool found = false;
+	size_t k = 0;
+
+	for (size_t i = 0; environ && environ[i]; i++) {
+		if (strncmp(environ[i], HANDOFF_ENV "=", nl) == 0) {
+			if (!found)
+				snprintf(val, len, "%s", environ[i] + nl);
+			found = true;
+			continue;
+		}
+		environ[k++] = environ[i];
+	}
+	if (found)
+		environ[k] = NULL;
+	return found;
+}
+
 void handoff_adopt(void)
 {
-	const char *v = getenv(HANDOFF_ENV);
+	char v[32];
 	struct handoff_head h;
 	unsigned in = 0;
 	int fd;
 
-	if (!v)
+	if (!env_take(v, sizeof(v)))
 		return;
 	fd = description(v, &h);
-	/* the next program is not this one's to hand anything (a grandchild) */
-	unsetenv(HANDOFF_ENV);
 	if (fd < 0)
 		return;
 	stats_add_snapshot(&h.stats);

@@ -328,6 +328,15 @@ char **handoff_exec_begin(int dirfd, const char *path, int exec_fd, char *const 
 	for (int fd = fdtab_next_tracked(0); fd >= 0; fd = fdtab_next_tracked(fd + 1))
 		if (fdtab_kind(fd) == FD_SMC && survives_exec(fd))
 			hand_off(fd, token);
+	if (out.n == 0) {
+		struct smc_stats_snapshot now, zero;
+
+		/* nothing to hand on: no description, as before the hand-off existed */
+		stats_snapshot(&now);
+		memset(&zero, 0, sizeof(zero));
+		if (memcmp(&now, &zero, sizeof(now)) == 0)
+			return NULL;
+	}
 	/* counted before the snapshot the description carries (undone if the exec fails) */
 	stats_count_handoff(STATS_HANDOFF_OUT, (int)out.n);
 	out.desc = write_description();

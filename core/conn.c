@@ -1706,6 +1706,23 @@ struct smc_conn *conn_adopt(int fd, const struct shm_map *map, int memfd, const 
 	c->bytes_received = st->bytes_received;
 	c->nonblock = (REAL(fcntl)(fd, F_GETFL) & O_NONBLOCK) != 0;
 	{
+		/* the options the core honours, as the old image left them in the kernel */
+		struct timeval tv;
+		struct linger lg;
+		socklen_t len = sizeof(tv);
+
+		if (REAL(getsockopt)(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, &len) == 0)
+			c->rcvtimeo_ns = (int64_t)tv.tv_sec * 1000000000 + tv.tv_usec * 1000;
+		len = sizeof(tv);
+		if (REAL(getsockopt)(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, &len) == 0)
+			c->sndtimeo_ns = (int64_t)tv.tv_sec * 1000000000 + tv.tv_usec * 1000;
+		len = sizeof(lg);
+		if (REAL(getsockopt)(fd, SOL_SOCKET, SO_LINGER, &lg, &len) == 0) {
+			c->linger_on = lg.l_onoff != 0;
+			c->linger_s = lg.l_linger;
+		}
+	}
+	{
 		int rxd = c->side == CONN_CLIENT ? 1 : 0;
 
 		c->rx = &c->map.hdr->dir[rxd];

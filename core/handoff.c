@@ -16,6 +16,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
+#include <pthread.h>
 #include <netinet/in.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -168,6 +169,9 @@ struct handoff_out {
 	int desc;
 };
 
+/* Held from handoff_exec_begin to the exec (or its failure): two threads that exec at
+ * once do not share it; the exec of the first ends the second. */
+static pthread_mutex_t out_lock = PTHREAD_MUTEX_INITIALIZER;
 static struct handoff_out out = { .desc = -1 };
 
 bool handoff_in_progress(const struct smc_conn *c)
@@ -324,6 +328,7 @@ char **handoff_exec_begin(int dirfd, const char *path, int exec_fd, char *const 
 
 	if (!smc_enabled() || !target_runs_library(dirfd, path, exec_fd, envp))
 		return NULL;
+	pthread_mutex_lock(&out_lock);
 	token = random_weak64();
 	for (int fd = fdtab_next_tracked(0); fd >= 0; fd = fdtab_next_tracked(fd + 1))
 		if (fdtab_kind(fd) == FD_SMC && survives_exec(fd))
@@ -334,8 +339,10 @@ char **handoff_exec_begin(int dirfd, const char *path, int exec_fd, char *const 
 		/* nothing to hand on: no description, as before the hand-off existed */
 		stats_snapshot(&now);
 		memset(&zero, 0, sizeof(zero));
-		if (memcmp(&now, &zero, sizeof(now)) == 0)
+		if (memcmp(&now, &zero, sizeof(now)) == 0) {
+			pthread_mutex_unlock(&out_lock);
 			return NULL;
+		}
 	}
 	/* counted before the snapshot the description carries (undone if the exec fails) */
 	stats_count_handoff(STATS_HANDOFF_OUT, (int)out.n);
@@ -344,6 +351,7 @@ char **handoff_exec_begin(int dirfd, const char *path, int exec_fd, char *const 
 	if (!env) {
 		log_warn("no room for the exec's hand-off: its connections go back to TCP");
 		undo_all();
+		pthread_mutex_unlock(&out_lock);
 		return NULL;
 	}
 	return env;
@@ -351,8 +359,11 @@ char **handoff_exec_begin(int dirfd, const char *path, int exec_fd, char *const 
 
 void handoff_exec_end(char **env)
 {
+	if (!env)
+		return;
 	undo_all();
 	free(env);
+	pthread_mutex_unlock(&out_lock);
 }
 
 /* ---------------------------------------------------------------- new image */
@@ -565,9 +576,7 @@ static enum adopt_result adopt_one(const struct handoff_rec *r)
 	fdtab_set(r->fd, FD_SMC, c);
 	/* its options are the kernel's to tell (SO_RCVTIMEO...) */
 	fdtab_flags_reset(r->fd, FDF_SOCKOPTS | FDF_BOUND);
-	/* the peer's sleepers: the other side is back */
-	(void)!write(r->bells[2], &(uint64_t){ 1 }, 8);
-	(void)!write(r->bells[3], &(uint64_t){ 1 }, 8);
+	/* the peer waits for nothing of ours: no bell (its timer finds the word 0) */
 	stats_count_handoff(STATS_HANDOFF_IN, 1);
 	log_debug("fd %d: connection taken over from the old image (rx %llu tx %llu)", r->fd,
 		  (unsigned long long)st->rx_cons, (unsigned long long)st->tx_prod);

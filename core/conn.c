@@ -1643,6 +1643,7 @@ int conn_handoff_leave(struct smc_conn *c, uint64_t word, struct conn_handoff_st
 	st->tcp_eof = c->tcp_eof;
 	st->bytes_sent = c->bytes_sent;
 	st->bytes_received = c->bytes_received;
+	st->handoffs = c->handoffs;
 	pthread_mutex_unlock(&c->lock);
 	/* its sleepers look at the word and start the bound on it (handoff.c) */
 	bell_ring(c->peer_rx_bell);
@@ -1704,6 +1705,7 @@ struct smc_conn *conn_adopt(int fd, const struct shm_map *map, int memfd, const 
 	c->tcp_eof = st->tcp_eof;
 	c->bytes_sent = st->bytes_sent;
 	c->bytes_received = st->bytes_received;
+	c->handoffs = st->handoffs + 1;
 	c->nonblock = (REAL(fcntl)(fd, F_GETFL) & O_NONBLOCK) != 0;
 	{
 		/* the options the core honours, as the old image left them in the kernel */

@@ -120,6 +120,7 @@ struct smc_conn {
 	int memfd;                  /* the rings' memfd, kept for a hand-off, or -1 */
 	uint64_t handoff_word;      /* ours while we exec (rx_lock and tx_lock held) */
 	uint64_t peer_handoff_seen; /* the peer's hand-off word our timer watches (atomic) */
+	uint32_t handoffs;          /* execs that handed this side on to this process */
 };
 
 /* What a hand-off carries of one connection besides its descriptors (handoff.c). */
@@ -130,6 +131,7 @@ struct conn_handoff_state {
 	uint32_t asleep_rx, asleep_tx;
 	bool shut_rd, shut_wr, tcp_eof;
 	uint64_t bytes_sent, bytes_received;
+	uint32_t handoffs;          /* execs it went through before this one */
 };
 
 /* True when the peer's data path last ran on the CPU we run on now: a spin would only

@@ -38,6 +38,7 @@
 #include "core/shm.h"
 #include "core/sock.h"
 #include "core/stats.h"
+#include "core/statsrv.h"
 
 /* ---------------------------------------------------------------- the guess */
 
@@ -670,6 +671,8 @@ void handoff_adopt(void)
 	}
 	REAL(close)(fd);
 	log_debug("%u of %u connections taken over from the old image", in, h.count);
+	if (in)
+		statsrv_ensure(); /* smcpstat lists them, as the old image's */
 }
 
 /* ---------------------------------------------------------------- peer */

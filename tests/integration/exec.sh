@@ -160,11 +160,12 @@ midstream() {
 	fi
 	[ "$mode" = missing ] && how=none
 	case $how in
-	handoff) cont="preloaded=yes sockets=1 eventfds=4 memfds=1 memfd_maps=1" ;;
+	# the connection, its doorbells and rings, and the library's stats server (smcpstat)
+	handoff) cont="preloaded=yes sockets=[12] eventfds=4 memfds=1 memfd_maps=1" ;;
 	# the library's descriptors reach a new image that does not run it: closed at its
 	# exit (the description memfd too)
 	forced) cont="preloaded=no sockets=1 eventfds=4 memfds=2 memfd_maps=0" ;;
-	either) cont="preloaded=yes sockets=1 (eventfds=0 memfds=0 memfd_maps=0|eventfds=4 memfds=1 memfd_maps=1)" ;;
+	either) cont="preloaded=yes (sockets=1 eventfds=0 memfds=0 memfd_maps=0|sockets=[12] eventfds=4 memfds=1 memfd_maps=1)" ;;
 	*) cont="preloaded=(yes|no) sockets=1 eventfds=0 memfds=0 memfd_maps=0" ;;
 	esac
 	if [ "$mode" != none ] && [ "$mode" != fork ] && [ "$mode" != missing ]; then

@@ -474,9 +474,9 @@ static void reject(const struct handoff_rec *r, struct shm_map *m, bool memfd_ou
 			__atomic_fetch_or(&m->hdr->dir[txd].wflags, SHM_W_TCP, __ATOMIC_SEQ_CST);
 			stats_count_downgrade(false);
 			if (bell_ours[2])
-				(void)!write(r->bells[2], &(uint64_t){ 1 }, 8);
+				(void)!REAL(write)(r->bells[2], &(uint64_t){ 1 }, 8);
 			if (bell_ours[3])
-				(void)!write(r->bells[3], &(uint64_t){ 1 }, 8);
+				(void)!REAL(write)(r->bells[3], &(uint64_t){ 1 }, 8);
 		} else if (now == 0 && sock_ours) {
 			struct sockaddr sa = { .sa_family = AF_UNSPEC };
 
@@ -562,8 +562,8 @@ static enum adopt_result adopt_one(const struct handoff_rec *r)
 
 		__atomic_store_n(&m.hdr->handoff[st->side], SHM_HANDOFF_FORCED, __ATOMIC_SEQ_CST);
 		__atomic_fetch_or(&m.hdr->dir[txd].wflags, SHM_W_TCP, __ATOMIC_SEQ_CST);
-		(void)!write(r->bells[2], &(uint64_t){ 1 }, 8);
-		(void)!write(r->bells[3], &(uint64_t){ 1 }, 8);
+		(void)!REAL(write)(r->bells[2], &(uint64_t){ 1 }, 8);
+		(void)!REAL(write)(r->bells[3], &(uint64_t){ 1 }, 8);
 		shm_detach(&m);
 		REAL(close)(r->memfd);
 		for (int i = 0; i < 4; i++)

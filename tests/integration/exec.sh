@@ -1,9 +1,18 @@
 #!/bin/bash
 # SPDX-License-Identifier: GPL-2.0-only OR BSD-2-Clause
 #
-# An upgraded connection handed to a new program image by exec. Before the exec the
-# library must take every connection whose fd survives it back to plain TCP without
-# losing a byte: the new image (under the library or not) reads and writes the kernel
+# An upgraded connection handed to a new program image by exec. Where the new image runs
+# the library (the environment keeps LD_PRELOAD, a dynamic program: execv, fexecve, a
+# forked child's execv once its parent closed its copy) the connection is handed off
+# and goes on over shared memory in the new image: the new image holds its doorbells and
+# rings, both sides' stats show the whole stream over shm and no downgrade
+# (events.handoffs, handoffs_in; the exec'ing process's file counts both images). Where
+# the library guessed so wrongly (a #! script whose static interpreter drops LD_PRELOAD:
+# server-forced, client-forced) the peer forces it back to TCP (handoffs_forced) and
+# every byte arrives; an exec that fails (server-exec-fails) leaves the connection on
+# shared memory. Otherwise (LD_PRELOAD removed, empty environment, posix_spawn, system,
+# a descriptor on 0-2) the library takes every connection whose fd survives the exec
+# back to plain TCP without losing a byte: the new image reads and writes the kernel
 # socket, the peer first drains its ring, and what it wrote that the exec'ing side had
 # not read yet reaches the new image over TCP.
 #

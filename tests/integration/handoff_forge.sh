@@ -17,6 +17,9 @@
 #    TCP (handoffs_forced) and every byte arrives;
 #  - garbage: the description itself garbage: ignored ("handoff-invalid"), the peer
 #    forces, every byte arrives;
+#  - slow: nothing tampered with, the new image starts after the peer's bound (500 ms):
+#    the peer forces, the new image loses the race for the word and goes on over TCP,
+#    every byte intact;
 #  - state: the shared block's hand-off word set back to "not handing off" (a stale or
 #    stolen description): the connection belongs to rings nobody hands over, the new
 #    image resets it: both ends see an error (no hang, no crash), "handoff-invalid".
@@ -39,10 +42,11 @@ n=$(smc_bytes_of 8m)
 printf '#!%s\n' "$STATIC" >"$SMC_TMP/tamper.sh"
 chmod +x "$SMC_TMP/tamper.sh"
 
-# forged MODE: one connection, the server's hand-off tampered with in MODE. Sets
+# forged MODE [INVALID]: one connection, the server's hand-off tampered with in MODE;
+# INVALID (default 1): the hand-offs the new image must count as invalid. Sets
 # rc_client, rc_server, srv, cli.
 forged() {
-	local mode=$1 out
+	local mode=$1 invalid=${2:-1} out
 	srv=$(smc_stats_dir "server-$mode")
 	cli=$(smc_stats_dir "client-$mode")
 	smc_free_port port
@@ -65,7 +69,7 @@ forged() {
 	smc_require_stats "$srv"
 	smc_log "stats server ($mode): $(smc_stats_summary "$srv") downgrades=$(smc_stats "$srv" '.events.downgrades')"
 	smc_assert_eq "forged $mode: hand-offs rejected (fallback handoff-invalid)" \
-		"$(smc_stats "$srv" '.fallback["handoff-invalid"] // 0')" 1
+		"$(smc_stats "$srv" '.fallback["handoff-invalid"] // 0')" "$invalid"
 	smc_assert_eq "forged $mode: hand-offs taken over" \
 		"$(smc_stats "$srv" '.events.handoffs_in // 0')" 0
 	# a client that failed exits with _exit: no stats
@@ -105,6 +109,15 @@ smc_assert_eq "forged memfd: forced by the peer" "$(smc_stats "$cli" '.events.ha
 forged garbage
 intact garbage
 smc_assert_eq "forged garbage: forced by the peer" "$(smc_stats "$cli" '.events.handoffs_forced')" 1
+
+# a new image slower than the peer's bound (SMC_HANDSHAKE_TIMEOUT_MS, 500 ms here):
+# the peer forces the hand-off; the new image loses the race for the word and takes
+# the socket as plain TCP, where the peer's re-send arrives
+SMC_HANDSHAKE_TIMEOUT_MS=500 HANDOFF_STATIC_SLEEP_MS=1500 forged slow 0
+intact slow
+smc_assert_eq "forged slow: forced by the peer" "$(smc_stats "$cli" '.events.handoffs_forced')" 1
+smc_assert_eq "forged slow: the new image's downgrade" "$(smc_stats "$srv" '.events.downgrades')" 1
+smc_assert_eq "forged slow: hand-offs given" "$(smc_stats "$srv" '.events.handoffs')" 1
 
 forged state
 # the connection is reset: each side fails with an I/O error (2), neither times out (3)

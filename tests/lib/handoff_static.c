@@ -17,7 +17,9 @@
  *               and size full of garbage;
  *   state       the shared block's hand-off word of the first connection set back to
  *               0, as if nobody handed it off;
- *   garbage     the description replaced by a memfd of the same name full of garbage.
+ *   garbage     the description replaced by a memfd of the same name full of garbage;
+ *   slow        nothing changed, but PROG starts HANDOFF_STATIC_SLEEP_MS (default 3000)
+ *               milliseconds late: a new image slower than the peer's bound.
  * Exit status 4 on a setup error.
  */
 #ifndef _GNU_SOURCE
@@ -30,6 +32,7 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "core/handoff.h"
@@ -112,10 +115,18 @@ int main(int argc, char **argv)
 		fprintf(stderr, "usage: as a #! interpreter: SCRIPT PROG [ARGS...]\n");
 		return 4;
 	}
-	if (!mode || strcmp(mode, "nopreload") == 0)
+	if (!mode || strcmp(mode, "nopreload") == 0) {
 		unsetenv("LD_PRELOAD");
-	else
+	} else if (strcmp(mode, "slow") == 0) {
+		const char *ms = getenv("HANDOFF_STATIC_SLEEP_MS");
+		long n = ms ? atol(ms) : 3000;
+		struct timespec ts = { n / 1000, (n % 1000) * 1000000 };
+
+		while (nanosleep(&ts, &ts) < 0 && errno == EINTR)
+			;
+	} else {
 		tamper(mode);
+	}
 	execv(argv[2], argv + 2);
 	die(argv[2]);
 	return 4;

@@ -36,6 +36,7 @@ STATIC=$top_builddir/tests/lib/handoff_static
 CASE_TIMEOUT=60
 
 smc_init
+smc_require_cmd pgrep
 smc_require_built "$MID" "$STATIC"
 [ "$SMC_TEST_EXPECT" = shm ] || smc_skip "the hand-off needs same-host upgrades"
 n=$(smc_bytes_of 8m)

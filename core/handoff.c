@@ -24,6 +24,7 @@
 #include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/xattr.h>
 #include <unistd.h>
 
 #include "core/config.h"
@@ -86,8 +87,8 @@ static bool env_preloads_us(char *const envp[])
 	return false;
 }
 
-/* A program the dynamic loader starts (PT_INTERP), or a #! script, not set-id: the
- * loader honours LD_PRELOAD for it. */
+/* A program the dynamic loader starts (PT_INTERP), or a #! script, not set-id and
+ * without file capabilities (both make the loader ignore LD_PRELOAD: AT_SECURE). */
 static bool exe_loads_preload(int fd)
 {
 	unsigned char b[sizeof(Elf64_Ehdr)];
@@ -95,6 +96,8 @@ static bool exe_loads_preload(int fd)
 	struct stat st;
 
 	if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode) || (st.st_mode & (S_ISUID | S_ISGID)))
+		return false;
+	if (fgetxattr(fd, "security.capability", NULL, 0) >= 0)
 		return false;
 	if (pread(fd, b, sizeof(b), 0) < 2)
 		return false;

@@ -34,6 +34,7 @@
 #include <sys/stat.h>
 
 #include "core/fdtab.h"
+#include "core/handoff.h"
 #include "core/log.h"
 #include "core/real.h"
 #include "core/sock.h"
@@ -72,8 +73,9 @@ void exec_listeners_withdraw(void)
 	withdraw_all(true);
 }
 
-void smc_sock_exec_failed(void)
+void smc_sock_exec_failed(char **env)
 {
+	handoff_exec_end(env);
 	withdraw_all(false);
 }
 

@@ -151,6 +151,9 @@ def connect_exec(port):
     s.connect_ex(("127.0.0.1", port))
     os.dup2(s.fileno(), 3)
     os.set_inheritable(3, True)
+    # sh's head reads once the connect is done: blocking, so that it waits for the echo
+    # (a nonblocking read can come before it, with or without the library)
+    os.set_blocking(3, True)
     os.execv("/bin/sh", ["sh", "-c", "echo hello-from-sh >&3; head -c 14 <&3"])
 
 

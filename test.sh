@@ -47,6 +47,8 @@ PACKAGES=(build-essential autoconf automake libtool pkg-config libibverbs-dev li
 	postgresql-contrib haproxy openssh-server openssh-client)
 # Node.js's http module (tests/integration/node_http.sh); liburing (tests/progs/io_uring_check)
 PACKAGES+=(nodejs liburing-dev)
+# h2load, linked with libev (tests/integration/libev.sh)
+PACKAGES+=(nghttp2-client)
 # socat EXEC, with and without nofork (tests/integration/exec.sh);
 # systemd-socket-activate (exec_listener.sh); ncat --exec (exec.sh)
 PACKAGES+=(socat systemd ncat)

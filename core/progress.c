@@ -10,6 +10,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "core/evlib.h"
 #include "core/clock.h"
 #include "core/config.h"
 #include "core/conn.h"
@@ -471,6 +472,10 @@ static struct event_base *progress_start(void)
 	pthread_mutex_lock(&progress_lock);
 	if (progress_base && progress_pid == getpid()) {
 		base = progress_base;
+		goto out;
+	}
+	if (evlib_load() < 0) {
+		base = NULL;
 		goto out;
 	}
 	if (!threads_ready) {

@@ -220,11 +220,15 @@ SMC_EXPORT ssize_t send(int fd, const void *buf, size_t n, int flags)
 SMC_EXPORT ssize_t __send(int fd, const void *buf, size_t n, int flags) SMC_ALIAS(send);
 
 /* A connected stream socket ignores a destination, but the kernel still rejects a
- * length it could not copy (negative or larger than sockaddr_storage). */
+ * length it could not copy (negative or larger than sockaddr_storage). A destination
+ * on a socket that is no SMC connection goes to the kernel as given: TCP Fast Open's
+ * sendto(MSG_FASTOPEN) connects with it (that connection stays TCP). */
 SMC_EXPORT ssize_t sendto(int fd, const void *buf, size_t n, int flags,
 			  __CONST_SOCKADDR_ARG addr, socklen_t addrlen)
 {
-	if (!kind_is_sock(fdtab_kind(fd)))
+	enum fd_kind k = fdtab_kind(fd);
+
+	if (!kind_is_sock(k) || (SA_PTR(addr) && k != FD_SMC))
 		return REAL(sendto)(fd, buf, n, flags, SA_PTR(addr), addrlen);
 	if (SA_PTR(addr) && addrlen > sizeof(struct sockaddr_storage)) {
 		errno = EINVAL;
@@ -251,7 +255,10 @@ SMC_EXPORT ssize_t sendmsg(int fd, const struct msghdr *msg, int flags)
 {
 	if (msg && msg->msg_controllen)
 		KEEP_ERRNO(smc_sock_before_fd_pass(msg));
-	if (!kind_is_sock(fdtab_kind(fd)))
+	enum fd_kind k = fdtab_kind(fd);
+
+	/* a destination on a socket that is no SMC connection: as sendto() */
+	if (!kind_is_sock(k) || (msg && msg->msg_name && k != FD_SMC))
 		return REAL(sendmsg)(fd, msg, flags);
 	return sendmsg_tracked(fd, msg, flags);
 }

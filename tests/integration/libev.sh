@@ -12,6 +12,9 @@
 
 smc_init
 smc_require_cmd h2load python3
+# python's http.server closes every connection after its answer: upgrade them all, the
+# short-connection policy is short_conn.sh's
+export SMC_SHORT_CONN_US=0
 
 srv=$(smc_stats_dir server)
 cli=$(smc_stats_dir h2load)

@@ -76,7 +76,8 @@ ASAN_TESTS=(tests/integration/fallback.sh tests/integration/stream.sh
 	tests/integration/memcached.sh tests/integration/iperf3.sh
 	tests/integration/readiness.sh tests/integration/netns.sh tests/integration/netns_exec.sh
 	tests/integration/bpf_setup.sh
-	tests/integration/idle_stress.sh tests/integration/syscall.sh tests/integration/io_uring.sh
+	tests/integration/idle_stress.sh tests/integration/syscall.sh tests/integration/sock_semantics.sh
+	tests/integration/io_uring.sh
 	tests/integration/defer_accept.sh tests/integration/connect_twice.sh
 	tests/integration/fd_headroom.sh)
 # fork() while threads are busy (locks inherited by children), per-process counts

@@ -1337,6 +1337,15 @@ bool conn_finish_resend(struct smc_conn *c, uint64_t idle_ns)
 	return done;
 }
 
+/* A reset connection, as tcp_poll sees it after tcp_reset: shut down both ways, and
+ * POLLERR while the error is pending (until reported once, conn_reset_take). */
+static uint32_t aborted_mask(struct smc_conn *c)
+{
+	uint32_t m = POLLIN | POLLRDNORM | POLLOUT | POLLWRNORM | POLLHUP | POLLRDHUP;
+
+	return __atomic_load_n(&c->reset_reported, __ATOMIC_ACQUIRE) ? m : m | POLLERR;
+}
+
 /* Readiness while the peer's rest is read from the ring and ours re-sent: the ring's
  * data, then the TCP socket's own readiness. */
 static uint32_t down_poll_mask(struct smc_conn *c)
@@ -1358,7 +1367,7 @@ static uint32_t down_poll_mask(struct smc_conn *c)
 		m |= p.revents & (POLLOUT | POLLWRNORM);
 	m |= p.revents & (POLLERR | POLLHUP);
 	if (c->aborted)
-		m |= POLLIN | POLLRDNORM | POLLOUT | POLLWRNORM | POLLERR | POLLHUP;
+		m |= aborted_mask(c) & ~(uint32_t)POLLRDHUP;
 	return m;
 }
 
@@ -1765,6 +1774,17 @@ bool conn_handoff_force(struct smc_conn *c, uint64_t word)
 	return true;
 }
 
+/* The program uses urgent data (MSG_OOB), which the rings cannot carry: the
+ * connection goes back to TCP (reason sockopt). True when the kernel socket serves
+ * the call now: gone back, or the peer went (its urgent byte is in the socket). */
+static bool conn_oob_tcp(struct smc_conn *c)
+{
+	if (peer_went_tcp(c))
+		return true;
+	return conn_downgrade(c, SMC_REASON_SOCKOPT, false) == 0 ||
+	       conn_state(c) == CONN_FALLBACK;
+}
+
 /* ------------------------------------------------------------------ readiness */
 
 /* While the handshake runs, a connected socket is writable as TCP's would be: sends are
@@ -1797,7 +1817,7 @@ uint32_t conn_poll_mask(struct smc_conn *c)
 	if (st != CONN_ACTIVE)
 		return 0;
 	if (c->aborted)
-		return POLLIN | POLLRDNORM | POLLOUT | POLLWRNORM | POLLERR | POLLHUP | POLLRDHUP;
+		return aborted_mask(c);
 	if (side_went_tcp(c))
 		return CONN_MASK_FALLBACK;
 	if (peer_went_tcp(c))
@@ -1807,7 +1827,7 @@ uint32_t conn_poll_mask(struct smc_conn *c)
 	if (rx_eof(c))
 		m |= POLLIN | POLLRDNORM | POLLRDHUP;
 	if (c->aborted)
-		return POLLIN | POLLRDNORM | POLLOUT | POLLWRNORM | POLLERR | POLLHUP | POLLRDHUP;
+		return aborted_mask(c);
 	if (c->shut_wr || tx_dead(c) || tx_free_peek(c) != 0)
 		m |= POLLOUT | POLLWRNORM;
 	/* tcp_poll(): hang-up once both directions are shut (the peer's end of data and our
@@ -2433,8 +2453,14 @@ ssize_t conn_recv(struct smc_conn *c, const struct iovec *iov, int iovcnt, int f
 		side_rest_wait(c, nonblock);
 		return tcp_recv_tail(c, iov, iovcnt, 0, flags);
 	}
-	if (flags & MSG_OOB)
-		return errno = EINVAL, -1; /* urgent data is not supported over SMC */
+	if (flags & MSG_OOB) {
+		/* urgent data has no place in the rings: the connection goes back to TCP
+		 * (conn_oob_tcp), whose urgent byte is out of the stream and so not behind
+		 * what is left in our ring */
+		if (!conn_oob_tcp(c))
+			return errno = EINVAL, -1;
+		return tcp_recv_tail(c, iov, iovcnt, 0, flags);
+	}
 	if (want == 0)
 		return 0;
 	pthread_mutex_lock(&c->rx_lock);
@@ -2445,7 +2471,7 @@ ssize_t conn_recv(struct smc_conn *c, const struct iovec *iov, int iovcnt, int f
 
 		/* over RDMA what arrived before a reset stays readable (ib_conn_rx_used) */
 		if (c->aborted && !(c->ib && rx_used(c) > 0)) {
-			err = ECONNRESET;
+			err = conn_reset_take(c) ? ECONNRESET : 0; /* then EOF */
 			break;
 		}
 		if (conn_state(c) == CONN_FALLBACK) {
@@ -2499,7 +2525,7 @@ ssize_t conn_recv(struct smc_conn *c, const struct iovec *iov, int iovcnt, int f
 			if (!c->shut_rd && !c->aborted && rx_used(c) > 0)
 				continue;
 			if (c->aborted && !got)
-				err = ECONNRESET;
+				err = conn_reset_take(c) ? ECONNRESET : 0;
 			break;
 		}
 		if (nonblock) {
@@ -2557,6 +2583,17 @@ ssize_t conn_recv(struct smc_conn *c, const struct iovec *iov, int iovcnt, int f
 	return (ssize_t)got;
 }
 
+/*
+ * As the kernel's TCP: a reset sets sk_err (tcp_reset), and the first call that reports
+ * it takes it (sock_error() exchanges sk_err with 0: SO_ERROR, tcp_recvmsg,
+ * sk_stream_error); after that the socket is only shut down both ways, so recv reads
+ * EOF and send fails with EPIPE and SIGPIPE.
+ */
+bool conn_reset_take(struct smc_conn *c)
+{
+	return !__atomic_exchange_n(&c->reset_reported, true, __ATOMIC_ACQ_REL);
+}
+
 static void raise_sigpipe(int flags)
 {
 	if (!(flags & MSG_NOSIGNAL))
@@ -2579,8 +2616,13 @@ ssize_t conn_send(struct smc_conn *c, const struct iovec *iov, int iovcnt, int f
 
 	if (side_went_tcp(c))
 		return tcp_send_tail(c, iov, iovcnt, 0, flags);
-	if (flags & MSG_OOB)
-		return errno = EOPNOTSUPP, -1; /* urgent data is not supported over SMC */
+	/* urgent data has no place in the rings: the connection goes back to TCP
+	 * (conn_oob_tcp); the peer gone back already, it follows our re-send (down_send) */
+	if ((flags & MSG_OOB) && !peer_went_tcp(c)) {
+		if (!conn_oob_tcp(c))
+			return errno = EOPNOTSUPP, -1;
+		return tcp_send_tail(c, iov, iovcnt, 0, flags);
+	}
 	pthread_mutex_lock(&c->tx_lock);
 	received = __atomic_load_n(&c->bytes_received, __ATOMIC_RELAXED);
 	answered = received != c->tx_rx_mark;
@@ -2593,7 +2635,8 @@ ssize_t conn_send(struct smc_conn *c, const struct iovec *iov, int iovcnt, int f
 		int64_t room;
 
 		if (c->aborted) {
-			err = ECONNRESET;
+			/* reported once, then EPIPE and SIGPIPE (conn_reset_take) */
+			err = conn_reset_take(c) ? ECONNRESET : EPIPE;
 			break;
 		}
 		if ((conn_state(c) == CONN_FALLBACK || side_left) && sent < want) {
@@ -2618,7 +2661,7 @@ ssize_t conn_send(struct smc_conn *c, const struct iovec *iov, int iovcnt, int f
 			break;
 		}
 		if (c->shut_wr || tx_dead(c)) {
-			err = c->aborted ? ECONNRESET : EPIPE;
+			err = c->aborted && conn_reset_take(c) ? ECONNRESET : EPIPE;
 			break;
 		}
 		if (sent == want)
@@ -2735,16 +2778,16 @@ int conn_rx_available(struct smc_conn *c)
 	return used > 0 ? (int)used : 0;
 }
 
+/* TCP's SIOCOUTQ counts what the peer has not acknowledged, and on one host it
+ * acknowledges what is in its receive queue, read or not. Our ring is the peer's
+ * receive buffer: once written, nothing is outstanding (the kernel's SMC, smc_ioctl,
+ * counts its send buffer's unsent bytes likewise). Over RDMA, what is not yet written
+ * into the peer's RMB. */
 int conn_tx_queued(struct smc_conn *c)
 {
-	int64_t room;
-
-	if (conn_state(c) != CONN_ACTIVE)
+	if (conn_state(c) != CONN_ACTIVE || !c->ib)
 		return 0;
-	pthread_mutex_lock(&c->tx_lock);
-	room = tx_free(c);
-	pthread_mutex_unlock(&c->tx_lock);
-	return room >= 0 ? (int)(c->tx_size - (uint32_t)room) : 0;
+	return conn_ib_tx_unwritten(c);
 }
 
 /* SO_LINGER with a timeout: close waits until the peer consumed what we wrote. */

@@ -97,7 +97,7 @@ struct smc_conn {
 	uint8_t hs_watch;           /* enum conn_hs_watch, atomic stores */
 	struct hs_flow *bg_flow;    /* server, PENDING: the progress thread's flow that
 				     * decides it (progress.c), or NULL (under lock) */
-	bool reset_reported;        /* SO_ERROR gave ECONNRESET once, as the kernel clears it */
+	bool reset_reported;        /* ECONNRESET reported once (conn_reset_take), atomic */
 
 	uint64_t bytes_sent, bytes_received; /* for smcpstat / stats at close */
 
@@ -244,7 +244,11 @@ ssize_t conn_send(struct smc_conn *c, const struct iovec *iov, int iovcnt, int f
  * staging buffer is full (wait for the handshake). */
 ssize_t conn_send_pending(struct smc_conn *c, const struct iovec *iov, int iovcnt);
 int conn_shutdown(struct smc_conn *c, int how);
-/* Bytes readable now (FIONREAD) and bytes written but not yet consumed (SIOCOUTQ). */
+/* The reset of an aborted connection, reported once: true for the first caller (its
+ * SO_ERROR, recv or send says ECONNRESET), false after (recv sees EOF, send EPIPE). */
+bool conn_reset_take(struct smc_conn *c);
+/* Bytes readable now (FIONREAD) and bytes written but not yet in the peer's receive
+ * buffer (SIOCOUTQ): over shared memory none, the ring is the peer's buffer. */
 int conn_rx_available(struct smc_conn *c);
 int conn_tx_queued(struct smc_conn *c);
 

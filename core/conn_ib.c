@@ -171,6 +171,20 @@ int64_t conn_ib_tx_free(struct smc_conn *c)
 	return aborted_if_neg(c, v);
 }
 
+int conn_ib_tx_unwritten(struct smc_conn *c)
+{
+	struct conn_ib *ci = c->ib;
+	int64_t untold, v;
+
+	if (!ci_enter(c))
+		return 0;
+	untold = cursor_diff(__atomic_load_n(&c->tx_prod, __ATOMIC_RELAXED), ci->prod_told,
+			     c->tx_size);
+	v = ib_conn_tx_unwritten(ci->ic) + (untold > 0 ? untold : 0);
+	ci_leave(c);
+	return (int)v;
+}
+
 void conn_ib_rx_published(struct smc_conn *c)
 {
 	struct conn_ib *ci = c->ib;

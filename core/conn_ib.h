@@ -48,6 +48,9 @@ void conn_ib_activate(struct smc_conn *c);
 int64_t conn_ib_rx_used(struct smc_conn *c);
 /* Room in the send ring; -1 (and c->aborted) when aborted. */
 int64_t conn_ib_tx_free(struct smc_conn *c);
+/* Bytes we wrote that are not yet in the peer's RMB (not posted, or the WRITE not
+ * completed): what SIOCOUTQ reports over RDMA. */
+int conn_ib_tx_unwritten(struct smc_conn *c);
 /* conn.c moved c->rx_cons / c->tx_prod: tell the transport. */
 void conn_ib_rx_published(struct smc_conn *c);
 void conn_ib_tx_published(struct smc_conn *c);

@@ -28,6 +28,9 @@ enum fd_flag {
 	FDF_TCP_FINAL = 0x4,
 	FDF_DUPED = 0x8,      /* FD_TCP duplicated: other fd numbers name the same socket */
 	FDF_TRACK_LOST = 0x10, /* an epoll registration of it could not be recorded */
+	/* an option the rings cannot honour was set (SO_RCVLOWAT > 1): its connection,
+	 * or a listener's accepted ones, stay plain TCP (reason sockopt) */
+	FDF_TCP_ONLY = 0x20,
 };
 
 struct fd_entry {

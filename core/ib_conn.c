@@ -268,6 +268,17 @@ int64_t ib_conn_tx_free(struct ib_conn *c)
 	return room;
 }
 
+int64_t ib_conn_tx_unwritten(struct ib_conn *c)
+{
+	struct ib_link *l = c->link;
+	int64_t n;
+
+	pthread_mutex_lock(&l->lock);
+	n = cursor_diff(c->tx_prod, c->tx_fin, c->tx_size);
+	pthread_mutex_unlock(&l->lock);
+	return n > 0 ? n : 0;
+}
+
 void ib_conn_tx_produced(struct ib_conn *c, uint32_t n)
 {
 	struct ib_link *l = c->link;

@@ -177,6 +177,8 @@ smc_cursor ib_conn_tx_prod(const struct ib_conn *c);
 /* Bytes the writer may copy into the mirror at the producer cursor; -1 when aborted,
  * 0 when full or when the peer will not read any more (see ib_conn_tx_dead). */
 int64_t ib_conn_tx_free(struct ib_conn *c);
+/* Bytes produced whose RDMA WRITE has not completed (posted or not): SIOCOUTQ. */
+int64_t ib_conn_tx_unwritten(struct ib_conn *c);
 /* The writer copied n bytes at the producer cursor: post them (WRITEs + CDC) now, or as
  * soon as a credit and send-queue room are there. */
 void ib_conn_tx_produced(struct ib_conn *c, uint32_t n);

@@ -168,6 +168,26 @@ static void conn_load_sockopts(struct smc_conn *c)
 	conn_load_sockopt(c, SO_LINGER);
 }
 
+/* The connection of fd, if it is one, is plain TCP from now on for an option the rings
+ * cannot honour (FDF_TCP_ONLY): decided first when it still negotiates (bounded), then
+ * taken back to TCP without losing a byte (conn_downgrade). */
+static void sock_tcp_only(int fd)
+{
+	struct smc_conn *c = sock_fd_conn(fd);
+
+	if (!c)
+		return;
+	if (__atomic_load_n(&c->state, __ATOMIC_ACQUIRE) == CONN_PENDING)
+		conn_wait_pending(c, false, 4 * (int64_t)smc_cfg.handshake_timeout_ms * 1000000);
+	pthread_mutex_lock(&c->lock);
+	if (__atomic_load_n(&c->state, __ATOMIC_ACQUIRE) == CONN_PENDING)
+		conn_fallback(c, SMC_REASON_SOCKOPT); /* staged data goes out over TCP */
+	pthread_mutex_unlock(&c->lock);
+	if (conn_downgrade(c, SMC_REASON_SOCKOPT, false) == -EBUSY)
+		log_warn("fd %d: busy in another thread, stays upgraded (sockopt)", fd);
+	conn_put(c);
+}
+
 void smc_sock_created(int fd, int domain, int type, int protocol)
 {
 	if (fd < 0 || (domain != AF_INET && domain != AF_INET6))
@@ -1279,7 +1299,7 @@ int smc_sock_accept(int fd, struct sockaddr *addr, socklen_t *len, int flags)
 	if (nfd < 0)
 		return nfd;
 	/* an accepted socket inherits the listener's timeouts and linger */
-	fdtab_flags_reset(nfd, fdtab_flags(fd) & FDF_SOCKOPTS);
+	fdtab_flags_reset(nfd, fdtab_flags(fd) & (FDF_SOCKOPTS | FDF_TCP_ONLY));
 	copy_addr_out(&peer, plen, addr, len);
 	if (fdtab_kind(fd) == FD_LISTEN && smc_enabled() && io_uring_in_use()) /* io_uring_watch.h */
 		return accept_io_uring(fd, nfd, (struct sockaddr *)&peer, flags);
@@ -1319,6 +1339,8 @@ int smc_sock_accept(int fd, struct sockaddr *addr, socklen_t *len, int flags)
 		fdtab_set(nfd, FD_TCP, NULL);
 		fdtab_flags_set(nfd, FDF_TCP_FINAL);
 		stats_conn(SMC_MODE_TCP, why);
+	} else if (fdtab_flags(fd) & FDF_TCP_ONLY) {
+		sock_tcp_only(nfd); /* it inherited the listener's SO_RCVLOWAT */
 	}
 	return nfd;
 }
@@ -1633,7 +1655,8 @@ int smc_sock_ioctl(int fd, unsigned long req, void *arg)
 	struct smc_conn *c = sock_fd_conn(fd);
 	int err, r = 0;
 
-	if (c && (req == FIONREAD || req == SIOCOUTQ) && arg &&
+	/* SIOCOUTQNSD (not yet sent) counts within SIOCOUTQ: what is unwritten */
+	if (c && (req == FIONREAD || req == SIOCOUTQ || req == SIOCOUTQNSD) && arg &&
 	    conn_ready_for_io(c, MSG_DONTWAIT, 0, &err))
 		*(int *)arg = req == FIONREAD ? conn_rx_available(c) : conn_tx_queued(c);
 	else
@@ -1657,8 +1680,7 @@ int smc_sock_getsockopt(int fd, int level, int name, void *val, socklen_t *len)
 	if (c && level == SOL_SOCKET && name == SO_ERROR && c->aborted &&
 	    __atomic_load_n(&c->state, __ATOMIC_ACQUIRE) == CONN_ACTIVE && val && len &&
 	    *len >= sizeof(int)) {
-		*(int *)val = c->reset_reported ? 0 : ECONNRESET;
-		c->reset_reported = true;
+		*(int *)val = conn_reset_take(c) ? ECONNRESET : 0;
 		*len = sizeof(int);
 	} else {
 		r = REAL(getsockopt)(fd, level, name, val, len);
@@ -1670,6 +1692,22 @@ int smc_sock_getsockopt(int fd, int level, int name, void *val, socklen_t *len)
 	return r;
 }
 
+/*
+ * SO_RCVLOWAT above 1: TCP's readiness and blocking reads then wait for that many bytes
+ * (tcp_poll, tcp_recvmsg's target), which the rings' readiness (any byte) does not
+ * know. Honouring it would touch every readiness path (poll, select, the epoll
+ * emulation, the bells' wake-ups) for an option few programs use; instead the
+ * connection goes back to TCP (conn_downgrade, lossless), and a socket or listener
+ * that sets it before it connects or accepts is never upgraded (FDF_TCP_ONLY).
+ */
+static void sock_rcvlowat_set(int fd, const void *val, socklen_t len)
+{
+	if (!val || len < sizeof(int) || *(const int *)val <= 1)
+		return;
+	fdtab_flags_set(fd, FDF_TCP_ONLY);
+	sock_tcp_only(fd);
+}
+
 int smc_sock_setsockopt(int fd, int level, int name, const void *val, socklen_t len)
 {
 	struct smc_conn *c;
@@ -1679,6 +1717,8 @@ int smc_sock_setsockopt(int fd, int level, int name, const void *val, socklen_t 
 	    listener_defer_set(fd, val, len, &r))
 		return r;
 	r = REAL(setsockopt)(fd, level, name, val, len);
+	if (r == 0 && level == SOL_SOCKET && name == SO_RCVLOWAT)
+		sock_rcvlowat_set(fd, val, len);
 	if (r != 0 || level != SOL_SOCKET ||
 	    (name != SO_RCVTIMEO && name != SO_SNDTIMEO && name != SO_LINGER))
 		return r;

@@ -1,0 +1,495 @@
+/* SPDX-License-Identifier: GPL-2.0-only OR BSD-2-Clause */
+/*
+ * sem_check SCENARIO: socket semantics that TCP gives a program and that the rings alone
+ * would not, on one connection over 127.0.0.1 between this process (the client) and a
+ * forked child (the server). Both ends first exchange a greeting, so that under the
+ * library the connection is upgraded before the scenario starts. Without the library
+ * it documents what Linux does; preloaded, the library must give the same.
+ *
+ *   rcvlowat          SO_RCVLOWAT=1000 on an upgraded connection: not readable with 500
+ *                     bytes there, readable with 1100, recv returns 1100 at once
+ *   rcvlowat_pre      the same, set before connect()
+ *   rcvlowat_listener the same, set on the server's listener (the accepted socket
+ *                     inherits it) and checked on the server's end
+ *   soerror           after a reset: SO_ERROR is ECONNRESET once (then 0), poll's POLLERR
+ *                     goes with it, recv reads EOF, send fails with EPIPE and SIGPIPE
+ *   reset_recv        after a reset: the first recv fails with ECONNRESET, then EOF;
+ *                     send fails with EPIPE (MSG_NOSIGNAL: no SIGPIPE)
+ *   outq              SIOCOUTQ/SIOCOUTQNSD are 0 once the bytes are in the peer's
+ *                     receive buffer (unread), FIONREAD counts them there
+ *   oob               send(MSG_OOB) between two writes: the reader gets the urgent byte
+ *                     with recv(MSG_OOB) and the stream without it
+ *   oob_recv          recv(MSG_OOB) with no urgent data: EINVAL, the stream goes on
+ *
+ * Prints "ok - ..." or "FAIL - ..." per check; exits 1 if any failed.
+ */
+#include <arpa/inet.h>
+#include <errno.h>
+#include <linux/sockios.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/ioctl.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+static int failures;
+static const char *role = "client";
+static volatile sig_atomic_t sigpipes;
+
+static void check(bool ok, const char *name, const char *fmt, ...)
+	__attribute__((format(printf, 3, 4)));
+static void check(bool ok, const char *name, const char *fmt, ...)
+{
+	int e = errno;
+
+	if (ok) {
+		printf("ok - %s: %s\n", role, name);
+	} else {
+		va_list ap;
+
+		failures++;
+		printf("FAIL - %s: %s: ", role, name);
+		va_start(ap, fmt);
+		vprintf(fmt, ap);
+		va_end(ap);
+		printf(" (errno %d %s)\n", e, strerror(e));
+	}
+	fflush(stdout);
+}
+
+static void die(const char *what) __attribute__((noreturn));
+static void die(const char *what)
+{
+	fprintf(stderr, "sem_check %s: %s: %s\n", role, what, strerror(errno));
+	exit(2);
+}
+
+static void sleep_ms(int ms)
+{
+	struct timespec ts = { ms / 1000, (long)(ms % 1000) * 1000000L };
+
+	while (nanosleep(&ts, &ts) < 0 && errno == EINTR)
+		;
+}
+
+static long now_ms(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return ts.tv_sec * 1000L + ts.tv_nsec / 1000000L;
+}
+
+/* control channel between the two processes (pipes: never upgraded) */
+static int ctl_in, ctl_out;
+
+static void ctl_send(char c)
+{
+	if (write(ctl_out, &c, 1) != 1)
+		die("control write");
+}
+
+static char ctl_wait(void)
+{
+	char c;
+
+	if (read(ctl_in, &c, 1) != 1)
+		die("control read");
+	return c;
+}
+
+static void send_all(int fd, const char *buf, size_t n)
+{
+	while (n) {
+		ssize_t r = send(fd, buf, n, MSG_NOSIGNAL);
+
+		if (r <= 0)
+			die("send");
+		buf += r;
+		n -= (size_t)r;
+	}
+}
+
+static void recv_exact(int fd, char *buf, size_t n)
+{
+	while (n) {
+		ssize_t r = recv(fd, buf, n, 0);
+
+		if (r <= 0)
+			die(r == 0 ? "recv: early EOF" : "recv");
+		buf += r;
+		n -= (size_t)r;
+	}
+}
+
+/* Both ends: one greeting each way (the connection is upgraded under the library).
+ * Read without blocking: under SO_RCVLOWAT the kernel wakes a reader only once that
+ * many bytes are there (tcp_data_ready), whatever it asked for. */
+static void greet(int fd)
+{
+	long t0 = now_ms();
+	size_t got = 0;
+	char b[2];
+
+	send_all(fd, "hi", 2);
+	while (got < 2) {
+		ssize_t r = recv(fd, b + got, 2 - got, MSG_DONTWAIT);
+
+		if (r > 0)
+			got += (size_t)r;
+		else if (r == 0 || errno != EAGAIN || now_ms() - t0 > 10000)
+			die("greeting");
+		else
+			sleep_ms(2);
+	}
+}
+
+static void set_lowat(int fd, int v)
+{
+	if (setsockopt(fd, SOL_SOCKET, SO_RCVLOWAT, &v, sizeof(v)) < 0)
+		die("SO_RCVLOWAT");
+}
+
+static int ioctl_int(int fd, unsigned long req)
+{
+	int v = -1;
+
+	if (ioctl(fd, req, &v) < 0)
+		return -1;
+	return v;
+}
+
+/* ------------------------------------------------------------ the scenarios */
+
+/* The reader's end under SO_RCVLOWAT=1000 while the writer sends 500, then 600 after
+ * ctl 'w' (which the reader sends once it saw 500 bytes not count as readable). */
+static void lowat_reader(int fd)
+{
+	struct pollfd p = { .fd = fd, .events = POLLIN };
+	char buf[2000];
+	long t0;
+	ssize_t r;
+	int n;
+
+	ctl_send('g');
+	/* the 500 bytes are there (FIONREAD) but below the mark: not readable */
+	t0 = now_ms();
+	while ((n = ioctl_int(fd, FIONREAD)) < 500 && now_ms() - t0 < 5000)
+		sleep_ms(5);
+	check(n == 500, "lowat: FIONREAD sees the first 500 bytes", "FIONREAD %d", n);
+	n = poll(&p, 1, 100);
+	check(n == 0, "lowat: not readable with 500 of 1000 bytes", "poll %d revents %#x", n,
+	      p.revents);
+	ctl_send('w');
+	n = poll(&p, 1, 5000);
+	check(n == 1 && (p.revents & POLLIN), "lowat: readable with 1100 bytes",
+	      "poll %d revents %#x", n, p.revents);
+	r = recv(fd, buf, sizeof(buf), 0);
+	check(r == 1100, "lowat: recv returns the 1100 bytes at once", "recv %zd", r);
+	ctl_send('d');
+}
+
+static void lowat_writer(int fd)
+{
+	static char buf[600];
+
+	memset(buf, 'a', sizeof(buf));
+	if (ctl_wait() != 'g')
+		die("control");
+	send_all(fd, buf, 500);
+	if (ctl_wait() != 'w')
+		die("control");
+	send_all(fd, buf, 600);
+	ctl_wait();
+}
+
+static void on_sigpipe(int sig)
+{
+	(void)sig;
+	sigpipes++;
+}
+
+/* The server resets the connection (SO_LINGER 0, close) once the client is ready. */
+static void reset_by_server(int fd)
+{
+	struct linger lg = { 1, 0 };
+
+	ctl_wait();
+	if (setsockopt(fd, SOL_SOCKET, SO_LINGER, &lg, sizeof(lg)) < 0)
+		die("SO_LINGER");
+	close(fd);
+	ctl_send('r');
+}
+
+static void await_reset(int fd)
+{
+	struct pollfd p = { .fd = fd, .events = POLLIN };
+
+	ctl_send('g');
+	ctl_wait();
+	check(poll(&p, 1, 5000) == 1 && (p.revents & POLLERR), "reset: POLLERR while pending",
+	      "revents %#x", p.revents);
+}
+
+static void after_reset(int fd, bool nosignal)
+{
+	struct pollfd p = { .fd = fd, .events = POLLIN | POLLOUT };
+	char b[8];
+	ssize_t r;
+	int n;
+
+	n = poll(&p, 1, 0);
+	check(n == 1 && !(p.revents & POLLERR) && (p.revents & POLLHUP) && (p.revents & POLLIN),
+	      "reset: reported, poll says HUP and IN without ERR", "poll %d revents %#x", n,
+	      p.revents);
+	r = recv(fd, b, sizeof(b), 0);
+	check(r == 0, "reset: reported, recv reads EOF", "recv %zd", r);
+	r = recv(fd, b, sizeof(b), 0);
+	check(r == 0, "reset: recv reads EOF again", "recv %zd", r);
+	sigpipes = 0;
+	errno = 0;
+	r = send(fd, "x", 1, nosignal ? MSG_NOSIGNAL : 0);
+	check(r < 0 && errno == EPIPE, "reset: reported, send fails with EPIPE", "send %zd", r);
+	check(sigpipes == (nosignal ? 0 : 1), nosignal ? "reset: no SIGPIPE with MSG_NOSIGNAL"
+						       : "reset: send raised SIGPIPE",
+	      "%d SIGPIPE", (int)sigpipes);
+	errno = 0;
+	r = send(fd, "x", 1, MSG_NOSIGNAL);
+	check(r < 0 && errno == EPIPE, "reset: send fails with EPIPE again", "send %zd", r);
+}
+
+static void client_soerror(int fd)
+{
+	int v = -1;
+	socklen_t len = sizeof(v);
+
+	await_reset(fd);
+	check(getsockopt(fd, SOL_SOCKET, SO_ERROR, &v, &len) == 0 && v == ECONNRESET,
+	      "reset: SO_ERROR is ECONNRESET", "SO_ERROR %d", v);
+	len = sizeof(v);
+	check(getsockopt(fd, SOL_SOCKET, SO_ERROR, &v, &len) == 0 && v == 0,
+	      "reset: SO_ERROR is 0 once read", "SO_ERROR %d", v);
+	after_reset(fd, false);
+}
+
+static void client_reset_recv(int fd)
+{
+	char b[8];
+	ssize_t r;
+
+	await_reset(fd);
+	errno = 0;
+	r = recv(fd, b, sizeof(b), 0);
+	check(r < 0 && errno == ECONNRESET, "reset: the first recv fails with ECONNRESET",
+	      "recv %zd", r);
+	after_reset(fd, true);
+}
+
+#define OUTQ_BYTES 32768
+
+static void server_outq(int fd)
+{
+	static char buf[OUTQ_BYTES];
+	int n;
+
+	memset(buf, 'q', sizeof(buf));
+	send_all(fd, buf, sizeof(buf));
+	ctl_wait(); /* the client sees them all in its receive buffer, unread */
+	sleep_ms(50); /* loopback ACKs them */
+	n = ioctl_int(fd, SIOCOUTQ);
+	check(n == 0, "outq: SIOCOUTQ 0 with the bytes in the peer's buffer", "SIOCOUTQ %d", n);
+	n = ioctl_int(fd, SIOCOUTQNSD);
+	check(n == 0, "outq: SIOCOUTQNSD 0", "SIOCOUTQNSD %d", n);
+	ctl_send('d');
+	ctl_wait();
+}
+
+static void client_outq(int fd)
+{
+	static char buf[OUTQ_BYTES];
+	long t0 = now_ms();
+	int n;
+
+	while ((n = ioctl_int(fd, FIONREAD)) < OUTQ_BYTES && now_ms() - t0 < 5000)
+		sleep_ms(5);
+	check(n == OUTQ_BYTES, "outq: FIONREAD counts the unread bytes", "FIONREAD %d", n);
+	n = ioctl_int(fd, SIOCOUTQ);
+	check(n == 0, "outq: the reader's SIOCOUTQ is 0", "SIOCOUTQ %d", n);
+	ctl_send('c');
+	ctl_wait();
+	recv_exact(fd, buf, sizeof(buf));
+	n = ioctl_int(fd, FIONREAD);
+	check(n == 0, "outq: FIONREAD 0 once read", "FIONREAD %d", n);
+	ctl_send('d');
+}
+
+static void server_oob(int fd)
+{
+	ssize_t r;
+
+	send_all(fd, "abc", 3);
+	r = send(fd, "!", 1, MSG_OOB);
+	check(r == 1, "oob: send(MSG_OOB) sends the urgent byte", "send %zd", r);
+	send_all(fd, "def", 3);
+	ctl_send('s');
+	ctl_wait();
+}
+
+static void client_oob(int fd)
+{
+	char b[8] = { 0 };
+	long t0;
+	ssize_t r;
+
+	ctl_wait();
+	t0 = now_ms();
+	do {
+		errno = 0;
+		r = recv(fd, b, 1, MSG_OOB);
+		if (r < 0 && (errno == EINVAL || errno == EAGAIN) && now_ms() - t0 < 5000)
+			sleep_ms(10); /* not arrived yet */
+		else
+			break;
+	} while (true);
+	check(r == 1 && b[0] == '!', "oob: recv(MSG_OOB) gets the urgent byte", "recv %zd '%c'",
+	      r, b[0]);
+	memset(b, 0, sizeof(b));
+	recv_exact(fd, b, 6);
+	check(memcmp(b, "abcdef", 6) == 0, "oob: the stream without the urgent byte",
+	      "read '%.6s'", b);
+	ctl_send('d');
+}
+
+static void server_oob_recv(int fd)
+{
+	char b[3];
+
+	ctl_wait();
+	send_all(fd, "xyz", 3);
+	recv_exact(fd, b, 3);
+	check(memcmp(b, "uvw", 3) == 0, "oob_recv: the stream goes on after", "read '%.3s'", b);
+}
+
+static void client_oob_recv(int fd)
+{
+	char b[3];
+	ssize_t r;
+
+	errno = 0;
+	r = recv(fd, b, 1, MSG_OOB | MSG_DONTWAIT);
+	check(r < 0 && errno == EINVAL, "oob_recv: recv(MSG_OOB) without urgent data: EINVAL",
+	      "recv %zd", r);
+	ctl_send('g');
+	recv_exact(fd, b, 3);
+	check(memcmp(b, "xyz", 3) == 0, "oob_recv: the stream goes on", "read '%.3s'", b);
+	send_all(fd, "uvw", 3);
+}
+
+/* ------------------------------------------------------------ the pair */
+
+int main(int argc, char **argv)
+{
+	struct sockaddr_in sa = { .sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
+	socklen_t salen = sizeof(sa);
+	int c2s[2], s2c[2], port_pipe[2], lfd, fd, status;
+	const char *sc = argc == 2 ? argv[1] : "";
+	struct sigaction act = { .sa_handler = on_sigpipe };
+	pid_t pid;
+
+	if (strcmp(sc, "rcvlowat") && strcmp(sc, "rcvlowat_pre") &&
+	    strcmp(sc, "rcvlowat_listener") && strcmp(sc, "soerror") && strcmp(sc, "reset_recv") &&
+	    strcmp(sc, "outq") && strcmp(sc, "oob") && strcmp(sc, "oob_recv")) {
+		fprintf(stderr, "usage: %s rcvlowat|rcvlowat_pre|rcvlowat_listener|soerror|"
+				"reset_recv|outq|oob|oob_recv\n", argv[0]);
+		return 2;
+	}
+	sigaction(SIGPIPE, &act, NULL);
+	if (pipe(c2s) < 0 || pipe(s2c) < 0 || pipe(port_pipe) < 0)
+		die("pipe");
+	pid = fork();
+	if (pid < 0)
+		die("fork");
+	if (pid == 0) {
+		role = "server";
+		ctl_in = c2s[0];
+		ctl_out = s2c[1];
+		lfd = socket(AF_INET, SOCK_STREAM, 0);
+		if (lfd < 0 || bind(lfd, (struct sockaddr *)&sa, sizeof(sa)) < 0)
+			die("bind");
+		if (!strcmp(sc, "rcvlowat_listener"))
+			set_lowat(lfd, 1000);
+		if (listen(lfd, 4) < 0 || getsockname(lfd, (struct sockaddr *)&sa, &salen) < 0)
+			die("listen");
+		if (write(port_pipe[1], &sa.sin_port, sizeof(sa.sin_port)) != sizeof(sa.sin_port))
+			die("port pipe");
+		fd = accept(lfd, NULL, NULL);
+		if (fd < 0)
+			die("accept");
+		close(lfd);
+		greet(fd);
+		if (!strncmp(sc, "rcvlowat", 8)) {
+			if (!strcmp(sc, "rcvlowat_listener"))
+				lowat_reader(fd);
+			else
+				lowat_writer(fd);
+		} else if (!strcmp(sc, "soerror") || !strcmp(sc, "reset_recv")) {
+			reset_by_server(fd);
+			fd = -1;
+		} else if (!strcmp(sc, "outq")) {
+			server_outq(fd);
+		} else if (!strcmp(sc, "oob")) {
+			server_oob(fd);
+		} else {
+			server_oob_recv(fd);
+		}
+		if (fd >= 0)
+			close(fd);
+		exit(failures ? 1 : 0);
+	}
+	ctl_in = s2c[0];
+	ctl_out = c2s[1];
+	if (read(port_pipe[0], &sa.sin_port, sizeof(sa.sin_port)) != sizeof(sa.sin_port))
+		die("port pipe");
+	fd = socket(AF_INET, SOCK_STREAM, 0);
+	if (fd < 0)
+		die("socket");
+	if (!strcmp(sc, "rcvlowat_pre"))
+		set_lowat(fd, 1000);
+	if (connect(fd, (struct sockaddr *)&sa, sizeof(sa)) < 0)
+		die("connect");
+	greet(fd);
+	if (!strcmp(sc, "rcvlowat")) {
+		set_lowat(fd, 1000);
+		lowat_reader(fd);
+	} else if (!strcmp(sc, "rcvlowat_pre")) {
+		lowat_reader(fd);
+	} else if (!strcmp(sc, "rcvlowat_listener")) {
+		lowat_writer(fd);
+	} else if (!strcmp(sc, "soerror")) {
+		client_soerror(fd);
+	} else if (!strcmp(sc, "reset_recv")) {
+		client_reset_recv(fd);
+	} else if (!strcmp(sc, "outq")) {
+		client_outq(fd);
+	} else if (!strcmp(sc, "oob")) {
+		client_oob(fd);
+	} else {
+		client_oob_recv(fd);
+	}
+	close(fd);
+	if (waitpid(pid, &status, 0) != pid)
+		die("waitpid");
+	if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+		printf("FAIL - server exited with status %#x\n", status);
+		failures++;
+	}
+	return failures ? 1 : 0;
+}

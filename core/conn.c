@@ -2471,7 +2471,10 @@ ssize_t conn_recv(struct smc_conn *c, const struct iovec *iov, int iovcnt, int f
 
 		/* over RDMA what arrived before a reset stays readable (ib_conn_rx_used) */
 		if (c->aborted && !(c->ib && rx_used(c) > 0)) {
-			err = conn_reset_take(c) ? ECONNRESET : 0; /* then EOF */
+			/* what this call read is returned first; the reset stays pending for
+			 * the next call, as tcp_recvmsg() leaves sk_err when it copied any */
+			if (!got)
+				err = conn_reset_take(c) ? ECONNRESET : 0; /* then EOF */
 			break;
 		}
 		if (conn_state(c) == CONN_FALLBACK) {
@@ -2635,8 +2638,11 @@ ssize_t conn_send(struct smc_conn *c, const struct iovec *iov, int iovcnt, int f
 		int64_t room;
 
 		if (c->aborted) {
-			/* reported once, then EPIPE and SIGPIPE (conn_reset_take) */
-			err = conn_reset_take(c) ? ECONNRESET : EPIPE;
+			/* reported once, then EPIPE and SIGPIPE (conn_reset_take); after a
+			 * partial send the count is returned and the reset stays pending, as
+			 * tcp_sendmsg() leaves sk_err when it copied any */
+			if (!sent)
+				err = conn_reset_take(c) ? ECONNRESET : EPIPE;
 			break;
 		}
 		if ((conn_state(c) == CONN_FALLBACK || side_left) && sent < want) {
@@ -2661,7 +2667,8 @@ ssize_t conn_send(struct smc_conn *c, const struct iovec *iov, int iovcnt, int f
 			break;
 		}
 		if (c->shut_wr || tx_dead(c)) {
-			err = c->aborted && conn_reset_take(c) ? ECONNRESET : EPIPE;
+			if (!sent)
+				err = c->aborted && conn_reset_take(c) ? ECONNRESET : EPIPE;
 			break;
 		}
 		if (sent == want)

@@ -52,6 +52,8 @@ PACKAGES+=(nghttp2-client)
 # socat EXEC, with and without nofork (tests/integration/exec.sh);
 # systemd-socket-activate (exec_listener.sh); ncat --exec (exec.sh)
 PACKAGES+=(socat systemd ncat)
+# an FTP server whose sessions come from the raw clone system call (tests/integration/vsftpd.sh)
+PACKAGES+=(vsftpd)
 # libFuzzer's runtime for tests/fuzz (only a Recommends of clang, which is not installed)
 PACKAGES+=(libclang-rt-14-dev)
 # The Debian packages (tests/integration/debian_package.sh: dpkg-buildpackage, lintian, a
@@ -82,6 +84,8 @@ ASAN_TESTS=(tests/integration/fallback.sh tests/integration/stream.sh
 	tests/integration/fd_headroom.sh)
 # fork() while threads are busy (locks inherited by children), per-process counts
 ASAN_TESTS+=(tests/integration/fork.sh tests/integration/fork_counts.sh)
+# children made by clone() and the raw clone system calls (fork handling from a trampoline)
+ASAN_TESTS+=(tests/integration/clone.sh)
 ASAN_TESTS+=(tests/integration/rdv_squat.sh)
 # a peer forging the shared block: a read or write outside a ring is an ASan report
 ASAN_TESTS+=(tests/integration/shm_forge.sh)

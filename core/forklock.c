@@ -162,8 +162,42 @@ void forklock_parent(void)
 	giving_up = false;
 }
 
+/* Threads the library made in this process, and how many of them have started. */
+static unsigned threads_created, threads_started;
+
+void forklock_thread_created(void)
+{
+	__atomic_add_fetch(&threads_created, 1, __ATOMIC_RELEASE);
+}
+
+void forklock_thread_started(void)
+{
+	__atomic_add_fetch(&threads_started, 1, __ATOMIC_RELEASE);
+}
+
+/* A created thread only needs a CPU to start; past a second something else is wrong,
+ * and the clone goes ahead rather than never. */
+#define THREADS_SETTLE_NS 1000000000ull
+
+void forklock_threads_settle(void)
+{
+	uint64_t give_up_at = clock_now_ns() + THREADS_SETTLE_NS;
+	unsigned round = 0;
+
+	while (__atomic_load_n(&threads_started, __ATOMIC_ACQUIRE) <
+	       __atomic_load_n(&threads_created, __ATOMIC_ACQUIRE)) {
+		if (clock_now_ns() >= give_up_at) {
+			log_warn("clone: a thread of the library has not started after 1 s");
+			return;
+		}
+		backoff(round++);
+	}
+}
+
 void forklock_child(void)
 {
+	/* none of the library's threads exists in the child */
+	threads_created = threads_started = 0;
 	/* The forking thread is the only one, and it holds them: fresh locks, same data. */
 	while (held.n > 0)
 		pthread_mutex_init(held.v[--held.n], NULL);

@@ -33,4 +33,23 @@ void forklock_child(void);
 enum forklock_result { FORKLOCK_TAKEN, FORKLOCK_BUSY, FORKLOCK_SKIPPED };
 enum forklock_result forklock_take(pthread_mutex_t *m);
 
+/*
+ * The library's own threads across a clone() that is not libc's fork() (core/init.h
+ * smc_clone_prepare). glibc's fork() gives the child a list of threads holding only
+ * itself; glibc's clone() and the raw system call leave the parent's list in the
+ * child. A listed thread that has not yet begun to run (pthread_create returned, the
+ * thread not scheduled yet) is marked as being created, and the child's setuid(),
+ * setgroups()... wait for it for ever (glibc's set*id signals every listed thread,
+ * and waits for one in creation to start). A started one is only signalled, which
+ * fails in the child and is skipped. So the clone waits for every thread the library
+ * made to have started:
+ *   forklock_thread_created   after a pthread_create that succeeded, under the lock
+ *                             the prepare handler takes for that thread's start;
+ *   forklock_thread_started   first thing in the new thread;
+ *   forklock_threads_settle   after the prepare handler, bounded.
+ */
+void forklock_thread_created(void);
+void forklock_thread_started(void);
+void forklock_threads_settle(void);
+
 #endif

@@ -14,6 +14,7 @@
 #include "core/pool.h"
 #include "core/progress.h"
 #include "core/real.h"
+#include "core/sock.h"
 #include "core/stats.h"
 #include "core/statsrv.h"
 
@@ -65,6 +66,31 @@ static void init_run(void)
 void smc_init(void)
 {
 	pthread_once(&init_once, init_run);
+}
+
+/* The steps of fork() (preload/process.c, then the atfork handlers) for a copy of the
+ * process that libc's fork() does not make. The child of a clone is, like a forked one,
+ * the calling thread alone with a copy of the memory: the prepare handler's locks are
+ * held by that thread in both copies, the fork counter was advanced under the registry,
+ * and the child's handlers run on whatever stack the clone gave it. */
+void smc_clone_prepare(void)
+{
+	smc_init();
+	smc_sock_before_fork();
+	fork_prepare();
+	forklock_threads_settle();
+}
+
+void smc_clone_parent(bool failed)
+{
+	fork_parent();
+	if (failed)
+		conn_fork_failed();
+}
+
+void smc_clone_child(void)
+{
+	fork_child();
 }
 
 bool smc_enabled(void)

@@ -8,4 +8,13 @@
 void smc_init(void);
 /* True when connections may be upgraded to shared memory (SMC_TRANSPORT auto or shm). */
 bool smc_enabled(void);
+/* A new process that libc's fork() does not make, so neither the fork() wrapper nor
+ * the pthread_atfork handlers see it: glibc's clone() and the raw clone and clone3
+ * system calls without CLONE_VM (preload/process.c, preload/syscall.c). It gets what
+ * fork() gets, in the same order: smc_clone_prepare before the call, in the calling
+ * thread; smc_clone_parent after it in the parent (failed: no child was made);
+ * smc_clone_child in the child before anything else it runs. */
+void smc_clone_prepare(void);
+void smc_clone_parent(bool failed);
+void smc_clone_child(void);
 #endif

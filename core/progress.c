@@ -451,6 +451,7 @@ static void *progress_main(void *arg)
 {
 	struct event_base *base = arg;
 
+	forklock_thread_started();
 	smc_thread_internal = true;
 	event_base_loop(base, EVLOOP_NO_EXIT_ON_EMPTY);
 	return NULL;
@@ -500,6 +501,7 @@ static struct event_base *progress_start(void)
 		goto out;
 	}
 	pthread_sigmask(SIG_SETMASK, &old, NULL);
+	forklock_thread_created();
 	pthread_detach(progress_thread);
 	progress_base = base;
 	__atomic_store_n(&progress_pid, getpid(), __ATOMIC_RELEASE);

@@ -75,6 +75,7 @@ struct mmsghdr;
 	X(int, epoll_pwait2, (int, struct epoll_event *, int, const struct timespec *, const sigset_t *)) \
 	X(pid_t, fork, (void)) \
 	X(pid_t, vfork, (void)) \
+	X(int, clone, (int (*)(void *), void *, int, void *, ...)) \
 	X(int, daemon, (int, int)) \
 	X(int, execve, (const char *, char *const[], char *const[])) \
 	X(int, execveat, (int, const char *, char *const[], char *const[], int)) \

@@ -353,6 +353,7 @@ static void *statsrv_main(void *arg)
 {
 	int lfd = (int)(intptr_t)arg;
 
+	forklock_thread_started();
 	for (;;) {
 		int fd = REAL(accept4)(lfd, NULL, NULL, SOCK_CLOEXEC);
 
@@ -442,8 +443,10 @@ static bool statsrv_spawn(int lfd)
 	err = pthread_create(&thread, &attr, statsrv_main, (void *)(intptr_t)lfd);
 	pthread_sigmask(SIG_SETMASK, &old, NULL);
 	pthread_attr_destroy(&attr);
-	if (err == 0)
+	if (err == 0) {
+		forklock_thread_created();
 		pthread_setname_np(thread, "smcp-stat");
+	}
 	return err == 0;
 }
 

@@ -1,12 +1,13 @@
 /* SPDX-License-Identifier: GPL-2.0-only OR BSD-2-Clause */
 /*
- * Process-level wrappers (fork, vfork, daemon, prctl) and the library constructor.
+ * Process-level wrappers (fork, vfork, clone, daemon, prctl) and the library constructor.
  */
 #include "preload/wrap.h"
 #include "core/conn.h"
 #include "core/sandbox.h"
 #include "core/sock.h"
 
+#include <sched.h>
 #include <stdarg.h>
 #include <stdlib.h>
 #include <sys/prctl.h>
@@ -56,6 +57,67 @@ SMC_EXPORT pid_t vfork(void)
 	return REAL(fork)();
 }
 SMC_EXPORT pid_t __vfork(void) SMC_ALIAS(vfork);
+
+/*
+ * clone() without CLONE_VM makes a new process with a copy of the memory, as fork()
+ * does (vsftpd starts each session so, with namespace flags), with or without
+ * CLONE_VFORK; but glibc's clone() runs no atfork handler. So it gets fork()'s steps
+ * here: the child runs a trampoline that runs the child's handlers, then the program's
+ * fn(arg), whose result is the child's exit status as before. The trampoline's
+ * argument lives in this frame, which the child's copy of the memory holds too.
+ * With CLONE_VM (a thread, or a vfork-like child sharing our memory) the child is no
+ * new copy of the library's state: nothing more to do.
+ *
+ * The optional arguments are positional (parent_tid, tls, child_tid): as many are read
+ * as the flags use; the rest go on as NULL, which the kernel ignores for those flags.
+ */
+struct clone_start {
+	int (*fn)(void *);
+	void *arg;
+};
+
+static int clone_child_start(void *p)
+{
+	const struct clone_start *s = p;
+
+	smc_clone_child();
+	return s->fn(s->arg);
+}
+
+SMC_EXPORT int clone(int (*fn)(void *), void *stack, int flags, void *arg, ...)
+{
+	pid_t *ptid = NULL, *ctid = NULL;
+	void *tls = NULL;
+	int nargs = 0, r;
+	va_list ap;
+
+	if (flags & (CLONE_CHILD_SETTID | CLONE_CHILD_CLEARTID))
+		nargs = 3;
+	else if (flags & CLONE_SETTLS)
+		nargs = 2;
+	else if (flags & (CLONE_PARENT_SETTID | CLONE_PIDFD))
+		nargs = 1;
+	va_start(ap, arg);
+	if (nargs >= 1)
+		ptid = va_arg(ap, pid_t *);
+	if (nargs >= 2)
+		tls = va_arg(ap, void *);
+	if (nargs >= 3)
+		ctid = va_arg(ap, pid_t *);
+	va_end(ap);
+
+	if ((flags & CLONE_VM) || !fn)
+		return CALL_REAL(clone, fn, stack, flags, arg, ptid, tls, ctid);
+
+	struct clone_start start = { fn, arg };
+
+	KEEP_ERRNO(smc_clone_prepare());
+	r = CALL_REAL(clone, clone_child_start, stack, flags, &start, ptid, tls, ctid);
+	KEEP_ERRNO(smc_clone_parent(r < 0));
+	return r;
+}
+SMC_EXPORT int __clone(int (*fn)(void *), void *stack, int flags, void *arg, ...)
+	SMC_ALIAS(clone);
 
 /* daemon() forks inside libc, where the core's atfork handlers run as for fork(). */
 SMC_EXPORT int daemon(int nochdir, int noclose)

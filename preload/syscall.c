@@ -13,6 +13,9 @@
  * unslept time back, and the signal masks of ppoll, pselect6 and epoll_pwait[2] come in
  * the kernel's size with that size as an argument. Those are converted here.
  *
+ * clone and clone3 that make a process with a copy of the memory on the same stack
+ * (vsftpd's) get the library's fork handling around them, as fork does.
+ *
  * io_uring_setup passes through and, when it succeeds, keeps every later connection on
  * TCP (core/io_uring_watch.h).
  */
@@ -22,6 +25,7 @@
 #include <linux/seccomp.h>
 #include <sys/prctl.h>
 
+#include <sched.h>
 #include <stdarg.h>
 #include <stdint.h>
 #include <string.h>
@@ -142,6 +146,48 @@ static long raw_epoll_pwait(const long *a, bool pwait2)
 	if (pwait2)
 		return smc_impl_epoll_pwait2(FD(0), PTR(1), FD(2), PTR(3), mask);
 	return smc_impl_epoll_pwait(FD(0), PTR(1), FD(2), FD(3), mask);
+}
+
+/*
+ * A raw clone or clone3 without CLONE_VM and without a new stack is a fork (vsftpd
+ * starts each session with syscall(SYS_clone, CLONE_NEWPID | ... | SIGCHLD, NULL)), in
+ * which libc's fork() and so the library's fork handling take no part: it gets fork()'s
+ * steps here (core/init.h). The child returns from the same call on its copy of this
+ * stack. A raw call with a new stack (the child would return from libc's syscall()
+ * through whatever that stack holds) or with CLONE_VM goes to the kernel untouched.
+ */
+#ifndef SYS_clone3
+#define SYS_clone3 435
+#endif
+/* The first fields of the kernel's struct clone_args (CLONE_ARGS_SIZE_VER0 = 64). */
+struct clone3_head {
+	uint64_t flags, pidfd, child_tid, parent_tid, exit_signal, stack, stack_size, tls;
+};
+/* clone's flags and stack: s390 swaps the two (the kernel's CLONE_BACKWARDS2). */
+#if defined(__s390__)
+#define CLONE_FLAGS(a) ((uint64_t)(unsigned long)(a)[1])
+#define CLONE_STACK(a) ((uint64_t)(unsigned long)(a)[0])
+#else
+#define CLONE_FLAGS(a) ((uint64_t)(unsigned long)(a)[0])
+#define CLONE_STACK(a) ((uint64_t)(unsigned long)(a)[1])
+#endif
+
+static bool raw_clone_forks(uint64_t flags, uint64_t stack)
+{
+	return !(flags & CLONE_VM) && stack == 0;
+}
+
+static long raw_fork_like(long nr, const long *a)
+{
+	long r;
+
+	KEEP_ERRNO(smc_clone_prepare());
+	r = CALL_REAL(syscall, nr, a[0], a[1], a[2], a[3], a[4], a[5]);
+	if (r == 0)
+		KEEP_ERRNO(smc_clone_child());
+	else
+		KEEP_ERRNO(smc_clone_parent(r < 0));
+	return r;
 }
 
 /* The call through the library's own wrapper when the library is concerned; *routed
@@ -314,6 +360,16 @@ static long route(long nr, const long *a, bool *routed)
 	case SYS_vfork:
 #endif
 		return smc_impl_fork();
+	case SYS_clone:
+		if (raw_clone_forks(CLONE_FLAGS(a), CLONE_STACK(a)))
+			return raw_fork_like(nr, a);
+		break;
+	case SYS_clone3:
+		if (a[0] && (unsigned long)a[1] >= sizeof(struct clone3_head) &&
+		    raw_clone_forks(((const struct clone3_head *)PTR(0))->flags,
+				    ((const struct clone3_head *)PTR(0))->stack))
+			return raw_fork_like(nr, a);
+		break;
 	default:
 		break;
 	}

@@ -1581,10 +1581,44 @@ int conn_downgrade(struct smc_conn *c, enum smc_reason why, bool image_ends)
  * until the exec, since we keep both data locks. Should the peer force the hand-off
  * (the new image never claimed it), it has everything a downgrade would have given it.
  */
+static bool keeps_memfd(const struct smc_conn *c)
+{
+	return __atomic_load_n(&c->memfd, __ATOMIC_RELAXED) >= 0;
+}
+
+/* Under descriptor pressure (fd_budget.h) the memfds kept for a hand-off go back: an
+ * upgrade is worth more than a later hand-off, whose connection then goes back to TCP
+ * at the exec instead (idle_stress.sh: 1,000 connections per process fit at 4
+ * descriptors each, not at 5). One that is handing off now keeps its memfd. */
+static void conn_memfds_reclaim(void)
+{
+	size_t n, given = 0;
+	struct smc_conn **v = conn_collect_active(keeps_memfd, &n);
+
+	for (size_t i = 0; i < n; i++) {
+		struct smc_conn *c = v[i];
+
+		pthread_mutex_lock(&c->lock);
+		if (c->memfd >= 0 && !c->handoff_word) {
+			REAL(close)(c->memfd);
+			__atomic_store_n(&c->memfd, -1, __ATOMIC_RELAXED);
+			given++;
+		}
+		pthread_mutex_unlock(&c->lock);
+		conn_put(c);
+	}
+	free(v);
+	if (given) {
+		fd_budget_give((unsigned)given);
+		log_debug("fd budget: %zu memfds kept for hand-offs given back", given);
+	}
+}
+
 void conn_keep_memfd(struct smc_conn *c, int memfd)
 {
 	if (memfd < 0)
 		return;
+	fd_budget_on_pressure(conn_memfds_reclaim);
 	if (c->memfd < 0 && !c->pool && !c->ib && fd_budget_allows(-1, 1)) {
 		c->memfd = fd_park(memfd);
 		fd_budget_take(1);

@@ -18,7 +18,10 @@ static unsigned held;         /* descriptors the library keeps (atomic) */
 static unsigned reserved;     /* descriptors decided upgrades will create (atomic) */
 static unsigned app_estimate; /* descriptors the application holds, estimated (atomic) */
 static uint64_t last_count_ns; /* when /proc/self/fd was last counted (atomic) */
-static void (*pressure_hook)(void); /* atomic */
+/* what gives descriptors back under pressure (fd_budget_on_pressure): pools, the
+ * memfds kept for exec hand-offs */
+#define PRESSURE_HOOKS 4
+static void (*pressure_hooks[PRESSURE_HOOKS])(void); /* atomic */
 
 /* /proc/self/fd is counted at most this often: with tens of thousands of descriptors
  * one count costs milliseconds, and it is only asked for when the estimate refuses. */
@@ -36,7 +39,14 @@ void fd_budget_give(unsigned n)
 
 void fd_budget_on_pressure(void (*fn)(void))
 {
-	__atomic_store_n(&pressure_hook, fn, __ATOMIC_RELAXED);
+	for (int i = 0; i < PRESSURE_HOOKS; i++) {
+		void (*cur)(void) = NULL;
+
+		if (__atomic_compare_exchange_n(&pressure_hooks[i], &cur, fn, false,
+						__ATOMIC_RELAXED, __ATOMIC_RELAXED) ||
+		    cur == fn)
+			return;
+	}
 }
 
 void fd_budget_reserve(unsigned n)
@@ -142,7 +152,7 @@ bool fd_budget_allows(int app_fd, unsigned n)
 {
 	uint64_t limit = nofile_limit(), now;
 	unsigned est = __atomic_load_n(&app_estimate, __ATOMIC_RELAXED);
-	void (*hook)(void);
+	unsigned before;
 	long counted;
 
 	if (limit == 0)
@@ -168,11 +178,18 @@ bool fd_budget_allows(int app_fd, unsigned n)
 				  (unsigned long long)limit);
 		}
 	}
-	/* Refused: what the library keeps only as a cache goes back, for later decisions
-	 * (at every refusal: a program growing fast makes many within one count's
-	 * interval, and the hook finds nothing to do once it has run). */
-	hook = __atomic_load_n(&pressure_hook, __ATOMIC_RELAXED);
-	if (hook && app_fd >= 0)
-		hook();
-	return false;
+	/* Refused: what the library keeps only as a cache goes back (at every refusal: a
+	 * program growing fast makes many within one count's interval, and a hook finds
+	 * nothing to do once it has run), and the rule is asked again if it freed any. */
+	if (app_fd < 0)
+		return false;
+	before = fd_budget_held();
+	for (int i = 0; i < PRESSURE_HOOKS; i++) {
+		void (*hook)(void) = __atomic_load_n(&pressure_hooks[i], __ATOMIC_RELAXED);
+
+		if (hook)
+			hook();
+	}
+	return fd_budget_held() < before &&
+	       rule_holds(limit, __atomic_load_n(&app_estimate, __ATOMIC_RELAXED), n);
 }

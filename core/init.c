@@ -58,6 +58,7 @@ static void init_run(void)
 	real_init();
 	config_load(NULL);
 	log_init();
+	progress_load();
 	fd_park_prepare();
 	atexit(stats_at_exit);
 	pthread_atfork(fork_prepare, fork_parent, fork_child);

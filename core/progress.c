@@ -511,6 +511,11 @@ out:
 	return base;
 }
 
+void progress_load(void)
+{
+	(void)evlib_load();
+}
+
 int progress_ensure(void)
 {
 	if (__atomic_load_n(&progress_pid, __ATOMIC_ACQUIRE) == getpid())

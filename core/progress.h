@@ -49,6 +49,10 @@ int progress_watch_flow(const struct hs_flow *f, progress_flow_done done);
  * calls the flow's done. Takes c->lock. 1: c is no longer PENDING; 0: the flow's Accept
  * is out (only the Confirm ends it); -ENOENT: c is PENDING under no such flow (yet). */
 int progress_flow_refuse(struct smc_conn *c, enum smc_reason why);
+/* Loads libevent (core/evlib.h) now, from the library's constructor: it is found by
+ * path, which a program that later chroots (a privilege-separated daemon's login
+ * process) would no longer reach. */
+void progress_load(void);
 /* SMC-R: starts the thread if needed and makes it serve the link registry (ib_lgr.h):
  * each link's completion channel, the device's async events, the link timers. Call
  * before the first ib_lgr_* call that may create a link. 0 or -ENOMEM. */

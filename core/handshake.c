@@ -684,6 +684,23 @@ int hs_server_start_inline(struct hs_flow *f, struct smc_conn *c, int ufd,
 	return r;
 }
 
+int hs_server_finish_inline(struct hs_flow *f)
+{
+	uint64_t until = clock_now_ms() + smc_cfg.handshake_timeout_ms;
+	int r = HS_WAIT;
+
+	while (r == HS_WAIT && f->phase == HS_PHASE_CONFIRM) {
+		uint64_t now = clock_now_ms();
+
+		if (now >= until || !hs_wait_readable(f->ufd, (unsigned)(until - now)))
+			break;
+		r = hs_server_step(f, false);
+	}
+	if (r == HS_WAIT)
+		r = hs_server_step(f, true);
+	return r;
+}
+
 int handshake_server(struct smc_conn *c, int ufd, const struct hs_auth *auth,
 		     enum smc_reason *why)
 {

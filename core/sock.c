@@ -922,8 +922,10 @@ static int accept_handshake(int nfd, int ufd, int flags, const struct hs_auth *a
 	r = hs_server_start_inline(&f, c, ufd, auth);
 	if (r == HS_WAIT && accept_defer_flow(nfd, c, &f) == 1)
 		return 1;
+	/* no progress thread to go on with it (it could not start: a thread limit, say):
+	 * a committed client's Confirm is waited for here rather than the connection reset */
 	if (r == HS_WAIT)
-		(void)hs_server_step(&f, true);
+		(void)hs_server_finish_inline(&f);
 	REAL(close)(ufd);
 	*why = f.why;
 	return accept_finish(c, nfd, f.result, false);

@@ -25,12 +25,14 @@ if mode == "server":
     l.bind((host, port))
     l.listen(4)
     while True:
+        # a connection reset while it negotiated reads ECONNRESET, as a TCP client's
+        # reset in the accept queue does (ECONNABORTED from accept() on other systems)
         try:
             c, _ = l.accept()
+            got = read_all(c, True)
             break
-        except ConnectionAbortedError:  # a connection reset during negotiation
-            print("accept: connection aborted")
-    got = read_all(c, True)
+        except (ConnectionAbortedError, ConnectionResetError):
+            print("accept: connection reset during negotiation")
     c.sendall(resp)
     c.shutdown(socket.SHUT_WR)
     read_all(c, False)

@@ -39,16 +39,18 @@ def serve(n):
     served = 0
     print("SERVING", flush=True)
     while n < 0 or served < n:
+        # a connection reset while it negotiated reads ECONNRESET, as a TCP client's
+        # reset in the accept queue does
         try:
             c, _ = ls.accept()
-        except ConnectionAbortedError:
+            line = b""
+            while not line.endswith(b"\n"):
+                d = c.recv(4096)
+                if not d:
+                    break
+                line += d
+        except (ConnectionAbortedError, ConnectionResetError):
             continue
-        line = b""
-        while not line.endswith(b"\n"):
-            d = c.recv(4096)
-            if not d:
-                break
-            line += d
         c.sendall(line.upper())
         c.close()
         served += 1

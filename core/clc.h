@@ -51,7 +51,7 @@ enum clc_variant { CLC_SMCR = 1, CLC_SAMEHOST = 2, CLC_SMCD = 3 };
 
 #define CLC_SMCR_VERSION 1     /* header version nibble for SMC-R v1 */
 #define CLC_SAMEHOST_VERSION 1 /* header version nibble for the same-host variant */
-#define CLC_SAMEHOST_PROTO 5   /* library protocol version in same-host messages (2: rewinds, 3: downgrades, 4: RDMA downgrades, 5: exec hand-offs) */
+#define CLC_SAMEHOST_PROTO 4   /* library protocol version in same-host messages (2: rewinds, 3: downgrades, 4: RDMA downgrades) */
 
 /* Low nibble of the version byte. */
 #define CLC_FLAG_FIRST_CONTACT 0x08 /* SMC-R Accept/Confirm: new link group */

@@ -33,7 +33,6 @@
 #include "core/fdpark.h"
 #include "core/fdtab.h"
 #include "core/forklock.h"
-#include "core/handoff.h"
 #include "core/hs_policy.h"
 #include "core/log.h"
 #include "core/negotiate.h"
@@ -161,7 +160,6 @@ static void bells_take(struct smc_conn *c, void *arg)
 	fd_list_add(arg, c->peer_rx_bell);
 	fd_list_add(arg, c->peer_tx_bell);
 	fd_list_add(arg, c->resend_fd);
-	fd_list_add(arg, c->memfd);
 }
 
 size_t conn_own_fds(int **out)
@@ -415,7 +413,6 @@ static struct smc_conn *conn_alloc(int fd, enum conn_side side)
 	c->pool_slot = -1;
 	c->peer_rx_bell = c->peer_tx_bell = -1;
 	c->resend_fd = -1;
-	c->memfd = -1;
 	pthread_mutex_init(&c->lock, NULL);
 	pthread_mutex_init(&c->rx_lock, NULL);
 	pthread_mutex_init(&c->tx_lock, NULL);
@@ -519,10 +516,6 @@ static void conn_free(struct smc_conn *c)
 	conn_close_rdv(c);
 	if (c->resend_fd >= 0) {
 		REAL(close)(c->resend_fd);
-		fd_budget_give(1);
-	}
-	if (c->memfd >= 0) {
-		REAL(close)(c->memfd);
 		fd_budget_give(1);
 	}
 	if (c->ib)
@@ -1060,8 +1053,6 @@ static bool peer_went_tcp(struct smc_conn *c)
 		if (!conn_ib_peer_went_tcp(c, &cons))
 			return false;
 	} else {
-		/* a peer handing off to a new image (handoff.c) may be forced to TCP */
-		handoff_peer_look(c);
 		/* a leaver closes and aborts nothing on the rings after its flag: with
 		 * either, the close or abort is what counts */
 		wf = peer_wflags(c);
@@ -1573,241 +1564,6 @@ int conn_downgrade(struct smc_conn *c, enum smc_reason why, bool image_ends)
 	return 0;
 }
 
-/* ------------------------------------------------------------------ hand-off */
-
-/*
- * Exec hand-off (core/handoff.c has the protocol): the leaver's cursors go into the
- * shared block as for a downgrade, then its side's hand-off word; nothing moves them
- * until the exec, since we keep both data locks. Should the peer force the hand-off
- * (the new image never claimed it), it has everything a downgrade would have given it.
- */
-static bool keeps_memfd(const struct smc_conn *c)
-{
-	return __atomic_load_n(&c->memfd, __ATOMIC_RELAXED) >= 0;
-}
-
-/* Under descriptor pressure (fd_budget.h) the memfds kept for a hand-off go back: an
- * upgrade is worth more than a later hand-off, whose connection then goes back to TCP
- * at the exec instead (idle_stress.sh: 1,000 connections per process fit at 4
- * descriptors each, not at 5). One that is handing off now keeps its memfd. */
-static void conn_memfds_reclaim(void)
-{
-	size_t n, given = 0;
-	struct smc_conn **v = conn_collect_active(keeps_memfd, &n);
-
-	for (size_t i = 0; i < n; i++) {
-		struct smc_conn *c = v[i];
-
-		pthread_mutex_lock(&c->lock);
-		if (c->memfd >= 0 && !c->handoff_word) {
-			REAL(close)(c->memfd);
-			__atomic_store_n(&c->memfd, -1, __ATOMIC_RELAXED);
-			given++;
-		}
-		pthread_mutex_unlock(&c->lock);
-		conn_put(c);
-	}
-	free(v);
-	if (given) {
-		fd_budget_give((unsigned)given);
-		log_debug("fd budget: %zu memfds kept for hand-offs given back", given);
-	}
-}
-
-void conn_keep_memfd(struct smc_conn *c, int memfd)
-{
-	if (memfd < 0)
-		return;
-	fd_budget_on_pressure(conn_memfds_reclaim);
-	if (c->memfd < 0 && !c->pool && !c->ib && fd_budget_allows(-1, 1)) {
-		c->memfd = fd_park(memfd);
-		fd_budget_take(1);
-		return;
-	}
-	REAL(close)(memfd);
-}
-
-int conn_handoff_leave(struct smc_conn *c, uint64_t word, struct conn_handoff_state *st)
-{
-	uint64_t zero = 0;
-	int r = 0;
-
-	pthread_mutex_lock(&c->lock);
-	/* A side shared with forked siblings is downgraded, unless they all closed it
-	 * (inetd, sshd: the parent closes its copy after the fork): side_refs counts the
-	 * processes holding it, and only a holder forks a new one. */
-	if (conn_state(c) != CONN_ACTIVE || c->ib || c->pool || c->memfd < 0 || c->aborted ||
-	    (c->fork_shared &&
-	     __atomic_load_n(&c->map.hdr->side_refs[c->side], __ATOMIC_ACQUIRE) != 1)) {
-		pthread_mutex_unlock(&c->lock);
-		return -EINVAL;
-	}
-	if (!lock_briefly(&c->rx_lock)) {
-		pthread_mutex_unlock(&c->lock);
-		return -EBUSY;
-	}
-	if (!lock_briefly(&c->tx_lock)) {
-		pthread_mutex_unlock(&c->rx_lock);
-		pthread_mutex_unlock(&c->lock);
-		return -EBUSY;
-	}
-	if (peer_went_tcp(c) || side_went_tcp(c) ||
-	    (peer_wflags(c) & (SHM_W_CLOSED | SHM_W_ABORT))) {
-		/* the peer left or closed: what is left is a downgrade's or a close's */
-		r = -EALREADY;
-		goto out;
-	}
-	/* a sibling that held our side may have moved its cursors last */
-	rx_resync(c);
-	tx_resync(c);
-	if (c->aborted) {
-		r = -EINVAL;
-		goto out;
-	}
-	__atomic_store_n(&c->rx->cons, c->rx_cons, __ATOMIC_RELEASE);
-	__atomic_store_n(&c->tx->prod, c->tx_prod, __ATOMIC_RELEASE);
-	if (!__atomic_compare_exchange_n(&c->map.hdr->handoff[c->side], &zero, word, false,
-					 __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST)) {
-		r = -EALREADY;
-		goto out;
-	}
-	c->handoff_word = word;
-	st->side = c->side;
-	st->size[0] = c->map.size[0];
-	st->size[1] = c->map.size[1];
-	st->rx_cons = c->rx_cons;
-	st->rx_prod_seen = c->rx_prod_seen;
-	st->tx_prod = c->tx_prod;
-	st->tx_cons_seen = c->tx_cons_seen;
-	st->asleep_rx = __atomic_load_n(&c->asleep_rx, __ATOMIC_RELAXED);
-	st->asleep_tx = __atomic_load_n(&c->asleep_tx, __ATOMIC_RELAXED);
-	st->shut_rd = c->shut_rd;
-	st->shut_wr = c->shut_wr;
-	st->tcp_eof = c->tcp_eof;
-	st->bytes_sent = c->bytes_sent;
-	st->bytes_received = c->bytes_received;
-	st->handoffs = c->handoffs;
-	pthread_mutex_unlock(&c->lock);
-	/* its sleepers look at the word and start the bound on it (handoff.c) */
-	bell_ring(c->peer_rx_bell);
-	bell_ring(c->peer_tx_bell);
-	return 0;
-out:
-	pthread_mutex_unlock(&c->tx_lock);
-	pthread_mutex_unlock(&c->rx_lock);
-	pthread_mutex_unlock(&c->lock);
-	return r;
-}
-
-void conn_handoff_undo(struct smc_conn *c)
-{
-	uint64_t w = c->handoff_word;
-
-	pthread_mutex_lock(&c->lock);
-	c->handoff_word = 0;
-	if (!__atomic_compare_exchange_n(&c->map.hdr->handoff[c->side], &w, 0, false,
-					 __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST)) {
-		/* the peer forced it while the exec ran: it re-sends over TCP what we had
-		 * not read, from the cursors we published, as after our own downgrade */
-		c->reason = SMC_REASON_EXEC;
-		c->mode = SMC_MODE_TCP;
-		if (c->shut_wr)
-			REAL(shutdown)(c->fd, SHUT_WR);
-		__atomic_store_n(&c->state, CONN_FALLBACK, __ATOMIC_RELEASE);
-		stats_count_downgrade(false);
-		log_info("fd %d: the exec failed after the peer took the connection to TCP: "
-			 "plain TCP", c->fd);
-	} else {
-		bell_ring(c->peer_rx_bell);
-		bell_ring(c->peer_tx_bell);
-	}
-	pthread_mutex_unlock(&c->tx_lock);
-	pthread_mutex_unlock(&c->rx_lock);
-	pthread_mutex_unlock(&c->lock);
-	conn_wake_local(c);
-}
-
-struct smc_conn *conn_adopt(int fd, const struct shm_map *map, int memfd, const int bells[4],
-			    const struct conn_handoff_state *st)
-{
-	struct smc_conn *c = conn_alloc(fd, st->side);
-
-	if (!c)
-		return NULL;
-	c->map = *map;
-	c->memfd = memfd;
-	c->rx_bell = bells[0];
-	c->tx_bell = bells[1];
-	c->peer_rx_bell = bells[2];
-	c->peer_tx_bell = bells[3];
-	fd_budget_take(5);
-	c->reserved = SHM_HDR_SPACE;
-	shm_charge(SHM_HDR_SPACE);
-	c->shut_rd = st->shut_rd;
-	c->shut_wr = st->shut_wr;
-	c->tcp_eof = st->tcp_eof;
-	c->bytes_sent = st->bytes_sent;
-	c->bytes_received = st->bytes_received;
-	c->handoffs = st->handoffs + 1;
-	c->nonblock = (REAL(fcntl)(fd, F_GETFL) & O_NONBLOCK) != 0;
-	{
-		/* the options the core honours, as the old image left them in the kernel */
-		struct timeval tv;
-		struct linger lg;
-		socklen_t len = sizeof(tv);
-
-		if (REAL(getsockopt)(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, &len) == 0)
-			c->rcvtimeo_ns = (int64_t)tv.tv_sec * 1000000000 + tv.tv_usec * 1000;
-		len = sizeof(tv);
-		if (REAL(getsockopt)(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, &len) == 0)
-			c->sndtimeo_ns = (int64_t)tv.tv_sec * 1000000000 + tv.tv_usec * 1000;
-		len = sizeof(lg);
-		if (REAL(getsockopt)(fd, SOL_SOCKET, SO_LINGER, &lg, &len) == 0) {
-			c->linger_on = lg.l_onoff != 0;
-			c->linger_s = lg.l_linger;
-		}
-	}
-	{
-		int rxd = c->side == CONN_CLIENT ? 1 : 0;
-
-		c->rx = &c->map.hdr->dir[rxd];
-		c->tx = &c->map.hdr->dir[1 - rxd];
-		c->rx_ring = c->map.ring[rxd];
-		c->tx_ring = c->map.ring[1 - rxd];
-		c->rx_size = c->map.size[rxd];
-		c->tx_size = c->map.size[1 - rxd];
-	}
-	c->rx_cons = st->rx_cons;
-	c->rx_prod_seen = st->rx_prod_seen;
-	c->tx_prod = st->tx_prod;
-	c->tx_cons_seen = st->tx_cons_seen;
-	/* the old image's sleepers are gone with it */
-	if (st->asleep_rx)
-		__atomic_sub_fetch(&c->rx->r_sleepers, st->asleep_rx, __ATOMIC_RELAXED);
-	if (st->asleep_tx)
-		__atomic_sub_fetch(&c->tx->w_sleepers, st->asleep_tx, __ATOMIC_RELAXED);
-	c->mode = SMC_MODE_SHM;
-	__atomic_store_n(&c->state, CONN_ACTIVE, __ATOMIC_RELEASE);
-	conn_list_add(c);
-	return c;
-}
-
-bool conn_handoff_force(struct smc_conn *c, uint64_t word)
-{
-	int peer = 1 - (int)c->side;
-
-	if (!shm_handoff_pending(word) ||
-	    !__atomic_compare_exchange_n(&c->map.hdr->handoff[peer], &word, SHM_HANDOFF_FORCED,
-					 false, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST))
-		return false;
-	/* the flag its downgrade would have set, after the cursors it published */
-	__atomic_fetch_or(&c->rx->wflags, SHM_W_TCP, __ATOMIC_SEQ_CST);
-	log_info("fd %d: the peer's new image did not take the connection over: it goes "
-		 "back to TCP", c->fd);
-	conn_wake_local(c);
-	return true;
-}
-
 /* The program uses urgent data (MSG_OOB), which the rings cannot carry: the
  * connection goes back to TCP (reason sockopt). True when the kernel socket serves
  * the call now: gone back, or the peer went (its urgent byte is in the socket). */
@@ -2040,9 +1796,6 @@ void conn_tcp_event(struct smc_conn *c)
 		/* over RDMA the leaver's first TCP bytes may overtake its CDC_WENT_TCP (two
 		 * paths): they wait; the link tells what they are */
 		if (c->ib)
-			return;
-		/* a peer's new image without the library writes TCP: its hand-off failed */
-		if (handoff_peer_forced_by_tcp(c))
 			return;
 		/* After the upgrade nothing may travel over TCP. */
 		conn_abort_protocol(c, "byte on the TCP channel");
@@ -2857,10 +2610,6 @@ void conn_release_fd(struct smc_conn *c)
 			__atomic_store_n(&c->state, CONN_CLOSED, __ATOMIC_RELEASE);
 	}
 	pthread_mutex_unlock(&c->lock);
-	/* a peer handing off to a new image that may not run the library: what it did not
-	 * read goes to it over TCP (a close never waits for a hand-off) */
-	if (st == CONN_ACTIVE && !c->ib && !c->pool)
-		handoff_peer_on_close(c);
 	if (st == CONN_ACTIVE && c->policy_key) {
 		uint64_t now = clock_now_ns();
 		uint64_t moved = __atomic_load_n(&c->bytes_sent, __ATOMIC_RELAXED) +

@@ -118,23 +118,6 @@ struct smc_conn {
 	bool resend_watched;        /* the progress thread sends the rest (under tx_lock) */
 	int resend_fd;              /* its descriptor of the socket, or -1 */
 	smc_cursor resend_at, resend_end; /* under tx_lock */
-
-	/* exec hand-off (core/handoff.c) */
-	int memfd;                  /* the rings' memfd, kept for a hand-off, or -1 */
-	uint64_t handoff_word;      /* ours while we exec (rx_lock and tx_lock held) */
-	uint64_t peer_handoff_seen; /* the peer's hand-off word our timer watches (atomic) */
-	uint32_t handoffs;          /* execs that handed this side on to this process */
-};
-
-/* What a hand-off carries of one connection besides its descriptors (handoff.c). */
-struct conn_handoff_state {
-	enum conn_side side;
-	uint32_t size[2];           /* ring sizes, dir[0] client->server */
-	smc_cursor rx_cons, rx_prod_seen, tx_prod, tx_cons_seen;
-	uint32_t asleep_rx, asleep_tx;
-	bool shut_rd, shut_wr, tcp_eof;
-	uint64_t bytes_sent, bytes_received;
-	uint32_t handoffs;          /* execs it went through before this one */
 };
 
 /* True when the peer's data path last ran on the CPU we run on now: a spin would only
@@ -214,27 +197,6 @@ void conn_release_fd(struct smc_conn *c);
  * a connection is left as it is: -EBUSY. 0, -EINVAL when not ACTIVE, -EOPNOTSUPP over
  * RDMA (the peer's unread data would be in our memory only). */
 int conn_downgrade(struct smc_conn *c, enum smc_reason why, bool image_ends);
-
-/* Exec hand-off (core/handoff.c, docs/design.md "Hand-off"):
- *  - conn_handoff_leave: an ACTIVE, unshared, unpooled shared-memory connection with
- *    its memfd kept publishes its cursors and moves its side's hand-off word from 0 to
- *    `word`, filling *st; 0, holding rx_lock and tx_lock until conn_handoff_undo (or
- *    the exec); -EINVAL/-EBUSY/-EALREADY (left as it was: downgrade it instead);
- *  - conn_handoff_undo: the exec failed; the word goes back to 0, or, when the peer
- *    forced it meanwhile, the connection is plain TCP here as after conn_downgrade;
- *  - conn_adopt: the new image's connection from what the old one left (validated by
- *    the caller); ACTIVE, with the descriptors given to it; NULL when out of memory;
- *  - conn_handoff_force: the peer's hand-off word is still `word` after the bound
- *    (or the peer wrote over TCP): it becomes SHM_HANDOFF_FORCED and the peer's side
- *    counts as gone back to TCP (SHM_W_TCP), as if it had downgraded. true if it did. */
-int conn_handoff_leave(struct smc_conn *c, uint64_t word, struct conn_handoff_state *st);
-void conn_handoff_undo(struct smc_conn *c);
-struct smc_conn *conn_adopt(int fd, const struct shm_map *map, int memfd, const int bells[4],
-			    const struct conn_handoff_state *st);
-bool conn_handoff_force(struct smc_conn *c, uint64_t word);
-/* Keeps the rings' memfd for a later hand-off when the fd budget allows, else closes
- * it (the connection is then downgraded at an exec). */
-void conn_keep_memfd(struct smc_conn *c, int memfd);
 
 /* Data path: TCP semantics for flags MSG_PEEK, MSG_WAITALL, MSG_DONTWAIT, MSG_NOSIGNAL. */
 ssize_t conn_recv(struct smc_conn *c, const struct iovec *iov, int iovcnt, int flags);

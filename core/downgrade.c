@@ -3,8 +3,7 @@
  * Where upgraded connections go back to plain TCP (conn_downgrade, the one way back):
  * a new program gets their descriptors, or the process starts using io_uring.
  *
- * The program an exec starts knows nothing of the rings, and with a kernel socket in its
- * hands it reads and writes TCP (unless it runs the library too: handoff.h): every
+ * The program an exec starts knows nothing of the rings, and with a kernel socket in its hands it reads and writes TCP: every
  * upgraded connection whose descriptor it inherits (no FD_CLOEXEC) goes back to plain
  * TCP first, without losing a byte (conn_downgrade). posix_spawn, system and popen run
  * the new program in a child that never runs our code: the parent does it before
@@ -24,7 +23,6 @@
 #include "core/conn.h"
 #include "core/fd_pass.h"
 #include "core/fdtab.h"
-#include "core/handoff.h"
 #include "core/hs_policy.h"
 #include "core/log.h"
 #include "core/progress.h"
@@ -47,10 +45,6 @@ static void fd_leave_rings(int fd, enum smc_reason why, bool image_ends)
 
 	if (!c)
 		return;
-	if (handoff_in_progress(c)) { /* goes to the new image as it is (handoff.h) */
-		conn_put(c);
-		return;
-	}
 	if (__atomic_load_n(&c->state, __ATOMIC_ACQUIRE) == CONN_PENDING)
 		conn_wait_pending(c, false, settle_ns);
 	pthread_mutex_lock(&c->lock);
@@ -80,26 +74,6 @@ void smc_sock_before_exec(bool image_replaced)
 		/* at exit() it would be too late: the image is gone, atexit handlers too */
 		stats_before_exec();
 	}
-}
-
-char **smc_sock_exec_begin(int dirfd, const char *path, int exec_fd, char *const envp[])
-{
-	int64_t settle_ns = 4 * (int64_t)smc_cfg.handshake_timeout_ms * 1000000;
-	char **env;
-
-	/* a connection still negotiating is decided first: an upgraded one is handed off */
-	for (int fd = fdtab_next_tracked(0); fd >= 0; fd = fdtab_next_tracked(fd + 1)) {
-		struct smc_conn *c;
-
-		if (fdtab_kind(fd) != FD_SMC || !fd_survives_exec(fd) || !(c = sock_fd_conn(fd)))
-			continue;
-		if (__atomic_load_n(&c->state, __ATOMIC_ACQUIRE) == CONN_PENDING)
-			conn_wait_pending(c, false, settle_ns);
-		conn_put(c);
-	}
-	env = handoff_exec_begin(dirfd, path, exec_fd, envp);
-	smc_sock_before_exec(true);
-	return env;
 }
 
 /* How long a fork waits in all for the handshakes still running to end by themselves

@@ -34,7 +34,6 @@
 #include <sys/stat.h>
 
 #include "core/fdtab.h"
-#include "core/handoff.h"
 #include "core/log.h"
 #include "core/real.h"
 #include "core/sock.h"
@@ -73,9 +72,8 @@ void exec_listeners_withdraw(void)
 	withdraw_all(true);
 }
 
-void smc_sock_exec_failed(char **env)
+void smc_sock_exec_failed(void)
 {
-	handoff_exec_end(env);
 	withdraw_all(false);
 }
 

@@ -394,8 +394,7 @@ int hs_client_step(struct hs_flow *f, bool final)
 	conn_activate(c);
 	pthread_mutex_unlock(&c->lock);
 	statsrv_ensure();
-	conn_keep_memfd(c, in[0]); /* for an exec's hand-off (handoff.h) */
-	in[0] = -1;
+	close_fds(in, 1);
 	return 0;
 }
 
@@ -576,10 +575,7 @@ static int server_on_proposal(struct hs_flow *f, bool final)
 
 		r = hs_send(f->ufd, &acc, out, 3);
 	}
-	if (r < 0)
-		REAL(close)(memfd);
-	else
-		conn_keep_memfd(c, memfd); /* for an exec's hand-off (handoff.h) */
+	REAL(close)(memfd);
 	if (r < 0) {
 		/* the client closed (or exited) while we prepared the Accept */
 		if (r == -EPIPE || r == -ECONNRESET)

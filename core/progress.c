@@ -1081,11 +1081,6 @@ int progress_watch_writable(int fd, unsigned retry_ms, void (*cb)(void *arg), vo
 	return fd_watch_start(fd, EV_WRITE, retry_ms, cb, arg);
 }
 
-int progress_after(unsigned ms, void (*cb)(void *arg), void *arg)
-{
-	return fd_watch_start(-1, 0, ms ? ms : 1, cb, arg);
-}
-
 /* Held while a base and its thread start. ib_watch_lock is not taken: the child drops
  * everything it guards (below). */
 bool progress_fork_lock(void)

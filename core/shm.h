@@ -11,15 +11,14 @@
 #ifndef SMC_SHM_H
 #define SMC_SHM_H
 
-#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
 #define SHM_MAGIC   0x534d4350u /* "SMCP" */
 /* Layout and ring rules of the region, for anyone inspecting it: 2 since rewinds (the
- * skip fields below), 3 since downgrades (SHM_W_TCP), 4 since hand-offs (handoff). Peers never read it: the handshake's CLC_SAMEHOST_PROTO is what
+ * skip fields below), 3 since downgrades (SHM_W_TCP). Peers never read it: the handshake's CLC_SAMEHOST_PROTO is what
  * keeps two different versions from sharing a ring. */
-#define SHM_VERSION 4
+#define SHM_VERSION 3
 
 /* Writer -> reader flags (dir_ctl.wflags) */
 #define SHM_W_DONE_WRITING 0x1u /* shutdown(SHUT_WR): EOF after the ring drains */
@@ -65,21 +64,7 @@ struct shm_hdr {
 	 * these, and a downgrade moves the side to TCP under both (conn.c, fork_lock):
 	 * [side][0: receive, 1: send], the holder's pid or 0. The peer never touches them. */
 	_Alignas(64) uint32_t fork_lock[2][2];
-	/* A side handing its connection to the new image of an exec (core/handoff.c):
-	 * [side] is 0 while that side is on the rings, SHM_HANDOFF_WORD(pid, token)
-	 * while its process execs, SHM_HANDOFF_FORCED once the peer took it to TCP on its
-	 * behalf. Moved by compare-and-swap only: the new image (back to 0) and the peer
-	 * (to FORCED) race for it, one wins. */
-	_Alignas(64) uint64_t handoff[2];
 };
-
-#define SHM_HANDOFF_FORCED 2ull
-#define SHM_HANDOFF_WORD(pid, token) \
-	(((uint64_t)(uint32_t)(pid) << 32) | ((uint64_t)((token) & 0x3fffffffu) << 2) | 1ull)
-static inline bool shm_handoff_pending(uint64_t w)
-{
-	return (w & 3) == 1;
-}
 
 #define SHM_HDR_SPACE 4096u
 

@@ -32,7 +32,6 @@
 #include "core/fd_budget.h"
 #include "core/fdpark.h"
 #include "core/fdtab.h"
-#include "core/handoff.h"
 #include "core/forklock.h"
 #include "core/handshake.h"
 #include "core/hs_policy.h"
@@ -729,8 +728,6 @@ void smc_sock_adopt_inherited(void)
 	DIR *d;
 	struct dirent *de;
 
-	/* connections an exec handed over (before the listeners: they are FD_SMC then) */
-	handoff_adopt();
 	if (!smc_enabled())
 		return;
 	d = opendir("/proc/self/fd");

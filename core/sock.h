@@ -78,15 +78,9 @@ struct smc_conn *sock_fd_conn(int fd);
  * the exec family (our own image ends), false for posix_spawn, system and popen (a
  * child runs it). Every upgraded connection it inherits goes back to plain TCP. */
 void smc_sock_before_exec(bool image_replaced);
-/* Before an exec replaces this image (the exec family): as smc_sock_before_exec(true),
- * except that the connections a new program running the library can take over are
- * handed to it (core/handoff.h): the target is path (relative to dirfd) or, with path
- * NULL, the open executable exec_fd; envp its environment. Returns the environment to
- * pass instead, or NULL for envp itself; give it to smc_sock_exec_failed. */
-char **smc_sock_exec_begin(int dirfd, const char *path, int exec_fd, char *const envp[]);
-/* The exec prepared for failed: this image goes on with its listeners and the
- * connections it was handing off as before (core/exec.c); frees env. */
-void smc_sock_exec_failed(char **env);
+/* The exec that smc_sock_before_exec(true) prepared for failed: this image goes on with
+ * its listeners as before (core/exec.c). */
+void smc_sock_exec_failed(void);
 /* core/exec.c, for smc_sock_before_exec and smc_sock_before_spawn_dup: the opted-in
  * listeners a new program inherits stop answering the SMC TCP option. */
 void exec_listeners_withdraw(void);

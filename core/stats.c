@@ -36,7 +36,6 @@ static uint64_t pool_pending;
 static uint64_t pool_full;
 static uint64_t hs_background;
 static uint64_t downgrades, peer_downgrades;
-static uint64_t handoffs[3];
 static uint64_t ib_events[SMC_IB_EVENT_MAX];
 
 static const char *const ib_event_names[SMC_IB_EVENT_MAX] = {
@@ -78,7 +77,6 @@ static const char *const reason_names[SMC_REASON_MAX] = {
 	[SMC_REASON_PEER_DOWNGRADE] = SMC_STATS_REASON_PEER_DOWNGRADE,
 	[SMC_REASON_FD_PASSED] = SMC_STATS_REASON_FD_PASSED,
 	[SMC_REASON_STDIO] = SMC_STATS_REASON_STDIO,
-	[SMC_REASON_HANDOFF_INVALID] = SMC_STATS_REASON_HANDOFF_INVALID,
 };
 
 /* Order of modes in the JSON objects, as documented. */
@@ -165,44 +163,6 @@ void stats_count_downgrade(bool by_peer)
 	count(by_peer ? &peer_downgrades : &downgrades, 1);
 }
 
-void stats_count_handoff(enum stats_handoff what, int n)
-{
-	if ((unsigned)what < 3)
-		count(&handoffs[what], (uint64_t)(int64_t)n); /* n < 0: taken back */
-}
-
-void stats_count_reason(enum smc_reason r)
-{
-	if ((unsigned)r < SMC_REASON_MAX)
-		count(&reasons[r], 1);
-}
-
-void stats_add_snapshot(const struct smc_stats_snapshot *s)
-{
-	for (int m = 0; m < SMC_MODE_MAX; m++) {
-		count(&conns[m], s->conns[m]);
-		count(&bytes_sent[m], s->sent[m]);
-		count(&bytes_received[m], s->received[m]);
-	}
-	for (int r = 0; r < SMC_REASON_MAX; r++)
-		count(&reasons[r], s->reasons[r]);
-	count(&aborts, s->aborts);
-	count(&wakeups_sent, s->wakeups_sent);
-	count(&stream_bytes, s->stream_bytes);
-	count(&rewinds, s->rewinds);
-	count(&pooled, s->pooled);
-	count(&pool_pending, s->pool_pending);
-	count(&pool_full, s->pool_full);
-	count(&hs_background, s->hs_background);
-	count(&downgrades, s->downgrades);
-	count(&peer_downgrades, s->peer_downgrades);
-	count(&handoffs[STATS_HANDOFF_OUT], s->handoffs);
-	count(&handoffs[STATS_HANDOFF_IN], s->handoffs_in);
-	count(&handoffs[STATS_HANDOFF_FORCED], s->handoffs_forced);
-	for (int e = 0; e < SMC_IB_EVENT_MAX; e++)
-		count(&ib_events[e], s->ib[e]);
-}
-
 void stats_count_ib(enum smc_ib_event e, uint64_t n)
 {
 	if ((unsigned)e < SMC_IB_EVENT_MAX)
@@ -219,7 +179,6 @@ void stats_atfork_child(void)
 	memset(ib_events, 0, sizeof(ib_events));
 	aborts = wakeups_sent = stream_bytes = rewinds = pooled = pool_pending = pool_full = 0;
 	hs_background = downgrades = peer_downgrades = 0;
-	memset(handoffs, 0, sizeof(handoffs));
 }
 
 void stats_snapshot(struct smc_stats_snapshot *out)
@@ -241,9 +200,6 @@ void stats_snapshot(struct smc_stats_snapshot *out)
 	out->hs_background = load(&hs_background);
 	out->downgrades = load(&downgrades);
 	out->peer_downgrades = load(&peer_downgrades);
-	out->handoffs = load(&handoffs[STATS_HANDOFF_OUT]);
-	out->handoffs_in = load(&handoffs[STATS_HANDOFF_IN]);
-	out->handoffs_forced = load(&handoffs[STATS_HANDOFF_FORCED]);
 	for (int e = 0; e < SMC_IB_EVENT_MAX; e++)
 		out->ib[e] = load(&ib_events[e]);
 }
@@ -322,10 +278,6 @@ static void stats_format_json(struct json_buf *jb, const struct smc_stats_snapsh
 	jb_printf(jb, ",\"%s\":%llu,\"%s\":%llu", SMC_STATS_KEY_DOWNGRADES,
 		  (unsigned long long)s->downgrades, SMC_STATS_KEY_PEER_DOWNGRADES,
 		  (unsigned long long)s->peer_downgrades);
-	jb_printf(jb, ",\"%s\":%llu,\"%s\":%llu,\"%s\":%llu", SMC_STATS_KEY_HANDOFFS,
-		  (unsigned long long)s->handoffs, SMC_STATS_KEY_HANDOFFS_IN,
-		  (unsigned long long)s->handoffs_in, SMC_STATS_KEY_HANDOFFS_FORCED,
-		  (unsigned long long)s->handoffs_forced);
 	jb_printf(jb, "}}\n");
 }
 

@@ -37,7 +37,6 @@ enum smc_reason {
 	SMC_REASON_PEER_DOWNGRADE,  /* the peer took it back to TCP */
 	SMC_REASON_FD_PASSED,       /* its fd went to another process over a unix socket */
 	SMC_REASON_STDIO,           /* stdio got it (fdopen, a standard stream), unseen by us */
-	SMC_REASON_HANDOFF_INVALID, /* a new image rejected the state an exec handed it */
 	SMC_REASON_MAX
 };
 
@@ -78,9 +77,6 @@ struct smc_stats_snapshot {
 	uint64_t hs_background; /* server handshakes accept() left to the progress thread */
 	uint64_t downgrades;    /* upgraded connections this process took back to TCP */
 	uint64_t peer_downgrades; /* upgraded connections whose peer took them back to TCP */
-	uint64_t handoffs;      /* connections handed to the new image of an exec */
-	uint64_t handoffs_in;   /* connections this image took over from the one before */
-	uint64_t handoffs_forced; /* peers' hand-offs nobody took over: taken to TCP here */
 	uint64_t ib[SMC_IB_EVENT_MAX];
 };
 void stats_snapshot(struct smc_stats_snapshot *out);
@@ -95,13 +91,6 @@ void stats_count_pool_miss(bool full);
 void stats_count_hs_background(void);
 /* An upgraded connection went back to TCP mid-stream, taken by us or by the peer. */
 void stats_count_downgrade(bool by_peer);
-/* Exec hand-offs (handoff.h): given, taken over, forced to TCP by us as the peer. */
-enum stats_handoff { STATS_HANDOFF_OUT, STATS_HANDOFF_IN, STATS_HANDOFF_FORCED };
-void stats_count_handoff(enum stats_handoff what, int n); /* n < 0: taken back */
-/* An inherited hand-off rejected (reason SMC_REASON_HANDOFF_INVALID in "fallback"). */
-void stats_count_reason(enum smc_reason r);
-/* A new image carries on from its old image's counters (handoff.c). */
-void stats_add_snapshot(const struct smc_stats_snapshot *s);
 
 /* Writes the JSON summary to `path` (already %p-expanded); 0 or -1 with errno. */
 int stats_write(const char *path);

@@ -40,19 +40,13 @@
  *                the ring's used part small and warm in the caches);
  *                "downgrades": upgraded connections this process took back to plain
  *                TCP, losslessly, because their fd went into a program exec'd or
- *                spawned; "peer_downgrades": upgraded connections whose peer did so;
- *                "handoffs": upgraded connections handed, still on shared memory, to
- *                the new image of an exec that runs the library; "handoffs_in": those
- *                the new image took over; "handoffs_forced": a peer's hand-off that no
- *                new image took over in time (or whose new image wrote plain TCP),
- *                which this process took back to TCP on its behalf.
+ *                spawned; "peer_downgrades": upgraded connections whose peer did so.
  *
  * All numbers are unsigned 64-bit decimal integers. The file is written to a temporary
  * name in the same directory and renamed, so a reader sees a complete file or none.
  * A process that ends without exit() (killed, _exit) writes nothing; one that execs
  * writes its file just before when it counted anything (a new image under the library
- * writes it again at its exit, starting from the old image's counters, carried across
- * the exec: its file holds both); a forked child that calls exit() writes its own file (use %p to keep them
+ * writes it again at its exit); a forked child that calls exit() writes its own file (use %p to keep them
  * apart).
  *
  * Every number is this process's own: a forked child starts with all of them at zero,
@@ -99,9 +93,6 @@
 #define SMC_STATS_KEY_HS_BACKGROUND "hs_background"
 #define SMC_STATS_KEY_DOWNGRADES   "downgrades"
 #define SMC_STATS_KEY_PEER_DOWNGRADES "peer_downgrades"
-#define SMC_STATS_KEY_HANDOFFS     "handoffs"
-#define SMC_STATS_KEY_HANDOFFS_IN  "handoffs_in"
-#define SMC_STATS_KEY_HANDOFFS_FORCED "handoffs_forced"
 
 /* Mode names: keys inside "connections" and "bytes". */
 #define SMC_STATS_MODE_SHM "shm"
@@ -132,8 +123,5 @@
 #define SMC_STATS_REASON_PEER_DOWNGRADE "peer-downgrade" /* the peer took it back to TCP */
 #define SMC_STATS_REASON_FD_PASSED     "fd-passed"        /* its fd went to another process (SCM_RIGHTS) */
 #define SMC_STATS_REASON_STDIO         "stdio"            /* stdio got its fd (fdopen, dup2 onto 0-2) */
-/* Counted in "fallback" by a new image that rejects what an exec handed it (no
- * connection is counted with it: the old image counted the connection). */
-#define SMC_STATS_REASON_HANDOFF_INVALID "handoff-invalid" /* inherited hand-off state rejected */
 
 #endif

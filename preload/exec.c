@@ -2,14 +2,12 @@
 /*
  * The exec family, posix_spawn, system and popen: before a new program gets our
  * descriptors, the core takes the upgraded connections it would inherit back to plain
- * TCP (core/downgrade.c), or hands them to a new image that runs the library
- * (core/handoff.c), and withdraws the listeners from the SMC TCP option
+ * TCP (core/downgrade.c) and withdraws the listeners from the SMC TCP option
  * (core/exec.c); an exec or a spawn that fails gives them back. libc's own exec variants call execve internally, where no wrapper
  * sees them: each is wrapped, the execl* forms by building their argument vector.
  */
 #include "preload/wrap.h"
 
-#include <fcntl.h>
 #include <spawn.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -19,69 +17,47 @@
 extern char **environ;
 
 /* An exec that returns failed: the image goes on (core/exec.c). */
-static int exec_returned(int r, char **env)
+static int exec_returned(int r)
 {
-	KEEP_ERRNO(smc_sock_exec_failed(env));
+	KEEP_ERRNO(smc_sock_exec_failed());
 	return r;
 }
 
-/* The core hands off what a new image running the library can take over, and gives
- * the environment to pass (NULL: the caller's). */
-#define EXEC_BEGIN(env, dirfd, path, exec_fd, envp) \
-	KEEP_ERRNO(env = smc_sock_exec_begin(dirfd, path, exec_fd, envp))
-
 SMC_EXPORT int execve(const char *path, char *const argv[], char *const envp[])
 {
-	char **env;
-
-	EXEC_BEGIN(env, AT_FDCWD, path, -1, envp);
-	return exec_returned(CALL_REAL(execve, path, argv, env ? env : envp), env);
+	KEEP_ERRNO(smc_sock_before_exec(true));
+	return exec_returned(CALL_REAL(execve, path, argv, envp));
 }
 
 SMC_EXPORT int execveat(int dirfd, const char *path, char *const argv[], char *const envp[],
 			int flags)
 {
-	bool self = (flags & AT_EMPTY_PATH) && !*path;
-	char **env;
-
-	EXEC_BEGIN(env, dirfd, self ? NULL : path, self ? dirfd : -1, envp);
-	return exec_returned(CALL_REAL(execveat, dirfd, path, argv, env ? env : envp, flags), env);
+	KEEP_ERRNO(smc_sock_before_exec(true));
+	return exec_returned(CALL_REAL(execveat, dirfd, path, argv, envp, flags));
 }
 
 SMC_EXPORT int fexecve(int fd, char *const argv[], char *const envp[])
 {
-	char **env;
-
-	EXEC_BEGIN(env, AT_FDCWD, NULL, fd, envp);
-	return exec_returned(CALL_REAL(fexecve, fd, argv, env ? env : envp), env);
+	KEEP_ERRNO(smc_sock_before_exec(true));
+	return exec_returned(CALL_REAL(fexecve, fd, argv, envp));
 }
 
 SMC_EXPORT int execv(const char *path, char *const argv[])
 {
-	char **env;
-
-	EXEC_BEGIN(env, AT_FDCWD, path, -1, environ);
-	if (env)
-		return exec_returned(CALL_REAL(execve, path, argv, env), env);
-	return exec_returned(CALL_REAL(execv, path, argv), env);
+	KEEP_ERRNO(smc_sock_before_exec(true));
+	return exec_returned(CALL_REAL(execv, path, argv));
 }
 
 SMC_EXPORT int execvp(const char *file, char *const argv[])
 {
-	char **env;
-
-	EXEC_BEGIN(env, AT_FDCWD, file, -1, environ);
-	if (env)
-		return exec_returned(CALL_REAL(execvpe, file, argv, env), env);
-	return exec_returned(CALL_REAL(execvp, file, argv), env);
+	KEEP_ERRNO(smc_sock_before_exec(true));
+	return exec_returned(CALL_REAL(execvp, file, argv));
 }
 
 SMC_EXPORT int execvpe(const char *file, char *const argv[], char *const envp[])
 {
-	char **env;
-
-	EXEC_BEGIN(env, AT_FDCWD, file, -1, envp);
-	return exec_returned(CALL_REAL(execvpe, file, argv, env ? env : envp), env);
+	KEEP_ERRNO(smc_sock_before_exec(true));
+	return exec_returned(CALL_REAL(execvpe, file, argv, envp));
 }
 
 /* The arguments after arg up to the terminating NULL; for execle the environment
@@ -107,37 +83,29 @@ SMC_EXPORT int execl(const char *path, const char *arg, ...)
 {
 	char **argv, **unused;
 
-	char **env;
-
 	EXECL_ARGV(arg, argv, unused);
 	(void)unused;
-	EXEC_BEGIN(env, AT_FDCWD, path, -1, environ);
-	return exec_returned(CALL_REAL(execve, path, argv, env ? env : environ), env);
+	KEEP_ERRNO(smc_sock_before_exec(true));
+	return exec_returned(CALL_REAL(execve, path, argv, environ));
 }
 
 SMC_EXPORT int execlp(const char *file, const char *arg, ...)
 {
 	char **argv, **unused;
 
-	char **env;
-
 	EXECL_ARGV(arg, argv, unused);
 	(void)unused;
-	EXEC_BEGIN(env, AT_FDCWD, file, -1, environ);
-	if (env)
-		return exec_returned(CALL_REAL(execvpe, file, argv, env), env);
-	return exec_returned(CALL_REAL(execvp, file, argv), env);
+	KEEP_ERRNO(smc_sock_before_exec(true));
+	return exec_returned(CALL_REAL(execvp, file, argv));
 }
 
 SMC_EXPORT int execle(const char *path, const char *arg, ...)
 {
 	char **argv, **envp;
 
-	char **env;
-
 	EXECL_ARGV(arg, argv, envp);
-	EXEC_BEGIN(env, AT_FDCWD, path, -1, envp);
-	return exec_returned(CALL_REAL(execve, path, argv, env ? env : envp), env);
+	KEEP_ERRNO(smc_sock_before_exec(true));
+	return exec_returned(CALL_REAL(execve, path, argv, envp));
 }
 
 SMC_EXPORT int posix_spawn(pid_t *pid, const char *path, const posix_spawn_file_actions_t *fa,
@@ -148,7 +116,7 @@ SMC_EXPORT int posix_spawn(pid_t *pid, const char *path, const posix_spawn_file_
 	KEEP_ERRNO(smc_sock_before_exec(false));
 	r = REAL(posix_spawn) ? REAL(posix_spawn)(pid, path, fa, attr, argv, envp) : ENOSYS;
 	if (r != 0) /* no child: the listeners answer again */
-		KEEP_ERRNO(smc_sock_exec_failed(NULL));
+		KEEP_ERRNO(smc_sock_exec_failed());
 	return r;
 }
 
@@ -160,7 +128,7 @@ SMC_EXPORT int posix_spawnp(pid_t *pid, const char *file, const posix_spawn_file
 	KEEP_ERRNO(smc_sock_before_exec(false));
 	r = REAL(posix_spawnp) ? REAL(posix_spawnp)(pid, file, fa, attr, argv, envp) : ENOSYS;
 	if (r != 0)
-		KEEP_ERRNO(smc_sock_exec_failed(NULL));
+		KEEP_ERRNO(smc_sock_exec_failed());
 	return r;
 }
 

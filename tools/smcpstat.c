@@ -40,7 +40,6 @@ struct conn_rec {
 	char local_addr[64], peer_addr[64];
 	long local_port, peer_port; /* -1 when unknown */
 	unsigned long long rx_size, tx_size, bytes_sent, bytes_received;
-	unsigned long long handoffs; /* execs that handed it on, still upgraded */
 	char error[64]; /* the server refused: {"error":"..."} */
 };
 
@@ -241,8 +240,6 @@ static void rec_set(struct conn_rec *r, const char *key, const struct jvalue *v)
 		r->bytes_sent = as_u64(v);
 	else if (!strcmp(key, "bytes_received"))
 		r->bytes_received = as_u64(v);
-	else if (!strcmp(key, "handoffs"))
-		r->handoffs = as_u64(v);
 	else if (!strcmp(key, "error"))
 		copy_str(r->error, sizeof(r->error), v);
 }
@@ -482,8 +479,8 @@ static void print_json_array(const struct rec_list *l)
 		json_addr(stdout, "local", r->local_addr, r->local_port);
 		json_addr(stdout, "peer", r->peer_addr, r->peer_port);
 		fprintf(stdout, ",\"rx_size\":%llu,\"tx_size\":%llu,\"bytes_sent\":%llu,"
-			"\"bytes_received\":%llu,\"handoffs\":%llu}", r->rx_size, r->tx_size,
-			r->bytes_sent, r->bytes_received, r->handoffs);
+			"\"bytes_received\":%llu}", r->rx_size, r->tx_size, r->bytes_sent,
+			r->bytes_received);
 	}
 	fputs(l->n ? "\n]" : "]", stdout);
 }
@@ -494,7 +491,7 @@ static void print_json_array(const struct rec_list *l)
  * that one reader serves both. */
 static const char *const mode_names[] = { "shm", "ib", "tcp" };
 #define NMODES (sizeof(mode_names) / sizeof(mode_names[0]))
-#define MAX_REASONS 32 /* the library has 21 reason names */
+#define MAX_REASONS 32 /* the library has 18 reason names */
 
 struct totals {
 	size_t processes;
@@ -653,13 +650,9 @@ static void fill_row(row_t row, const struct conn_rec *r)
 	format_size(row[COL_TX], sizeof(row[0]), r->tx_size);
 	snprintf(row[COL_SENT], sizeof(row[0]), "%llu", r->bytes_sent);
 	snprintf(row[COL_RECV], sizeof(row[0]), "%llu", r->bytes_received);
-	/* "none" means upgraded: nothing to explain, unless an exec handed it on. */
-	if (strcmp(r->reason, "none") && r->reason[0])
-		snprintf(row[COL_REASON], sizeof(row[0]), "%s", r->reason);
-	else if (r->handoffs)
-		snprintf(row[COL_REASON], sizeof(row[0]), "handed-over-by-exec");
-	else
-		snprintf(row[COL_REASON], sizeof(row[0]), "-");
+	/* "none" means upgraded: nothing to explain. */
+	snprintf(row[COL_REASON], sizeof(row[0]), "%s",
+		 strcmp(r->reason, "none") && r->reason[0] ? r->reason : "-");
 }
 
 static void print_row(const char *const cells[NCOLS], const int width[NCOLS])

@@ -1,18 +1,9 @@
 #!/bin/bash
 # SPDX-License-Identifier: GPL-2.0-only OR BSD-2-Clause
 #
-# An upgraded connection handed to a new program image by exec. Where the new image runs
-# the library (the environment keeps LD_PRELOAD, a dynamic program: execv, fexecve, a
-# forked child's execv once its parent closed its copy) the connection is handed off
-# and goes on over shared memory in the new image: the new image holds its doorbells and
-# rings, both sides' stats show the whole stream over shm and no downgrade
-# (events.handoffs, handoffs_in; the exec'ing process's file counts both images). Where
-# the library guessed so wrongly (a #! script whose static interpreter drops LD_PRELOAD:
-# server-forced, client-forced) the peer forces it back to TCP (handoffs_forced) and
-# every byte arrives; an exec that fails (server-exec-fails) leaves the connection on
-# shared memory. Otherwise (LD_PRELOAD removed, empty environment, posix_spawn, system,
-# a descriptor on 0-2) the library takes every connection whose fd survives the exec
-# back to plain TCP without losing a byte: the new image reads and writes the kernel
+# An upgraded connection handed to a new program image by exec. Before the exec the
+# library must take every connection whose fd survives it back to plain TCP without
+# losing a byte: the new image (under the library or not) reads and writes the kernel
 # socket, the peer first drains its ring, and what it wrote that the exec'ing side had
 # not read yet reaches the new image over TCP.
 #
@@ -61,7 +52,7 @@ CASE_TIMEOUT=60
 
 smc_init
 smc_require_cmd socat pgrep
-smc_require_built "$SMC_EXEC_MIDSTREAM" "$top_builddir/tests/progs/handoff_static"
+smc_require_built "$SMC_EXEC_MIDSTREAM"
 n=$(smc_bytes_of "$EXEC_BYTES")
 
 # expect_payload DIR MIN [LABEL]: the payload went over $DATA.
@@ -113,7 +104,7 @@ peer_after_downgrade() {
 # midstream LABEL EXEC-SIDE MODE [OPTIONS...]: one exec_midstream connection, the side
 # EXEC-SIDE (server or client) exec'ing in MODE.
 midstream() {
-	local label=$1 side=$2 mode=$3 srv cli sargs cargs out rc peer pdir edir rx how cont d
+	local label=$1 side=$2 mode=$3 srv cli sargs cargs out rc peer pdir edir rx
 	shift 3
 	want "$label" || return 0
 	srv=$(smc_stats_dir "server-$label")
@@ -154,81 +145,24 @@ midstream() {
 		grep -q "^EXEC $side " "$out" "$(smc_server_log "server-$label")" ||
 			smc_fail "midstream $label: the $side did not exec"
 	fi
-	# how the connection crosses the exec: handed off (the new image runs the library),
-	# forced back to TCP by the peer (the library took the new image for one that runs
-	# it: a #! script whose interpreter drops LD_PRELOAD), either (a forked child execs
-	# while its parent closes its copy: handed off when the parent's close came first),
-	# not at all (the exec failed), or downgraded
-	how=downgrade
-	if [ "$SMC_TEST_EXPECT" = shm ] && [ "$DATA" = shm ]; then
-		case $mode in
-		keep | fexecve) how=handoff ;;
-		script) how=forced ;;
-		fork-exec) how=either ;;
-		esac
-	fi
-	[ "$mode" = missing ] && how=none
-	case $how in
-	# the connection, its doorbells and rings, and the library's stats server (smcpstat)
-	handoff) cont="preloaded=yes sockets=[12] eventfds=4 memfds=1 memfd_maps=1" ;;
-	# the library's descriptors reach a new image that does not run it: closed at its
-	# exit (the description memfd too)
-	forced) cont="preloaded=no sockets=1 eventfds=4 memfds=2 memfd_maps=0" ;;
-	either) cont="preloaded=yes (sockets=1 eventfds=0 memfds=0 memfd_maps=0|sockets=[12] eventfds=4 memfds=1 memfd_maps=1)" ;;
-	*) cont="preloaded=(yes|no) sockets=1 eventfds=0 memfds=0 memfd_maps=0" ;;
-	esac
-	if [ "$mode" != none ] && [ "$mode" != fork ] && [ "$mode" != missing ]; then
-		grep -Eq "^CONTINUE $side pid=[0-9]+ $cont\$" \
+	if [ "$mode" != none ] && [ "$mode" != fork ]; then
+		grep -Eq "^CONTINUE $side pid=[0-9]+ preloaded=(yes|no) sockets=1 eventfds=0 memfds=0 memfd_maps=0\$" \
 			"$out" "$(smc_server_log "server-$label")" ||
-			smc_fail "midstream $label: the new image did not get what a $how across the exec gives it ($cont; CONTINUE line above)"
-	fi
-	if [ "$mode" = missing ]; then
-		grep -q "^EXEC-FAILED $side " "$out" "$(smc_server_log "server-$label")" ||
-			smc_fail "midstream $label: the $side's exec did not fail"
+			smc_fail "midstream $label: the new image got more than the connection across the exec (CONTINUE line above)"
 	fi
 	if [ "$SMC_TEST_EXPECT" = shm ]; then
 		grep -q "^RESOURCES $peer pid=[0-9]* memfds=0 memfd_maps=0\$" "$out" \
 			"$(smc_server_log "server-$label")" ||
 			smc_fail "midstream $label: the $peer holds rings after its connection closed"
 	fi
-	# a forked child goes on on the shared ring, a failed exec in the same image:
-	# nothing to downgrade
-	if [ "$mode" = none ] || [ "$mode" = missing ] || { [ "$mode" = fork ] && [ "$DATA" = shm ]; }; then
+	# a forked child goes on on the shared ring: nothing to downgrade
+	if [ "$mode" = none ] || { [ "$mode" = fork ] && [ "$DATA" = shm ]; }; then
 		expect_payload "$srv" $((2 * n)) "server ($label)"
 		expect_payload "$cli" $((2 * n)) "client ($label)"
 		for d in "$srv" "$cli"; do
 			smc_assert_eq "$label: downgrades without an exec" \
 				"$(smc_stats "$d" '(.events.downgrades // 0) + (.events.peer_downgrades // 0)')" 0
-			smc_assert_eq "$label: hand-offs without an exec" \
-				"$(smc_stats "$d" '(.events.handoffs // 0) + (.events.handoffs_in // 0)')" 0
 		done
-		return
-	fi
-	if [ "$how" = either ]; then
-		smc_require_stats "$edir"
-		if [ "$(smc_stats "$edir" '.events.handoffs_in // 0')" -ge 1 ]; then
-			how=handoff
-		else
-			smc_log "$label: the parent still held the connection at the exec: downgraded"
-			how=downgrade
-		fi
-	fi
-	if [ "$how" = handoff ]; then
-		# the new image under the library goes on over shared memory: its stats
-		# (the old image's counters carried across the exec, then its own) show the
-		# whole stream both ways over shm, the peer's too, nothing downgraded
-		for d in "$edir" "$pdir"; do
-			smc_require_stats "$d"
-			smc_log "stats $label $d: $(smc_stats_summary "$d") handoffs=$(smc_stats "$d" '[.events.handoffs, .events.handoffs_in, .events.handoffs_forced]|map(tostring)|join("/")')"
-			smc_assert_eq "$label: payload over shm ($d)" \
-				"$(smc_stats "$d" '.bytes.shm.sent + .bytes.shm.received')" $((2 * n))
-			smc_assert_eq "$label: payload over tcp ($d)" \
-				"$(smc_stats "$d" '.bytes.tcp.sent + .bytes.tcp.received')" 0
-			smc_assert_eq "$label: downgrades ($d)" \
-				"$(smc_stats "$d" '.events.downgrades + .events.peer_downgrades + .events.handoffs_forced')" 0
-		done
-		smc_assert_eq "$side ($label): events.handoffs" "$(smc_stats "$edir" '.events.handoffs')" 1
-		smc_assert_eq "$side ($label): events.handoffs_in" "$(smc_stats "$edir" '.events.handoffs_in')" 1
 		return
 	fi
 	peer_after_downgrade "$peer ($label)" "$pdir"
@@ -238,15 +172,6 @@ midstream() {
 		"$(smc_stats "$pdir" ".bytes.$DATA.sent + .bytes.tcp.sent")" "$n"
 	# The exec'ing process's stats are written just before the exec; a new image under
 	# the library with the same pid writes the same file again at its exit.
-	if [ "$how" = forced ]; then
-		# the old image handed off (its file, written before the exec: the new image
-		# does not run the library), the peer took it back to TCP for it
-		smc_require_stats "$edir"
-		smc_assert_eq "$side ($label): events.handoffs" "$(smc_stats "$edir" '.events.handoffs')" 1
-		smc_assert_eq "$side ($label): events.downgrades" "$(smc_stats "$edir" '.events.downgrades')" 0
-		smc_assert_eq "$peer ($label): events.handoffs_forced" \
-			"$(smc_stats "$pdir" '.events.handoffs_forced')" 1
-	fi
 	case $mode in
 	nopreload | empty | spawn | system)
 		if [ "$SMC_TEST_EXPECT" = shm ]; then
@@ -264,11 +189,6 @@ midstream() {
 	esac
 }
 
-# a #! script run by a static program that drops LD_PRELOAD: the library takes it for
-# a program that runs it and hands off; nobody takes the hand-off over
-printf '#!%s\n' "$top_builddir/tests/progs/handoff_static" >"$SMC_TMP/nopreload.sh"
-chmod +x "$SMC_TMP/nopreload.sh"
-
 midstream control server none
 midstream server-keep server keep
 midstream server-nopreload server nopreload
@@ -279,15 +199,6 @@ midstream server-system server system
 midstream client-keep client keep
 midstream client-nopreload client nopreload
 midstream client-spawn client spawn
-# hand-offs are same-host only: over SMC-R (tests/rdma/exec.sh) an exec downgrades, and
-# a failed one leaves the connection on TCP
-if [ "$DATA" = shm ]; then
-	EXEC_MIDSTREAM_SCRIPT=$SMC_TMP/nopreload.sh HANDOFF_STATIC_MODE=nopreload \
-		midstream server-forced server script
-	EXEC_MIDSTREAM_SCRIPT=$SMC_TMP/nopreload.sh HANDOFF_STATIC_MODE=nopreload \
-		midstream client-forced client script
-	midstream server-exec-fails server missing
-fi
 # inetd and sshd: a child per connection execs; a backend per connection goes on in
 # the child (over RDMA both go back to TCP at the fork: the QP stays the parent's)
 midstream server-fork-exec server fork-exec

@@ -29,11 +29,6 @@
  *               and waits (inetd, sshd)
  *   fork        fork(), the child goes on in the same image (no exec: a backend per
  *               connection), the parent closes its copy and waits
- *   missing     execv() of a "#!" script whose interpreter does not exist: the exec
- *               fails and this image goes on with the connection ("EXEC-FAILED ROLE
- *               pid=P")
- *   script      execv() of the "#!" script EXEC_MIDSTREAM_SCRIPT (environment kept),
- *               whose interpreter is given the new image's command line
  * The other side (the peer) writes its whole stream at once from a thread while it
  * reads: it reads HOLD_AT bytes, then stops reading for HOLD_MS (longer than the exec
  * side's pause, so the ring it reads from still holds unread bytes when the exec
@@ -74,7 +69,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
-#include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -495,44 +489,6 @@ static int exec_side(int fd, const struct opts *o)
 
 	if (strcmp(o->exec_mode, "keep") == 0) {
 		execv(self_exe, argv);
-	} else if (strcmp(o->exec_mode, "missing") == 0) {
-		/* an exec that fails after the library took it for one into a program that
-		 * runs it (a "#!" script whose interpreter is missing): this image goes on
-		 * with the connection */
-		char script[] = "/tmp/exec_midstream-missing-XXXXXX";
-		int sfd = mkstemp(script), err;
-
-		if (sfd < 0 || write(sfd, "#!/nonexistent/interpreter\n", 27) != 27 ||
-		    fchmod(sfd, 0755) < 0 || close(sfd) < 0) {
-			fprintf(stderr, "ERROR %s: script: %s\n", role, strerror(errno));
-			return X_USAGE;
-		}
-		execv(script, argv);
-		err = errno;
-		unlink(script);
-		if (err != ENOENT) {
-			fprintf(stderr, "ERROR %s: exec of a script without its interpreter: %s\n",
-				role, strerror(err));
-			return X_USAGE;
-		}
-		if (fcntl(fd, F_SETFD, FD_CLOEXEC) < 0)
-			return X_USAGE;
-		printf("EXEC-FAILED %s pid=%d\n", role, (int)getpid());
-		fflush(stdout);
-		arm_timeout(left ? left : 1);
-		return finish(fd, o->bytes);
-	} else if (strcmp(o->exec_mode, "script") == 0) {
-		/* a "#!" script (EXEC_MIDSTREAM_SCRIPT) whose interpreter runs the new image:
-		 * the kernel passes it the script's path, then these */
-		const char *script = getenv("EXEC_MIDSTREAM_SCRIPT");
-		char *sargv[11] = { (char *)script };
-
-		if (!script) {
-			fprintf(stderr, "ERROR %s: EXEC_MIDSTREAM_SCRIPT is not set\n", role);
-			return X_USAGE;
-		}
-		memcpy(sargv + 1, argv, 9 * sizeof(*argv));
-		execv(script, sargv);
 	} else if (strcmp(o->exec_mode, "nopreload") == 0) {
 		char **env = env_without_preload();
 
@@ -614,7 +570,7 @@ static uint64_t size_arg(const char *s)
 static void usage(void)
 {
 	fprintf(stderr, "usage: exec_midstream server|client PORT [--exec none|keep|nopreload|"
-		"empty|fexecve|spawn|system|fork-exec|fork|missing|script] [--bytes N] [--first-read N] [--first-write N]\n"
+		"empty|fexecve|spawn|system|fork-exec|fork] [--bytes N] [--first-read N] [--first-write N]\n"
 		"       [--pause-ms MS] [--hold-at N] [--hold-ms MS] [--timeout S]\n");
 	exit(X_USAGE);
 }

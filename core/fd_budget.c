@@ -18,8 +18,7 @@ static unsigned held;         /* descriptors the library keeps (atomic) */
 static unsigned reserved;     /* descriptors decided upgrades will create (atomic) */
 static unsigned app_estimate; /* descriptors the application holds, estimated (atomic) */
 static uint64_t last_count_ns; /* when /proc/self/fd was last counted (atomic) */
-/* what gives descriptors back under pressure (fd_budget_on_pressure): pools, the
- * memfds kept for exec hand-offs */
+/* what gives descriptors back under pressure (fd_budget_on_pressure): the pools */
 #define PRESSURE_HOOKS 4
 static void (*pressure_hooks[PRESSURE_HOOKS])(void); /* atomic */
 

@@ -59,11 +59,11 @@ void fd_budget_unreserve(unsigned n);
  * against the three quarters of free descriptors the rule leaves. */
 bool fd_budget_allows(int app_fd, unsigned n);
 
-/* fn gives descriptors back that the library keeps only as a cache (pool.h, the memfds
- * kept for exec hand-offs in conn.c): called whenever the rule refuses an upgrade of an
- * application's socket (never from a decision with app_fd -1, which pools make under
- * their own lock), and the rule asked again if they gave any. Up to 4 such fn, each
- * registered once however often this is called. */
+/* fn gives descriptors back that the library keeps only as a cache (pool.h): called
+ * whenever the rule refuses an upgrade of an application's socket (never from a
+ * decision with app_fd -1, which pools make under their own lock), and the rule asked
+ * again if they gave any. Up to 4 such fn, each registered once however often this is
+ * called. */
 void fd_budget_on_pressure(void (*fn)(void));
 
 /* An error from creating a descriptor or a mapping: the reason the connection stays

@@ -707,6 +707,11 @@ static bool epoll_conn_step(struct srv_conn *c, int fd, int epfd)
 			/* Come back when there is room for the rest of the response. */
 			return epoll_interest(epfd, fd, EPOLLIN | EPOLLOUT | EPOLLRDHUP);
 		}
+		/* a connection reset before its request (by its client in the accept queue,
+		 * or by the library when its negotiation failed) is TCP's to report, and not
+		 * this server's error: the client's side counts what it lost */
+		if (n < 0 && errno == ECONNRESET && c->phase == READ_REQUEST && c->done == 0)
+			return false;
 		if (n < 0) {
 			server_error(c->phase == WRITE_RESPONSE ? "send response" : "recv", errno);
 			return false;

@@ -809,7 +809,9 @@ static void *serve_blocking(void *arg)
 
 	setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
 	if (!io_full(fd, req, MSG_LEN, false)) {
-		server_error(errno ? "recv request" : "EOF before full request", errno);
+		/* reset before or during its request: TCP's to report (see epoll_conn_step) */
+		if (errno != ECONNRESET)
+			server_error(errno ? "recv request" : "EOF before full request", errno);
 	} else {
 		make_response(req, resp);
 		if (!io_full(fd, resp, MSG_LEN, true)) {

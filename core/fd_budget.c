@@ -18,9 +18,7 @@ static unsigned held;         /* descriptors the library keeps (atomic) */
 static unsigned reserved;     /* descriptors decided upgrades will create (atomic) */
 static unsigned app_estimate; /* descriptors the application holds, estimated (atomic) */
 static uint64_t last_count_ns; /* when /proc/self/fd was last counted (atomic) */
-/* what gives descriptors back under pressure (fd_budget_on_pressure): the pools */
-#define PRESSURE_HOOKS 4
-static void (*pressure_hooks[PRESSURE_HOOKS])(void); /* atomic */
+static void (*pressure_hook)(void); /* atomic */
 
 /* /proc/self/fd is counted at most this often: with tens of thousands of descriptors
  * one count costs milliseconds, and it is only asked for when the estimate refuses. */
@@ -38,14 +36,7 @@ void fd_budget_give(unsigned n)
 
 void fd_budget_on_pressure(void (*fn)(void))
 {
-	for (int i = 0; i < PRESSURE_HOOKS; i++) {
-		void (*cur)(void) = NULL;
-
-		if (__atomic_compare_exchange_n(&pressure_hooks[i], &cur, fn, false,
-						__ATOMIC_RELAXED, __ATOMIC_RELAXED) ||
-		    cur == fn)
-			return;
-	}
+	__atomic_store_n(&pressure_hook, fn, __ATOMIC_RELAXED);
 }
 
 void fd_budget_reserve(unsigned n)
@@ -151,6 +142,7 @@ bool fd_budget_allows(int app_fd, unsigned n)
 {
 	uint64_t limit = nofile_limit(), now;
 	unsigned est = __atomic_load_n(&app_estimate, __ATOMIC_RELAXED);
+	void (*hook)(void);
 	unsigned before;
 	long counted;
 
@@ -178,17 +170,13 @@ bool fd_budget_allows(int app_fd, unsigned n)
 		}
 	}
 	/* Refused: what the library keeps only as a cache goes back (at every refusal: a
-	 * program growing fast makes many within one count's interval, and a hook finds
+	 * program growing fast makes many within one count's interval, and the hook finds
 	 * nothing to do once it has run), and the rule is asked again if it freed any. */
-	if (app_fd < 0)
+	hook = __atomic_load_n(&pressure_hook, __ATOMIC_RELAXED);
+	if (!hook || app_fd < 0)
 		return false;
 	before = fd_budget_held();
-	for (int i = 0; i < PRESSURE_HOOKS; i++) {
-		void (*hook)(void) = __atomic_load_n(&pressure_hooks[i], __ATOMIC_RELAXED);
-
-		if (hook)
-			hook();
-	}
+	hook();
 	return fd_budget_held() < before &&
 	       rule_holds(limit, __atomic_load_n(&app_estimate, __ATOMIC_RELAXED), n);
 }

@@ -62,8 +62,7 @@ bool fd_budget_allows(int app_fd, unsigned n);
 /* fn gives descriptors back that the library keeps only as a cache (pool.h): called
  * whenever the rule refuses an upgrade of an application's socket (never from a
  * decision with app_fd -1, which pools make under their own lock), and the rule asked
- * again if they gave any. Up to 4 such fn, each registered once however often this is
- * called. */
+ * again if they gave any. */
 void fd_budget_on_pressure(void (*fn)(void));
 
 /* An error from creating a descriptor or a mapping: the reason the connection stays

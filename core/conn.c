@@ -28,6 +28,7 @@
 #include "core/config.h"
 #include "core/conn.h"
 #include "core/conn_ib.h"
+#include "core/conn_orphan.h"
 #include "core/conn_rewind.h"
 #include "core/fd_budget.h"
 #include "core/fdpark.h"
@@ -104,12 +105,8 @@ struct conn_batch {
 	size_t n, cap;
 };
 
-static void batch_take(struct smc_conn *c, void *arg)
+static void batch_add(struct conn_batch *b, struct smc_conn *c)
 {
-	struct conn_batch *b = arg;
-
-	if (__atomic_load_n(&c->state, __ATOMIC_ACQUIRE) != CONN_ACTIVE || !b->want(c))
-		return;
 	if (b->n == b->cap) {
 		size_t cap = b->cap ? 2 * b->cap : 64;
 		struct smc_conn **m = realloc(b->c, cap * sizeof(*m));
@@ -121,6 +118,14 @@ static void batch_take(struct smc_conn *c, void *arg)
 	}
 	conn_get(c);
 	b->c[b->n++] = c;
+}
+
+static void batch_take(struct smc_conn *c, void *arg)
+{
+	struct conn_batch *b = arg;
+
+	if (__atomic_load_n(&c->state, __ATOMIC_ACQUIRE) == CONN_ACTIVE && b->want(c))
+		batch_add(b, c);
 }
 
 struct smc_conn **conn_collect_active(bool (*want)(const struct smc_conn *c), size_t *n)
@@ -169,6 +174,35 @@ size_t conn_own_fds(int **out)
 	conn_foreach(bells_take, &l);
 	*out = l.fd;
 	return l.n;
+}
+
+static void take_staged(struct smc_conn *c, void *arg)
+{
+	if (__atomic_load_n(&c->state, __ATOMIC_ACQUIRE) == CONN_PENDING && c->pend_len &&
+	    !c->fork_orphan)
+		batch_add(arg, c);
+}
+
+/* A connection still negotiating holds what the program sent meanwhile in its staging
+ * buffer, which the process takes with it: TCP would have the bytes in the kernel.
+ * At the end of the image they go out over TCP, the connection plain TCP (the last
+ * close does the same, conn_release_fd): an exit must not wait for a server that has
+ * not accepted yet. */
+void conn_end_staged(void)
+{
+	struct conn_batch b = { 0 };
+
+	conn_foreach(take_staged, &b); /* allocates nothing when there is none */
+	for (size_t i = 0; i < b.n; i++) {
+		struct smc_conn *c = b.c[i];
+
+		pthread_mutex_lock(&c->lock);
+		if (__atomic_load_n(&c->state, __ATOMIC_ACQUIRE) == CONN_PENDING && c->pend_len)
+			conn_fallback(c, SMC_REASON_HANDSHAKE);
+		pthread_mutex_unlock(&c->lock);
+		conn_put(c);
+	}
+	free(b.c);
 }
 
 /* fork: the child holds every connection too. Counted before the fork so that a parent
@@ -1288,7 +1322,8 @@ static bool down_step(struct smc_conn *c, bool tx_locked)
 		return true;
 	if (!tx_locked && pthread_mutex_trylock(&c->tx_lock) != 0)
 		return false;
-	done = resend_take(c) == 0 && resend_flush(c, c->fd);
+	/* after the program's close (an orphan, below) only that descriptor is ours */
+	done = resend_take(c) == 0 && resend_flush(c, c->resend_fd >= 0 ? c->resend_fd : c->fd);
 	if (!done && !c->aborted)
 		resend_watch(c);
 	if (!tx_locked)
@@ -2584,6 +2619,50 @@ int conn_tx_queued(struct smc_conn *c)
 	return conn_ib_tx_unwritten(c);
 }
 
+void conn_linger_reset(int fd)
+{
+	struct linger lg = { .l_onoff = 1, .l_linger = 0 };
+
+	REAL(setsockopt)(fd, SOL_SOCKET, SO_LINGER, &lg, sizeof(lg));
+}
+
+/*
+ * Orphans (conn_orphan.h): a closed shared-memory connection whose peer has not read all
+ * we wrote. What it still owes is the re-send of those bytes should the peer go back to
+ * TCP before it reads them (the bytes stay in the ring until then, as a closed TCP
+ * socket's stay in its send queue).
+ */
+int64_t conn_orphan_unread(struct smc_conn *c)
+{
+	int64_t room;
+
+	if (c->aborted || tx_dead(c))
+		return -1;
+	if (pthread_mutex_trylock(&c->tx_lock) != 0)
+		return 1; /* a thread of ours is still in a call on it: look again later */
+	room = tx_free(c);
+	pthread_mutex_unlock(&c->tx_lock);
+	return room < 0 ? -1 : (int64_t)c->tx_size - room;
+}
+
+enum conn_orphan_end conn_orphan_step(struct smc_conn *c)
+{
+	int64_t unread;
+
+	if (peer_went_tcp(c)) {
+		/* the peer left the rings: what it did not read goes over TCP, the rest
+		 * (if the socket does not take it at once) on the progress thread, and
+		 * the socket's last close is then a FIN after it */
+		if (pthread_mutex_trylock(&c->tx_lock) != 0)
+			return CONN_ORPHAN_KEEP;
+		(void)down_step(c, true);
+		pthread_mutex_unlock(&c->tx_lock);
+		return CONN_ORPHAN_RESENT;
+	}
+	unread = conn_orphan_unread(c);
+	return unread == 0 || unread < 0 ? CONN_ORPHAN_READ : CONN_ORPHAN_KEEP;
+}
+
 /* SO_LINGER with a timeout: close waits until the peer consumed what we wrote. */
 static void conn_linger(struct smc_conn *c)
 {
@@ -2669,12 +2748,11 @@ void conn_release_fd(struct smc_conn *c)
 			/* The TCP channel carried no payload: close it with a reset, so neither
 			 * side keeps it in TIME_WAIT (a churning client would run out of the
 			 * ports it binds before connect). The peer knows from the flags above
-			 * that this is a close, not an abort. */
-			{
-				struct linger lg = { .l_onoff = 1, .l_linger = 0 };
-
-				REAL(setsockopt)(c->fd, SOL_SOCKET, SO_LINGER, &lg, sizeof(lg));
-			}
+			 * that this is a close, not an abort. Unless the peer has not read all
+			 * we wrote: then the socket stays ours until it has (conn_orphan.h). */
+			if (c->ib || c->pool || (c->linger_on && c->linger_s == 0) ||
+			    !conn_orphan_adopt(c))
+				conn_linger_reset(c->fd);
 		}
 	}
 	if (st == CONN_ACTIVE && !c->ib) {

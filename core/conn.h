@@ -185,6 +185,9 @@ bool conn_resend_pending(const struct smc_conn *c);
 /* Sends the rest of that re-send, blocking, until it is out (true) or the socket took
  * nothing for idle_ns. */
 bool conn_finish_resend(struct smc_conn *c, uint64_t idle_ns);
+/* The end of the image (exit, exec): the connections still negotiating send what they
+ * staged over TCP and are plain TCP. */
+void conn_end_staged(void);
 /* The application closed its last fd of c in this process. */
 void conn_release_fd(struct smc_conn *c);
 /* Takes an ACTIVE shared-memory connection back to plain TCP in this process, for

@@ -23,6 +23,7 @@
 #include <stdlib.h>
 
 #include "core/conn.h"
+#include "core/conn_orphan.h"
 #include "core/conn_ib.h"
 #include "core/ib_lgr.h"
 #include "core/log.h"
@@ -75,6 +76,7 @@ void smc_sock_drain_rdma(bool (*closing)(const struct smc_conn *c))
 
 __attribute__((destructor)) static void exit_drain(void)
 {
+	conn_orphans_settle(CONN_ORPHAN_END_IDLE_NS);
 	smc_sock_finish_resends();
 	smc_sock_drain_rdma(over_rdma);
 }

@@ -50,6 +50,7 @@
 #include "core/clock.h"
 #include "core/config.h"
 #include "core/conn.h"
+#include "core/conn_orphan.h"
 #include "core/epoll.h"
 #include "core/epoll_track.h"
 #include "core/forklock.h"
@@ -113,7 +114,8 @@ static bool take_all(void)
 	return conn_fork_lock_registry() && epoll_emul_fork_lock() && sock_fork_lock() &&
 	       pool_fork_lock() && conn_fork_lock_conns() && progress_fork_lock() &&
 	       hs_policy_fork_lock() && neg_fork_lock() && rdv_fork_lock() &&
-	       tcpopt_fork_lock() && statsrv_fork_lock() && epoll_track_fork_lock();
+	       tcpopt_fork_lock() && statsrv_fork_lock() && epoll_track_fork_lock() &&
+	       conn_orphans_fork_lock();
 }
 
 static void release_held(void)

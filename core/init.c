@@ -4,6 +4,7 @@
 
 #include "core/config.h"
 #include "core/conn.h"
+#include "core/conn_orphan.h"
 #include "core/epoll.h"
 #include "core/epoll_track.h"
 #include "core/fdpark.h"
@@ -47,6 +48,7 @@ static void fork_child(void)
 	stats_atfork_child();
 	pool_atfork_child();
 	conn_fork_child();
+	conn_orphans_atfork_child();
 	progress_atfork_child();
 	epoll_emul_atfork_child();
 	epoll_track_atfork_child();

@@ -525,10 +525,10 @@ int progress_ensure(void)
 
 /* Runs fn(arg) on the progress thread as soon as it can (registration callbacks create
  * their events there). 0, or -ENOMEM when the thread or the call could not be had. */
-static int progress_call(event_callback_fn fn, void *arg)
+static int progress_call_after(event_callback_fn fn, void *arg, unsigned ms)
 {
 	struct event_base *base = progress_start();
-	struct timeval now = { 0, 0 };
+	struct timeval now = { (time_t)(ms / 1000), (suseconds_t)(ms % 1000) * 1000 };
 	bool internal = smc_thread_internal; /* set for good on the progress thread */
 	int r;
 
@@ -540,6 +540,11 @@ static int progress_call(event_callback_fn fn, void *arg)
 	r = event_base_once(base, -1, EV_TIMEOUT, fn, arg, &now);
 	smc_thread_internal = internal;
 	return r < 0 ? -ENOMEM : 0;
+}
+
+static int progress_call(event_callback_fn fn, void *arg)
+{
+	return progress_call_after(fn, arg, 0);
 }
 
 /* Runs on the progress thread: every event of a pending connection is created and
@@ -1079,6 +1084,36 @@ int progress_watch_readable(int fd, void (*cb)(void *arg), void *arg)
 int progress_watch_writable(int fd, unsigned retry_ms, void (*cb)(void *arg), void *arg)
 {
 	return fd_watch_start(fd, EV_WRITE, retry_ms, cb, arg);
+}
+
+struct timer_call {
+	void (*cb)(void *arg);
+	void *arg;
+};
+
+static void on_timer_call(evutil_socket_t fd, short what, void *arg)
+{
+	struct timer_call t = *(struct timer_call *)arg;
+
+	(void)fd;
+	(void)what;
+	free(arg);
+	t.cb(t.arg);
+}
+
+int progress_after(unsigned ms, void (*cb)(void *arg), void *arg)
+{
+	struct timer_call *t = malloc(sizeof(*t));
+
+	if (!t)
+		return -ENOMEM;
+	t->cb = cb;
+	t->arg = arg;
+	if (progress_call_after(on_timer_call, t, ms) < 0) {
+		free(t);
+		return -ENOMEM;
+	}
+	return 0;
 }
 
 /* Held while a base and its thread start. ib_watch_lock is not taken: the child drops

@@ -64,6 +64,9 @@ int progress_watch_readable(int fd, void (*cb)(void *arg), void *arg);
 /* The same for writable, or after at most `retry_ms` (0: no limit), whichever comes
  * first (cb then looks and watches again if it must). */
 int progress_watch_writable(int fd, unsigned retry_ms, void (*cb)(void *arg), void *arg);
+/* Calls cb(arg) on the thread once, ms milliseconds from now. 0 or -ENOMEM (cb is not
+ * called). */
+int progress_after(unsigned ms, void (*cb)(void *arg), void *arg);
 /* fork (forklock.h): takes the thread's start lock; false when busy. */
 bool progress_fork_lock(void);
 /* In a forked child: the thread did not survive the fork. */

@@ -250,7 +250,7 @@ static struct smc_conn *conn_pending_server_get(void)
 }
 
 static int conn_wait(struct smc_conn *c, uint32_t events, bool for_handshake,
-		     uint64_t deadline);
+		     uint64_t deadline, pthread_mutex_t *held);
 static uint64_t now_ns(void);
 
 /* The progress thread does not survive fork: a connection it still negotiates would
@@ -273,7 +273,7 @@ static void conn_settle_pending_servers(void)
 		if (!c)
 			return;
 		while (r == 0 && __atomic_load_n(&c->state, __ATOMIC_ACQUIRE) == CONN_PENDING)
-			r = conn_wait(c, 0, true, deadline);
+			r = conn_wait(c, 0, true, deadline, NULL);
 		conn_put(c);
 		if (r < 0)
 			return; /* a signal, or the deadline: fork anyway */
@@ -1874,8 +1874,32 @@ static bool conn_wait_done(struct smc_conn *c, uint32_t want, bool for_handshake
  * caller that saw PENDING may find the handshake decided by the time it gets here, and
  * a wait for a decision that already came must end at once, not wait for events that
  * nobody asked for until the deadline. */
+/*
+ * A thread cancelled in our sleep (pthread_cancel: ppoll is a cancellation point, as
+ * the read or write it stands for) unwinds through none of our returns: what the
+ * wait and its callers hold goes with it here, or every later call on the connection
+ * would wait for ever on the lock it kept. Every caller holds one reference that it
+ * drops after the wait (sock.c's fd lookup, or its own), and `held` is the data lock
+ * of recv or send.
+ */
+struct wait_cancel {
+	struct smc_conn *c;
+	uint32_t armed;
+	pthread_mutex_t *held;
+};
+
+static void wait_cancelled(void *arg)
+{
+	struct wait_cancel *w = arg;
+
+	conn_end_sleep(w->c, w->armed);
+	if (w->held)
+		pthread_mutex_unlock(w->held);
+	conn_put(w->c);
+}
+
 static int conn_wait(struct smc_conn *c, uint32_t events, bool for_handshake,
-		     uint64_t deadline)
+		     uint64_t deadline, pthread_mutex_t *held)
 {
 	uint32_t want = events | POLLERR | POLLHUP | CONN_MASK_FALLBACK;
 	/* a handshake takes two cross-process round trips through the progress thread:
@@ -1943,7 +1967,13 @@ static int conn_wait(struct smc_conn *c, uint32_t events, bool for_handshake,
 			}
 		}
 		n = conn_wait_fds(c, for_handshake ? events | POLLIN : events, pfd, tags);
-		r = sandbox_ppoll(pfd, (nfds_t)n, tsp, NULL);
+		{
+			struct wait_cancel wc = { .c = c, .armed = armed, .held = held };
+
+			pthread_cleanup_push(wait_cancelled, &wc);
+			r = sandbox_ppoll(pfd, (nfds_t)n, tsp, NULL);
+			pthread_cleanup_pop(0);
+		}
 		conn_end_sleep(c, armed);
 		if (r < 0)
 			return -errno;
@@ -2044,7 +2074,7 @@ int conn_wait_pending(struct smc_conn *c, bool nonblock, int64_t timeo_ns)
 
 		if (nonblock)
 			return -EAGAIN;
-		r = conn_wait(c, 0, true, until);
+		r = conn_wait(c, 0, true, until, NULL);
 		if (r == -EINTR && eintr_restarts(timeo_ns))
 			r = 0;
 		if (r == -EAGAIN && conn_state(c) == CONN_PENDING) {
@@ -2358,7 +2388,7 @@ ssize_t conn_recv(struct smc_conn *c, const struct iovec *iov, int iovcnt, int f
 				err = EAGAIN;
 			break;
 		}
-		err = -conn_wait(c, POLLIN, false, deadline);
+		err = -conn_wait(c, POLLIN, false, deadline, &c->rx_lock);
 		if (err == EINTR && eintr_restarts(c->rcvtimeo_ns))
 			err = 0;
 		if (err) {
@@ -2531,7 +2561,7 @@ ssize_t conn_send(struct smc_conn *c, const struct iovec *iov, int iovcnt, int f
 		}
 		if (c->ib)
 			conn_ib_tx_blocked(c);
-		err = -conn_wait(c, POLLOUT, false, deadline);
+		err = -conn_wait(c, POLLOUT, false, deadline, &c->tx_lock);
 		if (err == EINTR && eintr_restarts(c->sndtimeo_ns))
 			err = 0;
 		if (err)

@@ -1707,6 +1707,20 @@ static void sock_rcvlowat_set(int fd, const void *val, socklen_t len)
 	sock_tcp_only(fd);
 }
 
+/*
+ * O_ASYNC (FIOASYNC): the kernel signals the owner (SIGIO, or F_SETSIG's signal) when
+ * the TCP socket gets data or room, which the rings never make it do. The connection
+ * goes back to TCP as for SO_RCVLOWAT; a socket that asks before it connects is never
+ * upgraded. A listener's flag is its own (accept() does not pass O_ASYNC on).
+ */
+void smc_sock_set_async(int fd)
+{
+	if (fdtab_kind(fd) == FD_LISTEN)
+		return;
+	fdtab_flags_set(fd, FDF_TCP_ONLY);
+	sock_tcp_only(fd);
+}
+
 int smc_sock_setsockopt(int fd, int level, int name, const void *val, socklen_t len)
 {
 	struct smc_conn *c;

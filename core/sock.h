@@ -46,6 +46,9 @@ void smc_sock_before_close(int fd);
 void smc_sock_dup(int oldfd, int newfd);
 /* O_NONBLOCK changed through fcntl(F_SETFL) or ioctl(FIONBIO). */
 void smc_sock_set_nonblock(int fd, bool on);
+/* O_ASYNC or FIOASYNC was set on fd: signal-driven I/O comes from the kernel's socket,
+ * so the connection is plain TCP from now on (reason sockopt). */
+void smc_sock_set_async(int fd);
 int smc_sock_ioctl(int fd, unsigned long req, void *arg);
 int smc_sock_getsockopt(int fd, int level, int name, void *val, socklen_t *len);
 int smc_sock_setsockopt(int fd, int level, int name, const void *val, socklen_t len);

@@ -251,6 +251,8 @@ static int fcntl_int_cmd(fcntl_fn real, int fd, int cmd, int arg)
 		note_dup(fd, ret);
 	} else if (cmd == F_SETFL && kind_is_sock(fdtab_kind(fd))) {
 		KEEP_ERRNO(smc_sock_set_nonblock(fd, (arg & O_NONBLOCK) != 0));
+		if (arg & O_ASYNC)
+			KEEP_ERRNO(smc_sock_set_async(fd));
 	}
 	return ret;
 }
@@ -306,6 +308,12 @@ SMC_EXPORT int ioctl(int fd, unsigned long req, ...)
 		int ret = REAL(ioctl)(fd, req, arg);
 		if (ret == 0)
 			KEEP_ERRNO(smc_sock_set_nonblock(fd, *(const int *)arg != 0));
+		return ret;
+	}
+	case FIOASYNC: {
+		int ret = REAL(ioctl)(fd, req, arg);
+		if (ret == 0 && *(const int *)arg != 0)
+			KEEP_ERRNO(smc_sock_set_async(fd));
 		return ret;
 	}
 	case FIONREAD: /* == SIOCINQ */

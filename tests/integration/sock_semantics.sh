@@ -5,10 +5,11 @@
 # (tests/progs/sem_check: a client and its forked server, a greeting each way first, so
 # that the connection is upgraded before each scenario): SO_RCVLOWAT (set on the
 # connection, before connect, on the listener), the error after a reset (reported once,
-# then EOF and EPIPE/SIGPIPE), SIOCOUTQ/SIOCOUTQNSD/FIONREAD, urgent data (MSG_OOB).
+# then EOF and EPIPE/SIGPIPE), SIOCOUTQ/SIOCOUTQNSD/FIONREAD, urgent data (MSG_OOB),
+# signal-driven I/O (O_ASYNC by fcntl or FIOASYNC), a reader cancelled in recv().
 # Each scenario first runs plain (the reference: what Linux does), then under the
 # library. Where the library cannot honour the feature the connection goes back to TCP
-# (SO_RCVLOWAT > 1, MSG_OOB): the stats count one downgrade and one peer downgrade, and
+# (SO_RCVLOWAT > 1, MSG_OOB, O_ASYNC): the stats count one downgrade and one peer downgrade, and
 # the debug log names the reason (sockopt); a socket that set SO_RCVLOWAT before
 # connect() falls back with reason sockopt. The other scenarios stay upgraded.
 [ -n "${BASH_VERSION:-}" ] || exec bash "$0" "$@"
@@ -63,4 +64,9 @@ run reset_recv 0
 run outq 0
 run oob 1
 run oob_recv 1
+# signal-driven I/O: the kernel's socket signals, so the connection goes back to TCP
+run async 1
+run async_ioctl 1
+# a thread cancelled while blocked in recv() leaves the connection usable
+run cancel 0
 smc_pass

@@ -20,14 +20,21 @@
  *   oob               send(MSG_OOB) between two writes: the reader gets the urgent byte
  *                     with recv(MSG_OOB) and the stream without it
  *   oob_recv          recv(MSG_OOB) with no urgent data: EINVAL, the stream goes on
+ *   async             signal-driven I/O (F_SETOWN, O_ASYNC set with fcntl): SIGIO when
+ *                     the peer's data arrives, and the data intact
+ *   async_ioctl       the same, O_ASYNC set with ioctl(FIOASYNC)
+ *   cancel            a thread blocked in recv() is cancelled (pthread_cancel); the
+ *                     socket goes on working: the next recv() gets the peer's data
  *
  * Prints "ok - ..." or "FAIL - ..." per check; exits 1 if any failed.
  */
 #include <arpa/inet.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <linux/sockios.h>
 #include <netinet/in.h>
 #include <poll.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdbool.h>
@@ -393,6 +400,82 @@ static void client_oob_recv(int fd)
 	send_all(fd, "uvw", 3);
 }
 
+static volatile sig_atomic_t sigio_count;
+
+static void on_sigio(int sig)
+{
+	(void)sig;
+	sigio_count++;
+}
+
+static void server_async(int fd)
+{
+	ctl_wait();
+	send_all(fd, "sig", 3);
+	ctl_wait();
+}
+
+static void client_async(int fd, bool by_ioctl)
+{
+	struct sigaction act = { .sa_handler = on_sigio };
+	int on = 1;
+	char b[3];
+	long t0;
+
+	sigaction(SIGIO, &act, NULL);
+	if (fcntl(fd, F_SETOWN, getpid()) < 0)
+		die("F_SETOWN");
+	if (by_ioctl ? ioctl(fd, FIOASYNC, &on) < 0
+		     : fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_ASYNC) < 0)
+		die("O_ASYNC");
+	ctl_send('g');
+	t0 = now_ms();
+	while (!sigio_count && now_ms() - t0 < 5000)
+		sleep_ms(10);
+	check(sigio_count > 0, "async: SIGIO when the peer's data arrives", "no SIGIO in 5 s");
+	recv_exact(fd, b, 3);
+	check(memcmp(b, "sig", 3) == 0, "async: the data", "read '%.3s'", b);
+	ctl_send('d');
+}
+
+static void *blocked_reader(void *arg)
+{
+	char b;
+
+	(void)!recv(*(int *)arg, &b, 1, 0); /* nothing comes: cancelled in here */
+	return NULL;
+}
+
+static void server_cancel(int fd)
+{
+	ctl_wait();
+	send_all(fd, "after", 5);
+	ctl_wait();
+}
+
+static void client_cancel(int fd)
+{
+	struct timeval tv = { .tv_sec = 5 };
+	pthread_t t;
+	void *ret = NULL;
+	char b[5];
+	ssize_t r;
+
+	if (pthread_create(&t, NULL, blocked_reader, &fd) != 0)
+		die("pthread_create");
+	sleep_ms(300); /* asleep in recv by now */
+	pthread_cancel(t);
+	pthread_join(t, &ret);
+	check(ret == PTHREAD_CANCELED, "cancel: the blocked reader was cancelled", "joined %p",
+	      ret);
+	setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+	ctl_send('g');
+	r = recv(fd, b, 5, MSG_WAITALL);
+	check(r == 5 && memcmp(b, "after", 5) == 0, "cancel: the next recv gets the data",
+	      "recv %zd", r);
+	ctl_send('d');
+}
+
 /* ------------------------------------------------------------ the pair */
 
 int main(int argc, char **argv)
@@ -406,9 +489,10 @@ int main(int argc, char **argv)
 
 	if (strcmp(sc, "rcvlowat") && strcmp(sc, "rcvlowat_pre") &&
 	    strcmp(sc, "rcvlowat_listener") && strcmp(sc, "soerror") && strcmp(sc, "reset_recv") &&
-	    strcmp(sc, "outq") && strcmp(sc, "oob") && strcmp(sc, "oob_recv")) {
+	    strcmp(sc, "outq") && strcmp(sc, "oob") && strcmp(sc, "oob_recv") &&
+	    strcmp(sc, "async") && strcmp(sc, "async_ioctl") && strcmp(sc, "cancel")) {
 		fprintf(stderr, "usage: %s rcvlowat|rcvlowat_pre|rcvlowat_listener|soerror|"
-				"reset_recv|outq|oob|oob_recv\n", argv[0]);
+				"reset_recv|outq|oob|oob_recv|async|async_ioctl|cancel\n", argv[0]);
 		return 2;
 	}
 	sigaction(SIGPIPE, &act, NULL);
@@ -447,6 +531,10 @@ int main(int argc, char **argv)
 			server_outq(fd);
 		} else if (!strcmp(sc, "oob")) {
 			server_oob(fd);
+		} else if (!strncmp(sc, "async", 5)) {
+			server_async(fd);
+		} else if (!strcmp(sc, "cancel")) {
+			server_cancel(fd);
 		} else {
 			server_oob_recv(fd);
 		}
@@ -481,6 +569,10 @@ int main(int argc, char **argv)
 		client_outq(fd);
 	} else if (!strcmp(sc, "oob")) {
 		client_oob(fd);
+	} else if (!strncmp(sc, "async", 5)) {
+		client_async(fd, !strcmp(sc, "async_ioctl"));
+	} else if (!strcmp(sc, "cancel")) {
+		client_cancel(fd);
 	} else {
 		client_oob_recv(fd);
 	}

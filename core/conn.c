@@ -2246,7 +2246,8 @@ static void rx_copy_publish(struct smc_conn *c, const struct iovec *iov, int iov
 	while (n) {
 		size_t k = n < chunk ? n : chunk;
 
-		ring_copy_out_iov(c->rx_ring, c->rx_size, c->rx_cons, iov, iovcnt, skip, k);
+		if (iov) /* NULL: MSG_TRUNC, the bytes are dropped (conn_recv) */
+			ring_copy_out_iov(c->rx_ring, c->rx_size, c->rx_cons, iov, iovcnt, skip, k);
 		__atomic_store_n(&c->rx_cons, cursor_add(c->rx_cons, (uint32_t)k, c->rx_size),
 				 __ATOMIC_RELAXED);
 		rx_publish(c, k == n);
@@ -2293,12 +2294,42 @@ static void tx_copy_publish(struct smc_conn *c, const struct iovec *iov, int iov
 	}
 }
 
+/* MSG_PEEK with MSG_WAITALL: TCP waits until the whole length is there (its receive
+ * target), unless the stream ends first. Under rx_lock, with `used` bytes in the ring. */
+static bool peek_wait_all(struct smc_conn *c, int flags, size_t used, size_t want,
+			  bool nonblock)
+{
+	return (flags & MSG_WAITALL) && used < want && !nonblock && !c->shut_rd &&
+	       !c->aborted && !rx_eof(c) && !peer_went_tcp(c);
+}
+
+/* Its wait: readiness says "readable" already, so no bell tells of more bytes; a look
+ * every millisecond (a rare call, never a spin). 0, or EAGAIN at SO_RCVTIMEO's deadline,
+ * EINTR for a signal that does not restart the call. */
+static int peek_sleep(struct smc_conn *c, uint64_t deadline)
+{
+	struct wait_cancel wc = { .c = c, .held = &c->rx_lock }; /* see wait_cancelled */
+	int r;
+
+	if (deadline && now_ns() >= deadline)
+		return EAGAIN;
+	pthread_cleanup_push(wait_cancelled, &wc);
+	r = REAL(poll)(NULL, 0, 1);
+	pthread_cleanup_pop(0);
+	if (r < 0 && errno == EINTR && !eintr_restarts(c->rcvtimeo_ns))
+		return EINTR;
+	return 0;
+}
+
 ssize_t conn_recv(struct smc_conn *c, const struct iovec *iov, int iovcnt, int flags)
 {
 	size_t want = iov_total(iov, iovcnt), got = 0;
 	bool nonblock = c->nonblock || (flags & MSG_DONTWAIT);
 	uint64_t deadline = deadline_from(c->rcvtimeo_ns);
 	bool tcp_rest = false; /* the peer's stream goes on over TCP (downgrade) */
+	/* MSG_TRUNC: TCP drops (or with MSG_PEEK only counts) the bytes, copying none,
+	 * so the buffer may be NULL (tcp_recvmsg) */
+	const struct iovec *dst = (flags & MSG_TRUNC) ? NULL : iov;
 	int err = 0;
 
 	if (side_went_tcp(c)) {
@@ -2341,8 +2372,15 @@ ssize_t conn_recv(struct smc_conn *c, const struct iovec *iov, int iovcnt, int f
 			size_t n = (size_t)used < want - got ? (size_t)used : want - got;
 
 			if (flags & MSG_PEEK) {
-				ring_copy_out_iov(c->rx_ring, c->rx_size, c->rx_cons, iov, iovcnt,
-						  got, n);
+				if (peek_wait_all(c, flags, (size_t)used, want, nonblock)) {
+					err = peek_sleep(c, deadline);
+					if (err)
+						break;
+					continue;
+				}
+				if (dst)
+					ring_copy_out_iov(c->rx_ring, c->rx_size, c->rx_cons, dst,
+							  iovcnt, got, n);
 				got += n;
 				break;
 			}
@@ -2358,10 +2396,10 @@ ssize_t conn_recv(struct smc_conn *c, const struct iovec *iov, int iovcnt, int f
 					continue;
 				}
 				n = (size_t)used < want - got ? (size_t)used : want - got;
-				rx_copy_publish(c, iov, iovcnt, got, n);
+				rx_copy_publish(c, dst, iovcnt, got, n);
 				fork_unlock(c, 0);
 			} else {
-				rx_copy_publish(c, iov, iovcnt, got, n);
+				rx_copy_publish(c, dst, iovcnt, got, n);
 			}
 			got += n;
 			if (got == want || !(flags & MSG_WAITALL))
@@ -2465,6 +2503,7 @@ ssize_t conn_send(struct smc_conn *c, const struct iovec *iov, int iovcnt, int f
 	uint64_t t_in = 0, received;
 	bool answered; /* we read from the peer since our last send: see tx_rewind */
 	ssize_t tcp_sent = 0; /* after a downgrade, over TCP */
+	size_t dropped = 0; /* the first send after the peer's close */
 	bool tcp_failed = false;
 	bool side_left = false; /* another process of our side went back to TCP (fork) */
 	int err = 0;
@@ -2519,6 +2558,21 @@ ssize_t conn_send(struct smc_conn *c, const struct iovec *iov, int iovcnt, int f
 			break;
 		}
 		if (c->shut_wr || tx_dead(c)) {
+			if (!sent && want > 0 && !c->shut_wr && !c->aborted && !c->wrote_past_close) {
+				/* As TCP after the peer's close: its FIN does not stop our next
+				 * send, the reset it answers with does (tcp_reset in
+				 * CLOSE_WAIT: EPIPE and SIGPIPE from then on). A peer that
+				 * closed with our bytes unread reset at once: ECONNRESET,
+				 * without SIGPIPE. */
+				int64_t unread_room = tx_free(c);
+
+				c->wrote_past_close = true;
+				if (unread_room >= 0 && unread_room < (int64_t)c->tx_size)
+					err = ECONNRESET;
+				else
+					dropped = want;
+				break;
+			}
 			if (!sent)
 				err = c->aborted && conn_reset_take(c) ? ECONNRESET : EPIPE;
 			break;
@@ -2580,6 +2634,8 @@ ssize_t conn_send(struct smc_conn *c, const struct iovec *iov, int iovcnt, int f
 			down_finish(c);
 		return (ssize_t)sent + tcp_sent;
 	}
+	if (dropped)
+		return (ssize_t)dropped;
 	if (err == EPIPE && !tcp_failed)
 		raise_sigpipe(flags);
 	if (!err && want == 0)

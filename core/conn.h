@@ -98,6 +98,7 @@ struct smc_conn {
 	struct hs_flow *bg_flow;    /* server, PENDING: the progress thread's flow that
 				     * decides it (progress.c), or NULL (under lock) */
 	bool reset_reported;        /* ECONNRESET reported once (conn_reset_take), atomic */
+	bool wrote_past_close;      /* a send after the peer's close was taken (conn_send) */
 
 	uint64_t bytes_sent, bytes_received; /* for smcpstat / stats at close */
 

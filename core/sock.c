@@ -1413,6 +1413,12 @@ ssize_t smc_sock_recv(int fd, const struct iovec *iov, int iovcnt, int flags)
 
 	if (!c)
 		return plain_recv(fd, iov, iovcnt, flags);
+	if (flags & MSG_ERRQUEUE) {
+		/* the error queue is the kernel socket's own (timestamps, zerocopy
+		 * completions, ICMP errors), never the stream */
+		conn_put(c);
+		return plain_recv(fd, iov, iovcnt, flags);
+	}
 	if (!conn_ready_for_io(c, flags, c->rcvtimeo_ns, &err)) {
 		r = err ? (errno = err, -1) : plain_recv(fd, iov, iovcnt, flags);
 	} else {
@@ -1707,6 +1713,18 @@ static void sock_rcvlowat_set(int fd, const void *val, socklen_t len)
 	sock_tcp_only(fd);
 }
 
+/* SO_ZEROCOPY: MSG_ZEROCOPY sends then expect a completion on the socket's error queue
+ * (SO_EE_ORIGIN_ZEROCOPY) before they reuse the buffer, which only the kernel's TCP
+ * sends; without it a program waits for ever. The same way as SO_RCVLOWAT (accepted
+ * sockets inherit it from the listener, as the kernel's sk_clone copies the flag). */
+static void sock_zerocopy_set(int fd, const void *val, socklen_t len)
+{
+	if (!val || len < sizeof(int) || *(const int *)val == 0)
+		return;
+	fdtab_flags_set(fd, FDF_TCP_ONLY);
+	sock_tcp_only(fd);
+}
+
 /*
  * O_ASYNC (FIOASYNC): the kernel signals the owner (SIGIO, or F_SETSIG's signal) when
  * the TCP socket gets data or room, which the rings never make it do. The connection
@@ -1732,6 +1750,8 @@ int smc_sock_setsockopt(int fd, int level, int name, const void *val, socklen_t 
 	r = REAL(setsockopt)(fd, level, name, val, len);
 	if (r == 0 && level == SOL_SOCKET && name == SO_RCVLOWAT)
 		sock_rcvlowat_set(fd, val, len);
+	if (r == 0 && level == SOL_SOCKET && name == SO_ZEROCOPY)
+		sock_zerocopy_set(fd, val, len);
 	if (r != 0 || level != SOL_SOCKET ||
 	    (name != SO_RCVTIMEO && name != SO_SNDTIMEO && name != SO_LINGER))
 		return r;

@@ -114,7 +114,8 @@ static ssize_t recvmsg_tracked(int fd, struct msghdr *msg, int flags)
 
 SMC_EXPORT ssize_t recvmsg(int fd, struct msghdr *msg, int flags)
 {
-	if (!kind_is_sock(fdtab_kind(fd)))
+	/* the error queue is the kernel socket's, with its ancillary data */
+	if (!kind_is_sock(fdtab_kind(fd)) || (flags & MSG_ERRQUEUE))
 		return REAL(recvmsg)(fd, msg, flags);
 	return recvmsg_tracked(fd, msg, flags);
 }
@@ -301,6 +302,17 @@ int smc_impl_sendmmsg(int fd, struct mmsghdr *vec, unsigned int vlen, int flags)
  */
 static ssize_t sendfile_tracked(int out_fd, int in_fd, off64_t *offset, size_t count)
 {
+	struct stat st;
+
+	/* the kernel's rule (splice_direct_to_actor): in_fd is a regular file or a block
+	 * device; a socket or a pipe is EINVAL, before anything is read */
+	if (fstat(in_fd, &st) < 0)
+		return -1;
+	if (!S_ISREG(st.st_mode) && !S_ISBLK(st.st_mode)) {
+		errno = EINVAL;
+		return -1;
+	}
+
 	off64_t pos = offset ? *offset : lseek64(in_fd, 0, SEEK_CUR);
 	bool seekable = offset || pos >= 0;
 
@@ -457,7 +469,9 @@ static ssize_t splice_smc_to_pipe(int sock, int pipe_out, size_t len, unsigned i
 		return -1;
 	}
 	struct iovec iov = { .iov_base = buf, .iov_len = want };
-	ssize_t got = smc_sock_recv(sock, &iov, 1, nonblock ? MSG_DONTWAIT : 0);
+	/* whether to wait for the socket's data is the socket's own O_NONBLOCK, as in
+	 * tcp_splice_read: SPLICE_F_NONBLOCK and the pipe's flag concern the pipe */
+	ssize_t got = smc_sock_recv(sock, &iov, 1, 0);
 	if (got > 0)
 		KEEP_ERRNO(pipe_write_all(pipe_out, buf, (size_t)got));
 	free(buf);

@@ -6,10 +6,13 @@
 # that the connection is upgraded before each scenario): SO_RCVLOWAT (set on the
 # connection, before connect, on the listener), the error after a reset (reported once,
 # then EOF and EPIPE/SIGPIPE), SIOCOUTQ/SIOCOUTQNSD/FIONREAD, urgent data (MSG_OOB),
-# signal-driven I/O (O_ASYNC by fcntl or FIOASYNC), a reader cancelled in recv().
+# signal-driven I/O (O_ASYNC by fcntl or FIOASYNC), a reader cancelled in recv(),
+# MSG_TRUNC, MSG_ERRQUEUE, MSG_PEEK|MSG_WAITALL, a send after the peer's close (the
+# first succeeds, as TCP's does), sendfile from a socket, splice's SPLICE_F_NONBLOCK,
+# SO_ZEROCOPY/MSG_ZEROCOPY.
 # Each scenario first runs plain (the reference: what Linux does), then under the
 # library. Where the library cannot honour the feature the connection goes back to TCP
-# (SO_RCVLOWAT > 1, MSG_OOB, O_ASYNC): the stats count one downgrade and one peer downgrade, and
+# (SO_RCVLOWAT > 1, MSG_OOB, O_ASYNC, SO_ZEROCOPY): the stats count one downgrade and one peer downgrade, and
 # the debug log names the reason (sockopt); a socket that set SO_RCVLOWAT before
 # connect() falls back with reason sockopt. The other scenarios stay upgraded.
 [ -n "${BASH_VERSION:-}" ] || exec bash "$0" "$@"
@@ -69,4 +72,13 @@ run async 1
 run async_ioctl 1
 # a thread cancelled while blocked in recv() leaves the connection usable
 run cancel 0
+# calls TCP serves from the stream in its own way
+run trunc 0
+run errqueue 0
+run peek_waitall 0
+run write_after_close 0
+run sendfile_sock 0
+run splice_nb 0
+# MSG_ZEROCOPY's completions come from the kernel's socket: back to TCP
+run zerocopy 1
 smc_pass

@@ -25,6 +25,19 @@
  *   async_ioctl       the same, O_ASYNC set with ioctl(FIOASYNC)
  *   cancel            a thread blocked in recv() is cancelled (pthread_cancel); the
  *                     socket goes on working: the next recv() gets the peer's data
+ *   trunc             recv(NULL, n, MSG_TRUNC) drops n bytes, MSG_PEEK|MSG_TRUNC counts
+ *                     without copying; the rest of the stream follows
+ *   errqueue          recvmsg(MSG_ERRQUEUE) with stream data waiting: EAGAIN, the data
+ *                     stays for recv()
+ *   peek_waitall      recv(MSG_PEEK|MSG_WAITALL, 10) with 5 bytes there and 5 more 0.3 s
+ *                     later waits for all 10
+ *   write_after_close the peer close()d and lives on: the first send succeeds, the
+ *                     second fails with EPIPE and raises SIGPIPE
+ *   sendfile_sock     sendfile() from a socket: EINVAL, nothing read from it
+ *   splice_nb         splice(socket -> pipe, SPLICE_F_NONBLOCK) on a blocking socket
+ *                     waits for the peer's data (the flag is the pipe's)
+ *   zerocopy          SO_ZEROCOPY and send(MSG_ZEROCOPY): its completion arrives on the
+ *                     error queue
  *
  * Prints "ok - ..." or "FAIL - ..." per check; exits 1 if any failed.
  */
@@ -41,7 +54,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <linux/errqueue.h>
 #include <sys/ioctl.h>
+#include <sys/sendfile.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -476,6 +491,194 @@ static void client_cancel(int fd)
 	ctl_send('d');
 }
 
+/* Waits (bounded) until n bytes are readable. */
+static void wait_readable(int fd, int n)
+{
+	long t0 = now_ms();
+	int have = 0;
+
+	while (ioctl(fd, FIONREAD, &have) == 0 && have < n && now_ms() - t0 < 5000)
+		sleep_ms(5);
+}
+
+/* The server's side of most scenarios below: on the client's 'g', what it sends. */
+static void server_send_on_go(int fd, const char *what)
+{
+	ctl_wait();
+	send_all(fd, what, strlen(what));
+	ctl_wait();
+}
+
+static void client_trunc(int fd)
+{
+	char b[6] = { 0 };
+	ssize_t r;
+
+	ctl_send('g');
+	wait_readable(fd, 8);
+	r = recv(fd, NULL, 3, MSG_TRUNC);
+	check(r == 3, "trunc: recv(NULL, 3, MSG_TRUNC) drops 3", "recv %zd", r);
+	r = recv(fd, NULL, 2, MSG_PEEK | MSG_TRUNC);
+	check(r == 2, "trunc: MSG_PEEK|MSG_TRUNC counts 2", "recv %zd", r);
+	recv_exact(fd, b, 5);
+	check(memcmp(b, "defgh", 5) == 0, "trunc: the rest of the stream", "read '%.5s'", b);
+	ctl_send('d');
+}
+
+static void client_errqueue(int fd)
+{
+	char b[4], ctl[256];
+	struct iovec iov = { b, sizeof(b) };
+	struct msghdr m = { .msg_iov = &iov, .msg_iovlen = 1, .msg_control = ctl,
+			    .msg_controllen = sizeof(ctl) };
+	ssize_t r;
+
+	ctl_send('g');
+	wait_readable(fd, 4);
+	errno = 0;
+	r = recvmsg(fd, &m, MSG_ERRQUEUE | MSG_DONTWAIT);
+	check(r < 0 && errno == EAGAIN, "errqueue: MSG_ERRQUEUE is EAGAIN", "recvmsg %zd", r);
+	recv_exact(fd, b, 4);
+	check(memcmp(b, "data", 4) == 0, "errqueue: the data stays for recv", "read '%.4s'", b);
+	ctl_send('d');
+}
+
+static void server_peek_waitall(int fd)
+{
+	ctl_wait();
+	send_all(fd, "12345", 5);
+	sleep_ms(300);
+	send_all(fd, "67890", 5);
+	ctl_wait();
+}
+
+static void client_peek_waitall(int fd)
+{
+	char b[10];
+	ssize_t r;
+
+	ctl_send('g');
+	r = recv(fd, b, 10, MSG_PEEK | MSG_WAITALL);
+	check(r == 10 && memcmp(b, "1234567890", 10) == 0,
+	      "peek_waitall: MSG_PEEK|MSG_WAITALL waits for all 10", "recv %zd", r);
+	recv_exact(fd, b, 10);
+	check(memcmp(b, "1234567890", 10) == 0, "peek_waitall: then read", "read '%.10s'", b);
+	ctl_send('d');
+}
+
+static void server_close_early(int fd)
+{
+	close(fd);
+	ctl_send('c');
+	ctl_wait();
+}
+
+static void client_write_after_close(int fd)
+{
+	ssize_t r;
+	int pipes;
+
+	ctl_wait();
+	sleep_ms(100); /* the close (TCP: its FIN) has arrived */
+	pipes = sigpipes;
+	r = send(fd, "x", 1, 0);
+	check(r == 1 && sigpipes == pipes, "write_after_close: the first send succeeds",
+	      "send %zd, SIGPIPEs %d", r, sigpipes - pipes);
+	sleep_ms(100); /* TCP: the peer's reset has arrived */
+	errno = 0;
+	r = send(fd, "y", 1, 0);
+	check(r < 0 && errno == EPIPE && sigpipes == pipes + 1,
+	      "write_after_close: the second fails with EPIPE and SIGPIPE", "send %zd, SIGPIPEs %d",
+	      r, sigpipes - pipes);
+	ctl_send('d');
+}
+
+static void client_sendfile_sock(int fd)
+{
+	char b[4];
+	ssize_t r;
+
+	ctl_send('g');
+	wait_readable(fd, 4);
+	errno = 0;
+	r = sendfile(fd, fd, NULL, 4);
+	check(r < 0 && errno == EINVAL, "sendfile_sock: sendfile from a socket is EINVAL",
+	      "sendfile %zd", r);
+	recv_exact(fd, b, 4);
+	check(memcmp(b, "data", 4) == 0, "sendfile_sock: nothing was read from it",
+	      "read '%.4s'", b);
+	ctl_send('d');
+}
+
+static void server_send_late(int fd)
+{
+	ctl_wait();
+	sleep_ms(300);
+	send_all(fd, "abc", 3);
+	ctl_wait();
+}
+
+static void client_splice_nb(int fd)
+{
+	char b[3];
+	int p[2];
+	ssize_t r;
+
+	if (pipe(p) < 0)
+		die("pipe");
+	ctl_send('g');
+	r = splice(fd, NULL, p[1], NULL, 3, SPLICE_F_NONBLOCK);
+	check(r == 3, "splice_nb: waits for the socket's data", "splice %zd", r);
+	if (r == 3 && read(p[0], b, 3) == 3)
+		check(memcmp(b, "abc", 3) == 0, "splice_nb: the data", "read '%.3s'", b);
+	close(p[0]);
+	close(p[1]);
+	ctl_send('d');
+}
+
+static void server_zerocopy(int fd)
+{
+	char b[4096];
+
+	recv_exact(fd, b, sizeof(b));
+	check(b[0] == 'z' && b[4095] == 'z', "zerocopy: the bytes", "read '%c'", b[0]);
+	ctl_wait();
+}
+
+static void client_zerocopy(int fd)
+{
+	static char buf[4096];
+	char ctl[256];
+	struct msghdr m = { .msg_control = ctl, .msg_controllen = sizeof(ctl) };
+	struct pollfd pf = { .fd = fd, .events = 0 };
+	struct cmsghdr *cm;
+	bool done = false;
+	int one = 1;
+	long t0;
+	ssize_t r;
+
+	memset(buf, 'z', sizeof(buf));
+	if (setsockopt(fd, SOL_SOCKET, SO_ZEROCOPY, &one, sizeof(one)) < 0)
+		die("SO_ZEROCOPY");
+	r = send(fd, buf, sizeof(buf), MSG_ZEROCOPY);
+	check(r == (ssize_t)sizeof(buf), "zerocopy: send(MSG_ZEROCOPY)", "send %zd", r);
+	t0 = now_ms();
+	while (!done && now_ms() - t0 < 5000) {
+		poll(&pf, 1, 100); /* POLLERR: the error queue has something */
+		m.msg_controllen = sizeof(ctl);
+		if (recvmsg(fd, &m, MSG_ERRQUEUE | MSG_DONTWAIT) < 0)
+			continue;
+		for (cm = CMSG_FIRSTHDR(&m); cm; cm = CMSG_NXTHDR(&m, cm)) {
+			struct sock_extended_err *ee = (void *)CMSG_DATA(cm);
+
+			if (ee->ee_origin == SO_EE_ORIGIN_ZEROCOPY)
+				done = true;
+		}
+	}
+	check(done, "zerocopy: the completion on the error queue", "none in 5 s");
+	ctl_send('d');
+}
+
 /* ------------------------------------------------------------ the pair */
 
 int main(int argc, char **argv)
@@ -490,9 +693,14 @@ int main(int argc, char **argv)
 	if (strcmp(sc, "rcvlowat") && strcmp(sc, "rcvlowat_pre") &&
 	    strcmp(sc, "rcvlowat_listener") && strcmp(sc, "soerror") && strcmp(sc, "reset_recv") &&
 	    strcmp(sc, "outq") && strcmp(sc, "oob") && strcmp(sc, "oob_recv") &&
-	    strcmp(sc, "async") && strcmp(sc, "async_ioctl") && strcmp(sc, "cancel")) {
+	    strcmp(sc, "async") && strcmp(sc, "async_ioctl") && strcmp(sc, "cancel") &&
+	    strcmp(sc, "trunc") && strcmp(sc, "errqueue") && strcmp(sc, "peek_waitall") &&
+	    strcmp(sc, "write_after_close") && strcmp(sc, "sendfile_sock") &&
+	    strcmp(sc, "splice_nb") && strcmp(sc, "zerocopy")) {
 		fprintf(stderr, "usage: %s rcvlowat|rcvlowat_pre|rcvlowat_listener|soerror|"
-				"reset_recv|outq|oob|oob_recv|async|async_ioctl|cancel\n", argv[0]);
+				"reset_recv|outq|oob|oob_recv|async|async_ioctl|cancel|trunc|"
+				"errqueue|peek_waitall|write_after_close|sendfile_sock|splice_nb|"
+				"zerocopy\n", argv[0]);
 		return 2;
 	}
 	sigaction(SIGPIPE, &act, NULL);
@@ -535,6 +743,19 @@ int main(int argc, char **argv)
 			server_async(fd);
 		} else if (!strcmp(sc, "cancel")) {
 			server_cancel(fd);
+		} else if (!strcmp(sc, "trunc")) {
+			server_send_on_go(fd, "abcdefgh");
+		} else if (!strcmp(sc, "errqueue") || !strcmp(sc, "sendfile_sock")) {
+			server_send_on_go(fd, "data");
+		} else if (!strcmp(sc, "peek_waitall")) {
+			server_peek_waitall(fd);
+		} else if (!strcmp(sc, "write_after_close")) {
+			server_close_early(fd);
+			fd = -1;
+		} else if (!strcmp(sc, "splice_nb")) {
+			server_send_late(fd);
+		} else if (!strcmp(sc, "zerocopy")) {
+			server_zerocopy(fd);
 		} else {
 			server_oob_recv(fd);
 		}
@@ -573,6 +794,20 @@ int main(int argc, char **argv)
 		client_async(fd, !strcmp(sc, "async_ioctl"));
 	} else if (!strcmp(sc, "cancel")) {
 		client_cancel(fd);
+	} else if (!strcmp(sc, "trunc")) {
+		client_trunc(fd);
+	} else if (!strcmp(sc, "errqueue")) {
+		client_errqueue(fd);
+	} else if (!strcmp(sc, "peek_waitall")) {
+		client_peek_waitall(fd);
+	} else if (!strcmp(sc, "write_after_close")) {
+		client_write_after_close(fd);
+	} else if (!strcmp(sc, "sendfile_sock")) {
+		client_sendfile_sock(fd);
+	} else if (!strcmp(sc, "splice_nb")) {
+		client_splice_nb(fd);
+	} else if (!strcmp(sc, "zerocopy")) {
+		client_zerocopy(fd);
 	} else {
 		client_oob_recv(fd);
 	}

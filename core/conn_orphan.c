@@ -7,6 +7,8 @@
 #include <poll.h>
 #include <pthread.h>
 #include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include "core/clock.h"
@@ -161,6 +163,59 @@ static void orphan_scan(void *arg)
 	pthread_mutex_unlock(&orphan_lock);
 }
 
+struct sock_name {
+	struct sockaddr_storage a;
+	socklen_t len;
+};
+
+static int name_cmp(const void *x, const void *y)
+{
+	const struct sock_name *p = x, *q = y;
+
+	if (p->len != q->len)
+		return p->len < q->len ? -1 : 1;
+	return memcmp(&p->a, &q->a, p->len);
+}
+
+static int conn_sock_fd(const struct smc_conn *c)
+{
+	return c->resend_fd >= 0 ? c->resend_fd : c->fd;
+}
+
+/* Under orphan_lock, at the end of the image: orphans whose peer is a connection of this
+ * very process (a program talking to itself) are not waited for: that peer reads no
+ * more once the image ends, and the wait would only delay the exit. Found by the
+ * socket names: the peer's local name is ours as seen from the other end. */
+static void drop_local_pairs(void)
+{
+	size_t n, k = 0;
+	struct smc_conn **all = conn_collect_active(shm_unpooled, &n);
+	struct sock_name *local = n ? calloc(n, sizeof(*local)) : NULL;
+
+	for (size_t i = 0; local && i < n; i++) {
+		local[k].len = sizeof(local[k].a);
+		if (REAL(getsockname)(conn_sock_fd(all[i]), (struct sockaddr *)&local[k].a,
+				      &local[k].len) == 0 && local[k].len <= sizeof(local[k].a))
+			k++;
+	}
+	if (k)
+		qsort(local, k, sizeof(*local), name_cmp);
+	for (size_t i = n_orphans; k && i-- > 0;) {
+		struct sock_name peer = { .len = sizeof(peer.a) };
+		struct smc_conn *c = orphans[i].c;
+
+		if (REAL(getpeername)(c->resend_fd, (struct sockaddr *)&peer.a, &peer.len) < 0 ||
+		    peer.len > sizeof(peer.a) || !bsearch(&peer, local, k, sizeof(*local), name_cmp))
+			continue;
+		orphans[i] = orphans[--n_orphans];
+		conn_put(c); /* the kernel's close at the end of the image */
+	}
+	free(local);
+	for (size_t i = 0; i < n; i++)
+		conn_put(all[i]);
+	free(all);
+}
+
 void conn_orphans_settle(uint64_t idle_ns)
 {
 	uint64_t moved_at = clock_now_ns();
@@ -169,6 +224,8 @@ void conn_orphans_settle(uint64_t idle_ns)
 	conn_end_staged();
 	adopt_open();
 	pthread_mutex_lock(&orphan_lock);
+	if (n_orphans)
+		drop_local_pairs();
 	for (;;) {
 		uint64_t now = clock_now_ns();
 		int64_t unread = 0;

@@ -60,6 +60,9 @@ void epoll_emul_unadopt(int epfd, int fd);
 /* The application is closing fd (any kind): drop its registrations in every set.
  * Call BEFORE the real close. */
 void epoll_emul_forget_fd(int fd);
+/* Connection c's last fd in this process was closed while two threads closed two of its
+ * fds at once (each saw the other's fd open): drops what epoll_emul_forget_fd left. */
+void epoll_emul_forget_conn(struct smc_conn *c);
 /* The application is closing an epoll fd of kind FD_EPOLL (call before the real close). */
 void epoll_emul_close_epfd(int epfd);
 /* fork: the cookie exists before the first fork (prepare), and from then on every wait

@@ -8,6 +8,7 @@
  * the kernel's set.
  */
 #include <errno.h>
+#include <fcntl.h>
 #include <stdlib.h>
 
 #include "core/conn.h"
@@ -342,7 +343,10 @@ void reg_remove(struct smc_epoll *ep, struct ep_fdreg *r, bool park)
 	struct smc_ep_reg *w = r->w;
 
 	reg_unlink(ep, r);
-	ep->by_fd[r->fd] = NULL;
+	if (ep->by_fd[r->fd] == r) /* an orphan's number may name another registration */
+		ep->by_fd[r->fd] = NULL;
+	if (r->orphan)
+		ep->norphans--;
 	reg_detach_from_watch(r);
 	free(r);
 	if (!w)
@@ -354,6 +358,52 @@ void reg_remove(struct smc_epoll *ep, struct ep_fdreg *r, bool park)
 	} else {
 		watch_release(ep, w);
 	}
+}
+
+/* The application closed r's fd while another fd of the connection stays open. Linux
+ * keys an epoll entry by (open file, fd number) and removes it only when the file is
+ * released (eventpoll_release() from __fput), so the entry goes on reporting with its
+ * data although its number is closed; epoll_ctl by that number then fails with EBADF
+ * (or names whatever the number is reused for). r stays on its watch, out of by_fd,
+ * until the connection's last fd is closed (ep_forget_in) or the set is. */
+void reg_orphan(struct smc_epoll *ep, struct ep_fdreg *r)
+{
+	ep->by_fd[r->fd] = NULL;
+	r->orphan = true;
+	ep->norphans++;
+}
+
+/* fd, a number of connection c, may be an orphan's number again (dup2 onto it, or a dup
+ * that got the lowest free number): Linux finds that entry by (file, fd), so do we. */
+static struct ep_fdreg *reg_revive(struct smc_epoll *ep, int fd, struct smc_conn *c)
+{
+	struct smc_ep_reg *w;
+
+	if (!ep->norphans || reg_find(ep, fd))
+		return NULL;
+	w = watch_find_conn(ep, c);
+	for (struct ep_fdreg *r = w ? w->fdregs : NULL; r; r = r->wnext) {
+		if (r->orphan && r->fd == fd) {
+			r->orphan = false;
+			ep->norphans--;
+			ep->by_fd[fd] = r; /* by_fd held it before: long enough */
+			return r;
+		}
+	}
+	return NULL;
+}
+
+/* w's connection has no fd left in this process: its registrations go, as Linux drops a
+ * file's entries when the file is released. w is released with the last one. */
+void watch_forget(struct smc_epoll *ep, struct smc_ep_reg *w)
+{
+	if (!w->fdregs) {
+		watch_release(ep, w);
+		return;
+	}
+	while (w->fdregs->wnext)
+		reg_remove(ep, w->fdregs, false);
+	reg_remove(ep, w->fdregs, false);
 }
 
 static void reg_arm(struct ep_fdreg *r, const struct epoll_event *ev)
@@ -439,27 +489,63 @@ static void reg_arm_now(struct smc_epoll *ep, struct ep_fdreg *r)
 		ep_kick(ep, 1);
 }
 
+/* An orphan (reg_orphan) joins the kernel's set the way Linux holds it: an entry made
+ * through a number closed again at once, which lives as long as the socket does and
+ * which no number of the application names. The orphan's own number when it is free (so
+ * the entry reads as Linux's would in /proc/self/fdinfo), a higher one otherwise. */
+static int kernel_add_orphan(struct smc_epoll *ep, struct smc_conn *c, int fd,
+			     struct epoll_event *ev)
+{
+	int cfd, tmp, rc, saved;
+
+	pthread_mutex_lock(&c->lock);
+	cfd = c->fd_refs > 0 ? c->fd : -1;
+	pthread_mutex_unlock(&c->lock);
+	if (cfd < 0) {
+		errno = EBADF;
+		return -1;
+	}
+	tmp = REAL(fcntl)(cfd, F_DUPFD_CLOEXEC, fd);
+	if (tmp < 0)
+		return -1;
+	rc = REAL(epoll_ctl)(ep->epfd, EPOLL_CTL_ADD, tmp, ev);
+	saved = errno;
+	REAL(close)(tmp);
+	errno = saved;
+	return rc;
+}
+
 /* The connection of w went back to plain TCP: its registrations move to the kernel's
  * set with the application's events and data. A one-shot registration that already
  * fired stays with us, detached, until the application re-arms or deletes it (the
- * kernel has no way to add an entry in the fired state). */
+ * kernel has no way to add an entry in the fired state); a detached orphan goes (no
+ * number can re-arm it). */
 void ep_convert_watch(struct smc_epoll *ep, struct smc_ep_reg *w)
 {
 	int saved = errno;
 
 	while (w->fdregs) {
 		struct ep_fdreg *r = w->fdregs;
+		struct epoll_event ev = { .events = r->events, .data.u64 = r->data };
+		int rc;
 
 		reg_detach_from_watch(r);
-		if (r->disabled)
+		if (r->disabled && !r->orphan)
 			continue;
-		struct epoll_event ev = { .events = r->events, .data.u64 = r->data };
-
-		if (REAL(epoll_ctl)(ep->epfd, EPOLL_CTL_ADD, r->fd, &ev) < 0 && errno != EEXIST)
+		if (r->disabled)
+			rc = 0;
+		else if (r->orphan)
+			rc = kernel_add_orphan(ep, w->conn, r->fd, &ev);
+		else
+			rc = REAL(epoll_ctl)(ep->epfd, EPOLL_CTL_ADD, r->fd, &ev);
+		if (rc < 0 && errno != EEXIST)
 			log_warn("epoll: fd %d fell back to TCP but cannot join epoll %d: %d",
 				 r->fd, ep->epfd, errno);
 		reg_unlink(ep, r);
-		ep->by_fd[r->fd] = NULL;
+		if (ep->by_fd[r->fd] == r)
+			ep->by_fd[r->fd] = NULL;
+		if (r->orphan)
+			ep->norphans--;
 		free(r);
 	}
 	watch_release(ep, w);
@@ -562,6 +648,23 @@ int epoll_emul_ctl(int epfd, int op, int fd, struct epoll_event *ev)
 	}
 
 	c = sock_fd_conn(fd);
+	if (c && ep && __atomic_load_n(&ep->norphans, __ATOMIC_RELAXED)) {
+		struct ep_fdreg *r = NULL;
+
+		ep_lock(ep);
+		if (!ep->dead)
+			r = reg_revive(ep, fd, c);
+		if (r)
+			rc = ctl_registered(ep, r, op, fd, ev);
+		saved = errno;
+		ep_unlock(ep);
+		if (r) {
+			conn_put(c);
+			ep_put(ep);
+			errno = saved;
+			return rc;
+		}
+	}
 	if (c && (wait_conn_mask(c) & CONN_MASK_FALLBACK)) {
 		conn_put(c);
 		c = NULL;

@@ -87,6 +87,7 @@ struct ep_fdreg {
 	struct ep_fdreg *wnext;         /* w->fdregs chain */
 	struct ep_fdreg *next, *prev;   /* every registration of the set */
 	bool disabled;                  /* EPOLLONESHOT fired, waiting for MOD */
+	bool orphan;                    /* fd closed under a dup: not in by_fd, see reg_orphan */
 	uint32_t last;                  /* ET: bits reported last and still set since */
 	uint64_t rx_gen, tx_gen;        /* ET: generations at the last report */
 };
@@ -104,6 +105,7 @@ struct smc_epoll {
 	uint64_t scan, call;
 	uint64_t waits;                 /* epoll_wait calls: the age of hot watches */
 	int nlisted;                    /* watches on the ready list */
+	int norphans;                   /* registrations whose fd was closed under a dup */
 	struct ep_fdreg *head, *tail;
 	struct smc_ep_reg *watches;
 	struct smc_ep_reg *rhead, *rtail; /* ready list */
@@ -180,6 +182,8 @@ void watch_release(struct smc_epoll *ep, struct smc_ep_reg *w);
 void watch_drop_entry(struct smc_epoll *ep, struct smc_ep_reg *w, int fd, unsigned tag);
 struct ep_fdreg *reg_find(struct smc_epoll *ep, int fd);
 void reg_remove(struct smc_epoll *ep, struct ep_fdreg *r, bool park);
+void reg_orphan(struct smc_epoll *ep, struct ep_fdreg *r);
+void watch_forget(struct smc_epoll *ep, struct smc_ep_reg *w);
 void ep_convert_watch(struct smc_epoll *ep, struct smc_ep_reg *w);
 
 #endif

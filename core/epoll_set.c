@@ -238,9 +238,12 @@ static struct smc_epoll **eps_snapshot(struct smc_epoll **stack, int cap, int *n
 	return arr;
 }
 
-/* The shadow entry for fd's socket must go before fd is closed: a closed fd number
- * can no longer be named in EPOLL_CTL_DEL, and a dup would keep the entry alive. */
-static void ep_forget_in(struct smc_epoll *ep, int fd, struct smc_conn *c)
+/* fd is being closed; c is its connection (NULL for other fds, or when a thread closing
+ * the same fd cleared its table entry first), `last` when c has no other fd in this
+ * process. The shadow entry for fd's socket must go before fd is closed: a closed fd
+ * number can no longer be named in EPOLL_CTL_DEL, and a dup would keep the entry alive.
+ * A registration made through fd stays while another fd of c is open (reg_orphan). */
+static void ep_forget_in(struct smc_epoll *ep, int fd, struct smc_conn *c, bool last)
 {
 	struct smc_ep_reg *w = NULL;
 	struct ep_fdreg *r;
@@ -251,43 +254,64 @@ static void ep_forget_in(struct smc_epoll *ep, int fd, struct smc_conn *c)
 		return;
 	}
 	r = reg_find(ep, fd);
-	if (r) {
-		/* the wrapper may have cleared fd's table entry already: find the watch
-		 * through the registration, unless the removal releases it anyway */
-		w = r->w;
+	if (r)
+		w = r->w; /* the watch of fd's registration, as c may be unknown */
+	else if (c)
+		w = watch_find_conn(ep, c);
+	if (r && w && w->conn && c && !last) {
+		reg_orphan(ep, r);
+	} else if (r) {
+		/* unless the removal releases it anyway */
 		if (w && w->fdregs == r && !r->wnext)
 			w = NULL;
 		reg_remove(ep, r, false);
-	} else if (c) {
-		w = watch_find_conn(ep, c);
-		if (w && !w->fdregs) { /* parked by a DEL: goes with the fd */
-			watch_release(ep, w);
-			w = NULL;
-		}
 	}
-	if (w)
-		watch_drop_entry(ep, w, fd, TAG_TCP);
+	if (w) {
+		if (!w->fdregs || (w->conn && c && last))
+			watch_forget(ep, w); /* parked by a DEL, or the connection's last fd */
+		else
+			watch_drop_entry(ep, w, fd, TAG_TCP);
+	}
 	ep_unlock(ep);
 }
 
-void epoll_emul_forget_fd(int fd)
+static void ep_forget_all(int fd, struct smc_conn *c, bool last)
 {
 	struct smc_epoll *stack[16], **arr;
-	struct smc_conn *c;
 	int n;
 
-	if (__atomic_load_n(&eps_count, __ATOMIC_ACQUIRE) == 0 || fd < 0)
-		return;
-	c = sock_fd_conn(fd);
 	arr = eps_snapshot(stack, 16, &n);
 	for (int i = 0; arr && i < n; i++) {
-		ep_forget_in(arr[i], fd, c);
+		ep_forget_in(arr[i], fd, c, last);
 		ep_put(arr[i]);
 	}
 	if (arr && arr != stack)
 		free(arr);
+}
+
+void epoll_emul_forget_fd(int fd)
+{
+	struct smc_conn *c;
+	bool last = true;
+
+	if (__atomic_load_n(&eps_count, __ATOMIC_ACQUIRE) == 0 || fd < 0)
+		return;
+	c = sock_fd_conn(fd);
+	if (c) {
+		pthread_mutex_lock(&c->lock);
+		last = c->fd_refs <= 1;
+		pthread_mutex_unlock(&c->lock);
+	}
+	ep_forget_all(fd, c, last);
 	if (c)
 		conn_put(c);
+}
+
+void epoll_emul_forget_conn(struct smc_conn *c)
+{
+	if (__atomic_load_n(&eps_count, __ATOMIC_ACQUIRE) == 0)
+		return;
+	ep_forget_all(-1, c, true);
 }
 
 void epoll_emul_close_epfd(int epfd)

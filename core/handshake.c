@@ -283,6 +283,11 @@ static int client_decline(struct hs_flow *f, uint32_t diag, enum smc_reason why)
 	return client_fail(f, why);
 }
 
+int hs_client_refuse_now(struct hs_flow *f, enum smc_reason why, uint32_t diag)
+{
+	return client_decline(f, diag, why);
+}
+
 int hs_client_start(struct hs_flow *f, struct smc_conn *c, int ufd, const struct hs_auth *auth)
 {
 	struct clc_sh_proposal *p = &f->prop.u.s_prop;
@@ -650,13 +655,20 @@ int hs_server_step(struct hs_flow *f, bool final)
 	return server_on_confirm(f, final);
 }
 
-int hs_server_refuse_now(struct hs_flow *f, enum smc_reason why)
+int hs_server_refuse_now(struct hs_flow *f, enum smc_reason why, uint32_t diag)
 {
 	if (f->phase != HS_PHASE_PROPOSAL)
 		return HS_WAIT;
 	log_debug("fd %d: the handshake ends unfinished: plain TCP (%s)", f->c->fd,
 		  stats_reason_name(why));
-	return server_refused(f, -ECONNREFUSED, why, CLC_DECL_SH_FORK);
+	return server_refused(f, -ECONNREFUSED, why, diag);
+}
+
+void handshake_client_decline(int ufd, uint32_t diag)
+{
+	handshake_set_timeouts(ufd);
+	fd_nonblock(ufd);
+	hs_send_decline(ufd, diag);
 }
 
 int hs_server_start_inline(struct hs_flow *f, struct smc_conn *c, int ufd,

@@ -91,6 +91,9 @@ bool hs_flow_deadline(struct hs_flow *f);
 int hs_client_start(struct hs_flow *f, struct smc_conn *c, int ufd, const struct hs_auth *auth);
 /* Client: reads the server's Accept (then sends the Confirm); results as hs_client_start. */
 int hs_client_step(struct hs_flow *f, bool final);
+/* Client: ends the exchange now with a Decline for diag (the server stays TCP at once),
+ * c FALLBACK for why unless something decided first. 0. */
+int hs_client_refuse_now(struct hs_flow *f, enum smc_reason why, uint32_t diag);
 /* Client, blocking: the whole exchange (tests). Results as hs_client_start, never HS_WAIT. */
 int handshake_client(struct smc_conn *c, int ufd, const struct hs_auth *auth);
 
@@ -102,10 +105,10 @@ int handshake_client(struct smc_conn *c, int ufd, const struct hs_auth *auth);
  * under c->lock with c PENDING. */
 int hs_server_start(struct hs_flow *f, struct smc_conn *c, int ufd, const struct hs_auth *auth);
 int hs_server_step(struct hs_flow *f, bool final);
-/* Server: ends the exchange now with a Decline (why, CLC_DECL_SH_FORK) while the client
- * can still take it (our Accept is not out): 0, decided as hs_server_step's, or HS_WAIT
- * when the Accept is out and only the Confirm may end it. */
-int hs_server_refuse_now(struct hs_flow *f, enum smc_reason why);
+/* Server: ends the exchange now with a Decline (why, diag) while the client can still
+ * take it (our Accept is not out): 0, decided as hs_server_step's, or HS_WAIT when the
+ * Accept is out and only the Confirm may end it. */
+int hs_server_refuse_now(struct hs_flow *f, enum smc_reason why, uint32_t diag);
 /* Server, inside accept(): hs_server_start, then steps while the client answers within
  * HS_INLINE_WAIT_US (handshake.c) in all; HS_WAIT when the rest is the progress
  * thread's. */
@@ -125,5 +128,9 @@ int handshake_server(struct smc_conn *c, int ufd, const struct hs_auth *auth,
  * hs_server_start_inline does; or, by key, on TCP socket tcp_fd) with a Decline for
  * diag, so that it stays TCP at once and knows why. */
 void handshake_server_decline(int tcp_fd, int ufd, const struct hs_auth *auth, uint32_t diag);
+
+/* Client side, before its Proposal: a server connected to our rendezvous socket on ufd
+ * gets a Decline for diag instead (we cannot go on: no memory), and stays TCP at once. */
+void handshake_client_decline(int ufd, uint32_t diag);
 
 #endif

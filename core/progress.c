@@ -180,6 +180,12 @@ static int attempt_add(struct pending *p, const struct hs_flow *f)
 		free(a);
 		return -ENOMEM;
 	}
+	/* no room for its event (evmap's per-fd entry): -ENOMEM before it is linked */
+	if (event_add(a->ev, &tv) < 0) {
+		event_free(a->ev);
+		free(a);
+		return -ENOMEM;
+	}
 	if (p->nattempts >= PENDING_ATTEMPTS) {
 		struct attempt *oldest = p->attempts;
 
@@ -190,7 +196,6 @@ static int attempt_add(struct pending *p, const struct hs_flow *f)
 	a->next = p->attempts;
 	p->attempts = a;
 	p->nattempts++;
-	event_add(a->ev, &tv);
 	return 0;
 }
 
@@ -244,6 +249,11 @@ static void on_rdv(evutil_socket_t fd, short what, void *arg)
 		return; /* the attempt holds ufd now */
 	if (r == -EACCES && !p->inband)
 		p->wrong_pid = connector;
+	/* Nothing would hear the Accept: declined now rather than the server left waiting
+	 * for our Confirm (and the application for the decision) a handshake timeout. By
+	 * key, whoever connected has proved nothing yet: the deadline decides. */
+	if (r == HS_WAIT && !auth.by_key)
+		r = hs_client_refuse_now(&f, SMC_REASON_RESOURCES, CLC_DECL_MEM);
 	if (r == HS_WAIT)
 		r = hs_client_step(&f, true);
 	hs_flow_abandon(&f);
@@ -396,14 +406,12 @@ static bool inband_arm(struct pending *p)
 	p->ev_tcp = event_new(base, c->fd, EV_READ | EV_PERSIST | EV_ET, on_answer, p);
 	if ((c->rdv_listen_fd >= 0 && !p->ev_rdv) || !p->ev_tcp)
 		return false;
-	if (p->ev_rdv)
-		event_add(p->ev_rdv, NULL);
-	event_add(p->ev_tcp, NULL);
+	if ((p->ev_rdv && event_add(p->ev_rdv, NULL) < 0) || event_add(p->ev_tcp, NULL) < 0)
+		return false;
 	event_del(p->ev_deadline);
 	p->proposed = true;
 	p->idle_ticks = 0;
-	event_add(p->ev_deadline, &tv);
-	return true;
+	return event_add(p->ev_deadline, &tv) == 0;
 }
 
 /* The TCP handshake finished (the socket became writable): propose, or stay TCP. */
@@ -547,6 +555,29 @@ static int progress_call(event_callback_fn fn, void *arg)
 	return progress_call_after(fn, arg, 0);
 }
 
+/* A client whose handshake cannot be watched (no memory for its events: an address-space
+ * limit, say) goes TCP now, and so does its server rather than at its handshake timeout,
+ * its first read waiting for the decision meanwhile: a server already queued on our
+ * rendezvous socket gets a Decline in place of our Proposal, one still to come finds
+ * the name closed. In band nothing was sent yet: the connection stays TCP. */
+static void pending_refuse(struct smc_conn *c, enum smc_reason why)
+{
+	pthread_mutex_lock(&c->lock);
+	if (__atomic_load_n(&c->state, __ATOMIC_ACQUIRE) == CONN_PENDING) {
+		for (unsigned i = 0; c->rdv_listen_fd >= 0 && i < PENDING_ATTEMPTS; i++) {
+			int ufd = REAL(accept4)(c->rdv_listen_fd, NULL, NULL, SOCK_CLOEXEC);
+
+			if (ufd < 0)
+				break;
+			handshake_client_decline(ufd, CLC_DECL_MEM);
+			REAL(close)(ufd);
+		}
+		conn_close_rdv(c);
+		conn_fallback(c, why);
+	}
+	pthread_mutex_unlock(&c->lock);
+}
+
 /* Runs on the progress thread: every event of a pending connection is created and
  * armed there, so no callback can run (and free it) while another thread still
  * registers its siblings. */
@@ -573,25 +604,22 @@ static void pending_register(evutil_socket_t fd, short what, void *arg)
 		p->ev_tcp = event_new(base, c->fd, EV_READ | EV_PERSIST, on_tcp, p);
 	}
 	p->ev_deadline = event_new(base, -1, 0, on_deadline, p);
-	if ((!p->inband && !p->ev_rdv) || !p->ev_tcp || !p->ev_deadline) {
+	/* event_add allocates too (libevent's per-fd entry) */
+	if ((!p->inband && !p->ev_rdv) || !p->ev_tcp || !p->ev_deadline ||
+	    (p->ev_rdv && event_add(p->ev_rdv, NULL) < 0) || event_add(p->ev_tcp, NULL) < 0 ||
+	    event_add(p->ev_deadline, &tv) < 0) {
 		event_drop(&p->ev_rdv);
 		event_drop(&p->ev_tcp);
 		event_drop(&p->ev_deadline);
 		free(p);
 		goto fail;
 	}
-	if (p->ev_rdv)
-		event_add(p->ev_rdv, NULL);
-	event_add(p->ev_tcp, NULL);
-	event_add(p->ev_deadline, &tv);
 	hs_watch_set(c, HS_WATCH_ARMED);
 	return;
 fail:
 	hs_watch_set(c, HS_WATCH_DONE);
-	pthread_mutex_lock(&c->lock);
-	if (__atomic_load_n(&c->state, __ATOMIC_ACQUIRE) == CONN_PENDING)
-		conn_fallback(c, SMC_REASON_RESOURCES);
-	pthread_mutex_unlock(&c->lock);
+	log_debug("fd %d: no memory to watch the handshake: declining", c->fd);
+	pending_refuse(c, SMC_REASON_RESOURCES);
 	conn_put(c);
 }
 
@@ -678,14 +706,13 @@ static void server_register(evutil_socket_t fd, short what, void *arg)
 	/* edge-triggered: a partial message leaves the socket readable until the rest */
 	w->ev_tcp = event_new(base, w->c->fd, EV_READ | EV_PERSIST | EV_ET, on_server_tcp, w);
 	w->ev_deadline = event_new(base, -1, 0, on_server_deadline, w);
-	if (!w->ev_tcp || !w->ev_deadline) {
+	if (!w->ev_tcp || !w->ev_deadline || event_add(w->ev_tcp, NULL) < 0 ||
+	    event_add(w->ev_deadline, &tv) < 0) {
 		/* the deadline step decides without waiting */
 		(void)w->step(w->c, true);
 		server_wait_finish(w);
 		return;
 	}
-	event_add(w->ev_tcp, NULL);
-	event_add(w->ev_deadline, &tv);
 	hs_watch_set(w->c, HS_WATCH_ARMED);
 	/* the message may have arrived before the event was armed (edge-triggered) */
 	if (w->step(w->c, false))
@@ -771,19 +798,22 @@ static void flow_register(evutil_socket_t fd, short what, void *arg)
 	(void)what;
 	/* persistent: the timeout restarts at each activation, a tick of the phase */
 	w->ev = event_new(progress_base, w->f.ufd, EV_READ | EV_PERSIST, on_flow, w);
-	if (!w->ev) {
+	if (!w->ev || event_add(w->ev, &tv) < 0) {
 		struct smc_conn *c = w->f.c;
 
+		/* No memory to wait for the client: a Decline while it can take one (it goes
+		 * TCP at once, as we do), else a last look for its Confirm. */
 		pthread_mutex_lock(&c->lock);
 		if (__atomic_load_n(&c->state, __ATOMIC_ACQUIRE) == CONN_PENDING) {
-			(void)hs_server_step(&w->f, true); /* decides without waiting */
+			if (hs_server_refuse_now(&w->f, SMC_REASON_RESOURCES, CLC_DECL_MEM) ==
+			    HS_WAIT)
+				(void)hs_server_step(&w->f, true);
 			w->done(c, w->f.result, w->f.why);
 		}
 		pthread_mutex_unlock(&c->lock);
 		flow_wait_finish(w);
 		return;
 	}
-	event_add(w->ev, &tv);
 	hs_watch_set(w->f.c, HS_WATCH_ARMED);
 	pthread_mutex_lock(&w->f.c->lock);
 	if (__atomic_load_n(&w->f.c->state, __ATOMIC_ACQUIRE) == CONN_PENDING)
@@ -803,7 +833,7 @@ int progress_flow_refuse(struct smc_conn *c, enum smc_reason why)
 							   offsetof(struct flow_wait, f));
 
 		r = 0;
-		if (hs_server_refuse_now(&w->f, why) != HS_WAIT) {
+		if (hs_server_refuse_now(&w->f, why, CLC_DECL_SH_FORK) != HS_WAIT) {
 			c->bg_flow = NULL;
 			w->done(c, w->f.result, w->f.why);
 		}

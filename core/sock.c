@@ -1508,6 +1508,7 @@ int smc_sock_shutdown(int fd, int how)
 
 static void conn_drop_fd(struct smc_conn *c, int fd)
 {
+	bool regs;
 	int left;
 
 	pthread_mutex_lock(&c->lock);
@@ -1533,7 +1534,10 @@ static void conn_drop_fd(struct smc_conn *c, int fd)
 			}
 		}
 	}
+	regs = c->regs != NULL;
 	pthread_mutex_unlock(&c->lock);
+	if (left == 0 && regs)
+		epoll_emul_forget_conn(c);
 	if (left == 0)
 		conn_release_fd(c);
 	conn_put(c);

@@ -3,7 +3,8 @@
 #
 # poll/ppoll/select/pselect/epoll semantics over SMC: tests/progs/readiness_check runs its
 # checks (level and edge triggered, one-shot, RDHUP/HUP, EPOLLOUT only with room, one fd
-# in two sets, nested epoll, mixing with pipes/eventfd/timerfd) first on plain TCP (the
+# in two sets, nested epoll, mixing with pipes/eventfd/timerfd, a registration whose fd is
+# closed while a dup stays open, before and after a fallback) first on plain TCP (the
 # reference), then preloaded with both ends in one process, then with the peer in a
 # forked child, then against a plain peer (every connection falls back). The stats must
 # show that the preloaded runs really moved their bytes over shared memory. Sockets

@@ -1889,6 +1889,137 @@ static void test_epoll_fork(void)
 	close(fd);
 }
 
+/* Data of the events epoll_wait reports now (up to 8), or -1 for none: bit (data - base). */
+static unsigned ep_data_bits(int ep, uint64_t base, int ms, int *count)
+{
+	struct epoll_event ev[8];
+	int n = epoll_wait(ep, ev, 8, ms);
+	unsigned bits = 0;
+
+	for (int i = 0; i < n; i++)
+		if (ev[i].data.u64 >= base && ev[i].data.u64 < base + 32)
+			bits |= 1u << (ev[i].data.u64 - base);
+	*count = n;
+	return bits;
+}
+
+/* Sends fd over a unix socket and closes what arrives (the connection goes back to TCP
+ * under the library: its fd reached another process, as far as it can tell). */
+static void pass_fd(int fd)
+{
+	char ctl[CMSG_SPACE(sizeof(int))], b = 'f';
+	struct iovec iov = { .iov_base = &b, .iov_len = 1 };
+	struct msghdr m = { .msg_iov = &iov, .msg_iovlen = 1, .msg_control = ctl,
+			    .msg_controllen = sizeof(ctl) };
+	struct cmsghdr *cm = CMSG_FIRSTHDR(&m);
+	int sp[2], got;
+
+	if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sp) < 0)
+		die("socketpair");
+	cm->cmsg_level = SOL_SOCKET;
+	cm->cmsg_type = SCM_RIGHTS;
+	cm->cmsg_len = CMSG_LEN(sizeof(int));
+	memcpy(CMSG_DATA(cm), &fd, sizeof(int));
+	if (sendmsg(sp[0], &m, 0) != 1)
+		die("sendmsg SCM_RIGHTS");
+	m.msg_controllen = sizeof(ctl);
+	if (recvmsg(sp[1], &m, 0) != 1 || !(cm = CMSG_FIRSTHDR(&m)) || cm->cmsg_type != SCM_RIGHTS)
+		die("recvmsg SCM_RIGHTS");
+	memcpy(&got, CMSG_DATA(cm), sizeof(int));
+	close(got);
+	close(sp[0]);
+	close(sp[1]);
+}
+
+/* An epoll registration belongs to the open file: Linux keys it by (file, fd number) and
+ * removes it when the file is released (eventpoll_release), so closing the registered
+ * number while a dup stays open leaves it reporting with its data; epoll_ctl by the
+ * closed number is EBADF, and the number reused for the same file names it again. */
+static void test_epoll_dup_close(void)
+{
+	int fd = new_conn(), ep = new_epoll(), ep2 = new_epoll(), d, n, r, old;
+	unsigned bits;
+
+	/* a dup registered, then closed */
+	d = dup(fd);
+	ep_add(ep, d, EPOLLIN, 71);
+	close(d);
+	peer(&P, P_SEND, 1);
+	bits = ep_data_bits(ep, 70, LONG_MS, &n);
+	check(n == 1 && bits == 1u << 1, "dup close: a closed dup's registration still reports",
+	      "n %d data bits %#x", n, bits);
+	r = epoll_ctl(ep, EPOLL_CTL_DEL, d, NULL);
+	check(r == -1 && errno == EBADF, "dup close: DEL by the closed number is EBADF",
+	      "r %d errno %d", r, errno);
+	check(ep_add(ep, fd, EPOLLIN, 72) == 0,
+	      "dup close: the open number is a registration of its own", "-");
+	bits = ep_data_bits(ep, 70, LONG_MS, &n);
+	check(n == 2 && bits == (1u << 1 | 1u << 2), "dup close: both registrations report",
+	      "n %d data bits %#x", n, bits);
+	drain(fd);
+	bits = ep_data_bits(ep, 70, 0, &n);
+	check(n == 0, "dup close: nothing once drained", "n %d", n);
+
+	/* the registered fd closed, its dup stays */
+	ep_add(ep2, fd, EPOLLIN | EPOLLET, 73);
+	old = fd;
+	fd = dup(old);
+	close(old);
+	peer(&P, P_SEND_LATER, 2);
+	bits = ep_data_bits(ep2, 70, LONG_MS, &n);
+	check(n == 1 && bits == 1u << 3,
+	      "dup close: the registered fd closed, a sleeping wait is woken for it",
+	      "n %d data bits %#x", n, bits);
+	bits = ep_data_bits(ep2, 70, 0, &n);
+	check(n == 0, "dup close: still edge-triggered", "n %d", n);
+	/* the number again, for the same file: the same registration */
+	if (dup2(fd, old) != old)
+		die("dup2");
+	r = ep_add(ep2, old, EPOLLIN, 74);
+	check(r == -1 && errno == EEXIST, "dup close: the number reused by a dup is EEXIST",
+	      "r %d errno %d", r, errno);
+	check(ep_mod(ep2, old, EPOLLIN, 75) == 0, "dup close: ... and MOD reaches it", "-");
+	bits = ep_data_bits(ep2, 70, LONG_MS, &n);
+	check(n == 1 && bits == 1u << 5, "dup close: the modified registration reports",
+	      "n %d data bits %#x", n, bits);
+	close(old);
+
+	/* the last fd: every registration goes (undrained data would report otherwise) */
+	close(fd);
+	bits = ep_data_bits(ep, 70, 0, &n);
+	check(n == 0, "dup close: the last close removes the registrations", "n %d", n);
+	bits = ep_data_bits(ep2, 70, 0, &n);
+	check(n == 0, "dup close: ... from every set", "n %d", n);
+
+	/* the registered fd closed, then the connection goes back to TCP: the kernel's set
+	 * takes the registration over */
+	fd = new_conn();
+	ep_add(ep, fd, EPOLLIN, 76);
+	old = fd;
+	fd = fcntl(old, F_DUPFD_CLOEXEC, old + 1);
+	close(old);
+	pass_fd(fd);
+	peer(&P, P_SEND, 3);
+	bits = ep_data_bits(ep, 70, LONG_MS, &n);
+	check(n == 1 && bits == 1u << 6,
+	      "dup close: after a fallback to TCP the closed fd's registration reports",
+	      "n %d data bits %#x", n, bits);
+	r = epoll_ctl(ep, EPOLL_CTL_DEL, old, NULL);
+	check(r == -1 && errno == EBADF,
+	      "dup close: after the fallback, DEL by the closed number is EBADF",
+	      "r %d errno %d", r, errno);
+	check(drain(fd) == 3, "dup close: the data arrives after the fallback", "-");
+	peer(&P, P_SEND, 1);
+	bits = ep_data_bits(ep, 70, LONG_MS, &n);
+	check(n == 1 && bits == 1u << 6, "dup close: ... and keeps reporting",
+	      "n %d data bits %#x", n, bits);
+	close(fd);
+	bits = ep_data_bits(ep, 70, 0, &n);
+	check(n == 0, "dup close: after the fallback, the last close removes it", "n %d", n);
+	close(ep);
+	close(ep2);
+}
+
 static const struct {
 	const char *name;
 	void (*fn)(void);
@@ -1913,6 +2044,7 @@ static const struct {
 	{ "epoll_first_conn_race", test_epoll_first_conn_race },
 	{ "epoll_fork_shared_set", test_epoll_fork_shared_set },
 	{ "close_race", test_close_race },
+	{ "epoll_dup_close", test_epoll_dup_close },
 	/* only when asked for by name (--only): its connections stay TCP */
 	{ "preconnect_fallback", test_epoll_preconnect_fallback },
 };

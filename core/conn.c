@@ -465,9 +465,9 @@ struct smc_conn *conn_new(int fd, enum conn_side side)
 		int e = errno;
 
 		if (c->rx_bell >= 0)
-			REAL(close)(c->rx_bell);
+			fd_own_close(c->rx_bell);
 		if (c->tx_bell >= 0)
-			REAL(close)(c->tx_bell);
+			fd_own_close(c->tx_bell);
 		pthread_mutex_destroy(&c->lock);
 		pthread_mutex_destroy(&c->rx_lock);
 		pthread_mutex_destroy(&c->tx_lock);
@@ -504,7 +504,7 @@ void conn_close_rdv(struct smc_conn *c)
 {
 	if (c->rdv_listen_fd < 0)
 		return;
-	REAL(close)(c->rdv_listen_fd);
+	fd_own_close(c->rdv_listen_fd);
 	c->rdv_listen_fd = -1;
 	fd_budget_give(1);
 }
@@ -535,21 +535,21 @@ static void conn_free(struct smc_conn *c)
 			pool_put(c->pool);
 		memset(&c->map, 0, sizeof(c->map));
 	} else {
-		REAL(close)(c->rx_bell);
-		REAL(close)(c->tx_bell);
+		fd_own_close(c->rx_bell);
+		fd_own_close(c->tx_bell);
 		fd_budget_give(2);
 		if (c->peer_rx_bell >= 0) {
-			REAL(close)(c->peer_rx_bell);
+			fd_own_close(c->peer_rx_bell);
 			fd_budget_give(1);
 		}
 		if (c->peer_tx_bell >= 0) {
-			REAL(close)(c->peer_tx_bell);
+			fd_own_close(c->peer_tx_bell);
 			fd_budget_give(1);
 		}
 	}
 	conn_close_rdv(c);
 	if (c->resend_fd >= 0) {
-		REAL(close)(c->resend_fd);
+		fd_own_close(c->resend_fd);
 		fd_budget_give(1);
 	}
 	if (c->ib)
@@ -1294,7 +1294,7 @@ static void resend_watch(struct smc_conn *c)
 	if (c->resend_watched)
 		return;
 	if (c->resend_fd < 0) {
-		c->resend_fd = REAL(fcntl)(c->fd, F_DUPFD_CLOEXEC, 0);
+		c->resend_fd = fd_own(REAL(fcntl)(c->fd, F_DUPFD_CLOEXEC, 0));
 		if (c->resend_fd < 0) {
 			log_warn("fd %d: no descriptor to finish a re-send to the peer: %s", c->fd,
 				 strerror(errno));

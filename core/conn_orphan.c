@@ -81,7 +81,7 @@ static bool orphan_add(struct smc_conn *c, bool closed)
 	return true;
 fail:
 	pthread_mutex_unlock(&orphan_lock);
-	REAL(close)(fd);
+	fd_own_close(fd);
 	return false;
 }
 
@@ -264,7 +264,7 @@ void conn_orphans_atfork_child(void)
 		struct smc_conn *c = orphans[--n_orphans].c;
 
 		/* the parent's socket: the child's copy must not hold it open */
-		REAL(close)(c->resend_fd);
+		fd_own_close(c->resend_fd);
 		c->resend_fd = -1;
 		fd_budget_give(1);
 		conn_put(c);

@@ -16,6 +16,7 @@
 #include "core/conn.h"
 #include "core/epoll.h"
 #include "core/epoll_int.h"
+#include "core/fdpark.h"
 #include "core/fd_budget.h"
 #include "core/fdtab.h"
 #include "core/forklock.h"
@@ -92,8 +93,8 @@ struct smc_epoll *ep_get(int epfd)
 
 static void ep_free(struct smc_epoll *ep)
 {
-	REAL(close)(ep->shadow);
-	REAL(close)(ep->kick);
+	fd_own_close(ep->shadow);
+	fd_own_close(ep->kick);
 	fd_budget_give(2);
 	pthread_mutex_destroy(&ep->lock);
 	free(ep->by_fd);
@@ -152,16 +153,16 @@ struct smc_epoll *ep_create(int epfd)
 		return NULL;
 	}
 	ep->epfd = epfd;
-	ep->shadow = REAL(epoll_create1)(EPOLL_CLOEXEC);
-	ep->kick = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+	ep->shadow = fd_own(REAL(epoll_create1)(EPOLL_CLOEXEC));
+	ep->kick = fd_own(eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC));
 	ev.data.u64 = EP_KICK_DATA;
 	if (ep->shadow < 0 || ep->kick < 0 ||
 	    REAL(epoll_ctl)(ep->shadow, EPOLL_CTL_ADD, ep->kick, &ev) < 0) {
 		saved = errno;
 		if (ep->shadow >= 0)
-			REAL(close)(ep->shadow);
+			fd_own_close(ep->shadow);
 		if (ep->kick >= 0)
-			REAL(close)(ep->kick);
+			fd_own_close(ep->kick);
 		free(ep);
 		errno = saved;
 		return NULL;
@@ -171,8 +172,8 @@ struct smc_epoll *ep_create(int epfd)
 	__atomic_store_n(&smc_epoll_cookies, true, __ATOMIC_RELEASE);
 	if (REAL(epoll_ctl)(epfd, EPOLL_CTL_ADD, ep->shadow, &ev) < 0) {
 		saved = errno;
-		REAL(close)(ep->shadow);
-		REAL(close)(ep->kick);
+		fd_own_close(ep->shadow);
+		fd_own_close(ep->kick);
 		free(ep);
 		errno = saved;
 		return NULL;

@@ -16,6 +16,9 @@ enum fd_kind {
 	FD_LISTEN,   /* listening TCP socket with a rendezvous */
 	FD_SMC,      /* upgraded (or upgrading) connection; obj is a struct smc_conn * */
 	FD_EPOLL,    /* epoll instance that has SMC fds in it; obj is a struct smc_epoll * */
+	/* the library's own descriptor (doorbell, rendezvous, libevent's): not the
+	 * program's, so its close()/close_range() leave it alone (core/fdpark.h) */
+	FD_OWN,
 };
 
 /* What the application did to a TCP socket that the core would otherwise ask the kernel

@@ -110,7 +110,7 @@ static void close_fds(int *fds, int n)
 {
 	for (int i = 0; i < n; i++) {
 		if (fds[i] >= 0)
-			REAL(close)(fds[i]);
+			fd_own_close(fds[i]);
 		fds[i] = -1;
 	}
 }
@@ -580,7 +580,7 @@ static int server_on_proposal(struct hs_flow *f, bool final)
 
 		r = hs_send(f->ufd, &acc, out, 3);
 	}
-	REAL(close)(memfd);
+	fd_own_close(memfd);
 	if (r < 0) {
 		/* the client closed (or exited) while we prepared the Accept */
 		if (r == -EPIPE || r == -ECONNRESET)

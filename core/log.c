@@ -124,7 +124,7 @@ void log_init(void)
 
 	smc_log_level = smc_cfg.log_level;
 	if (log_fd != STDERR_FILENO) {
-		REAL(close)(log_fd); /* log_init() called again: reopen */
+		fd_own_close(log_fd); /* log_init() called again: reopen */
 		log_fd = STDERR_FILENO;
 		fd_budget_give(1);
 	}

@@ -79,7 +79,7 @@ static void close_fds(int *fds, int n)
 {
 	for (int i = 0; i < n; i++)
 		if (fds[i] >= 0)
-			REAL(close)(fds[i]);
+			fd_own_close(fds[i]);
 }
 
 /* ---------------------------------------------------------------- the pool object */
@@ -121,7 +121,7 @@ void pool_put(struct smc_pool *p)
 	close_fds(p->bells, p->nbells);
 	close_fds(p->peer_bells, p->npeer_bells);
 	if (p->link >= 0)
-		REAL(close)(p->link);
+		fd_own_close(p->link);
 	if (p->fds_taken)
 		fd_budget_give(pool_fd_cost(p->nslots));
 	free(p);
@@ -283,9 +283,9 @@ static struct smc_pool *client_pool_new(int *memfd, int *far)
 	return p;
 fail:
 	if (*memfd >= 0)
-		REAL(close)(*memfd);
+		fd_own_close(*memfd);
 	if (*far >= 0)
-		REAL(close)(*far);
+		fd_own_close(*far);
 	*memfd = *far = -1;
 	pool_put(p);
 	return NULL;
@@ -308,8 +308,8 @@ static struct smc_pool *client_request(const struct sockaddr *dst)
 		fds[nfds++] = p->bells[i];
 	fd_msg_init(&m, &req, sizeof(req), fds, nfds);
 	r = rdv_listener_sendmsg(dst, &m.msg);
-	REAL(close)(memfd);
-	REAL(close)(far);
+	fd_own_close(memfd);
+	fd_own_close(far);
 	if (r < 0) {
 		log_debug("pool: no setup request sent (%s)", strerror(-r));
 		pool_put(p);
@@ -666,7 +666,7 @@ static struct smc_pool *server_accept_request(struct pool_set *set, const struct
 	if (!p || pool_map(p, fds[0], true) < 0 ||
 	    !pool_region_check(p->base, req->nslots, req->ring_size) || pool_make_bells(p) < 0)
 		goto refused;
-	REAL(close)(fds[0]);
+	fd_own_close(fds[0]);
 	p->link = fd_park(link);
 	for (int i = 2; i < nfds; i++)
 		p->peer_bells[p->npeer_bells++] = fd_park(fds[i]);

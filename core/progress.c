@@ -6,6 +6,7 @@
 #include <pthread.h>
 #include <stddef.h>
 #include <stdlib.h>
+#include <string.h>
 #include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
@@ -16,6 +17,7 @@
 #include "core/conn.h"
 #include "core/conn_ib.h"
 #include "core/fd_budget.h"
+#include "core/fdpark.h"
 #include "core/fdtab.h"
 #include "core/forklock.h"
 #include "core/handshake.h"
@@ -32,6 +34,9 @@ static pthread_mutex_t progress_lock = PTHREAD_MUTEX_INITIALIZER;
  * set, the signal pipe's two ends and the notification eventfd. */
 #define PROGRESS_BASE_FDS 4u
 static struct event_base *progress_base;
+/* its fds, marked the library's (fdpark.h): a program closing all its fds keeps them */
+static int progress_base_fd[PROGRESS_BASE_FDS + 2];
+static size_t progress_nbase_fds;
 static pthread_t progress_thread;
 static pid_t progress_pid;
 
@@ -90,7 +95,7 @@ static void attempt_drop(struct attempt *a)
 	}
 	event_drop(&a->ev);
 	hs_flow_abandon(&a->f);
-	REAL(close)(a->f.ufd);
+	fd_own_close(a->f.ufd);
 	free(a);
 }
 
@@ -238,7 +243,7 @@ static void on_rdv(evutil_socket_t fd, short what, void *arg)
 
 		if (REAL(getsockopt)(ufd, SOL_SOCKET, SO_PEERCRED, &cred, &cl) == 0) {
 			if (cred.pid > 0 && cred.pid == p->wrong_pid) {
-				REAL(close)(ufd);
+				fd_own_close(ufd);
 				return;
 			}
 			connector = cred.pid;
@@ -257,7 +262,7 @@ static void on_rdv(evutil_socket_t fd, short what, void *arg)
 	if (r == HS_WAIT)
 		r = hs_client_step(&f, true);
 	hs_flow_abandon(&f);
-	REAL(close)(ufd);
+	fd_own_close(ufd);
 	if (r == -EACCES)
 		return; /* not the server: it may still come, or answer on TCP */
 	pending_give_up(p, SMC_REASON_HANDSHAKE); /* no-op when the handshake decided */
@@ -492,9 +497,21 @@ static struct event_base *progress_start(void)
 		evthread_use_pthreads();
 		threads_ready = true;
 	}
+	/* libevent, loaded privately, makes its fds without our wrappers: found by what
+	 * appeared meanwhile (2.1: epoll set, notification eventfd, signal pipe or
+	 * socketpair; a timerfd with a precise timer) */
+	static const struct fd_own_expect base_fds = {
+		.eventpoll = 1, .eventfd = 1, .timerfd = 1, .pipe = 2, .socket = 2,
+	};
+	struct fd_own_snapshot snap;
+	int fds[PROGRESS_BASE_FDS + 2];
+	size_t nfds;
+
+	fd_own_snapshot(&snap);
 	smc_thread_internal = true;
 	base = event_base_new();
 	smc_thread_internal = false;
+	nfds = fd_own_adopt(&snap, &base_fds, fds, base ? PROGRESS_BASE_FDS + 2 : 0);
 	if (!base)
 		goto out;
 	fd_budget_take(PROGRESS_BASE_FDS);
@@ -503,6 +520,8 @@ static struct event_base *progress_start(void)
 	pthread_sigmask(SIG_SETMASK, &all, &old);
 	if (pthread_create(&progress_thread, NULL, progress_main, base) != 0) {
 		pthread_sigmask(SIG_SETMASK, &old, NULL);
+		for (size_t i = 0; i < nfds; i++)
+			fd_own_forget(fds[i]); /* libevent closes them */
 		event_base_free(base);
 		fd_budget_give(PROGRESS_BASE_FDS);
 		base = NULL;
@@ -512,6 +531,8 @@ static struct event_base *progress_start(void)
 	forklock_thread_created();
 	pthread_detach(progress_thread);
 	progress_base = base;
+	memcpy(progress_base_fd, fds, nfds * sizeof(*fds));
+	progress_nbase_fds = nfds;
 	__atomic_store_n(&progress_pid, getpid(), __ATOMIC_RELEASE);
 	log_debug("progress thread started");
 out:
@@ -757,7 +778,7 @@ static void flow_wait_finish(struct flow_wait *w)
 	hs_watch_set(c, HS_WATCH_DONE);
 	event_drop(&w->ev);
 	hs_flow_abandon(&w->f);
-	REAL(close)(w->f.ufd);
+	fd_own_close(w->f.ufd);
 	conn_put(c);
 	free(w);
 }
@@ -1160,6 +1181,10 @@ void progress_atfork_child(void)
 	 * what the child keeps), a fresh one starts on next need. */
 	progress_base = NULL;
 	progress_pid = 0;
+	/* nor its fds, which would only hold numbers the child's program may want */
+	for (size_t i = 0; i < progress_nbase_fds; i++)
+		fd_own_close(progress_base_fd[i]);
+	progress_nbase_fds = 0;
 	/* the parent's links, device and events are not ours (ib_lgr.h) */
 	pthread_mutex_init(&ib_watch_lock, NULL);
 	ib_watches = NULL;

@@ -180,7 +180,7 @@ int rdv_listener_register(int lfd)
 	if (REAL(bind)(fd, (struct sockaddr *)&un, ulen) < 0) {
 		int e = errno;
 
-		REAL(close)(fd);
+		fd_own_close(fd);
 		/* EADDRINUSE: a forked sibling already holds the name for this port. */
 		return -e;
 	}
@@ -219,7 +219,7 @@ static bool listener_name(const struct sockaddr *dst, struct sockaddr_un *un, so
 		if (!found)
 			found = name_bound(probe, &any, un, ulen);
 	}
-	REAL(close)(probe);
+	fd_own_close(probe);
 	return found;
 }
 
@@ -251,7 +251,7 @@ int rdv_listener_sendmsg(const struct sockaddr *dst, struct msghdr *msg)
 	r = r < 0 ? -errno : 0;
 	msg->msg_name = NULL;
 	msg->msg_namelen = 0;
-	REAL(close)(fd);
+	fd_own_close(fd);
 	return (int)r;
 }
 
@@ -286,7 +286,7 @@ static bool name_held_by_other_user(const struct sockaddr_un *un, socklen_t ulen
 		return false;
 	other = REAL(getsockopt)(fd, SOL_SOCKET, SO_PEERCRED, &cred, &cl) == 0 &&
 		cred.uid != geteuid();
-	REAL(close)(fd);
+	fd_own_close(fd);
 	return other;
 }
 
@@ -315,7 +315,7 @@ int rdv_conn_listen(const struct sockaddr *local, const struct sockaddr *peer)
 		/* asked once: each probe stays in the holder's backlog until it closes */
 		if (e != EADDRINUSE || tries == RDV_STALE_NAME_TRIES ||
 		    (tries == 0 && name_held_by_other_user(&un, ulen))) {
-			REAL(close)(fd);
+			fd_own_close(fd);
 			return -e;
 		}
 		nanosleep(&(struct timespec){ .tv_nsec = 1000 * 1000 }, NULL);
@@ -325,7 +325,7 @@ int rdv_conn_listen(const struct sockaddr *local, const struct sockaddr *peer)
 	if (REAL(listen)(fd, 64) < 0) {
 		int e = errno;
 
-		REAL(close)(fd);
+		fd_own_close(fd);
 		return -e;
 	}
 	return fd_park(fd);
@@ -351,7 +351,7 @@ static int connect_no_wait(const struct sockaddr_un *un, socklen_t ulen)
 	return fd;
 fail:
 	e = errno == EINPROGRESS ? EAGAIN : errno;
-	REAL(close)(fd);
+	fd_own_close(fd);
 	return -e;
 }
 
@@ -509,13 +509,13 @@ int rdv_token_listen(uint64_t token, bool path)
 		r = -errno;
 		if (path)
 			unlink(un.sun_path);
-		REAL(close)(fd);
+		fd_own_close(fd);
 		return r;
 	}
 	return fd_park(fd);
 fail:
 	r = -errno;
-	REAL(close)(fd);
+	fd_own_close(fd);
 	return r;
 }
 
@@ -574,7 +574,7 @@ static bool no_fd_free(int any_fd)
 	int fd = REAL(fcntl)(any_fd, F_DUPFD_CLOEXEC, 0);
 
 	if (fd >= 0) {
-		REAL(close)(fd);
+		fd_own_close(fd);
 		return false;
 	}
 	return errno == EMFILE || errno == ENFILE;
@@ -605,7 +605,7 @@ ssize_t rdv_recv(int ufd, void *buf, size_t cap, int *fds, int *nfds, int maxfds
 		/* closed here, so no caller may close the numbers again: by then another
 		 * thread may hold them (the application's sockets, our own doorbells) */
 		for (int i = 0; i < *nfds; i++) {
-			REAL(close)(fds[i]);
+			fd_own_close(fds[i]);
 			fds[i] = -1;
 		}
 		*nfds = 0;
@@ -665,7 +665,7 @@ static int diag_tcp_owner(int family, const uint8_t *laddr, uint16_t lport, cons
 		rc = 0;
 	}
 out:
-	REAL(close)(nl);
+	fd_own_close(nl);
 	return rc;
 }
 

@@ -903,7 +903,7 @@ static int accept_handshake(int nfd, int ufd, int flags, const struct hs_auth *a
 	if (!c) {
 		handshake_server_decline(nfd, ufd, auth, *why == SMC_REASON_FD_LIMIT
 						     ? CLC_DECL_SH_FDLIMIT : CLC_DECL_INTERR);
-		REAL(close)(ufd);
+		fd_own_close(ufd);
 		return 0;
 	}
 	c->nonblock = (flags & SOCK_NONBLOCK) != 0;
@@ -912,7 +912,7 @@ static int accept_handshake(int nfd, int ufd, int flags, const struct hs_auth *a
 		/* a client proposing SMC-R opens its device first: its Proposal may take
 		 * longer than accept()'s wait, and its exchange blocks (conn_ib.h) */
 		r = handshake_server(c, ufd, auth, why);
-		REAL(close)(ufd);
+		fd_own_close(ufd);
 		return accept_finish(c, nfd, r, false);
 	}
 	(void)progress_ensure(); /* where the rest goes if the client is slow */
@@ -923,7 +923,7 @@ static int accept_handshake(int nfd, int ufd, int flags, const struct hs_auth *a
 	 * a committed client's Confirm is waited for here rather than the connection reset */
 	if (r == HS_WAIT)
 		(void)hs_server_finish_inline(&f);
-	REAL(close)(ufd);
+	fd_own_close(ufd);
 	*why = f.why;
 	return accept_finish(c, nfd, f.result, false);
 }
@@ -998,7 +998,7 @@ static void deferred_decide(struct smc_conn *c, enum neg_offer o, const struct c
 				return; /* the flow holds ufd now */
 			(void)hs_server_step(&f, true);
 		}
-		REAL(close)(ufd);
+		fd_own_close(ufd);
 		r = f.result;
 		why = f.why;
 		break;
@@ -1192,7 +1192,7 @@ static int accept_rendezvous(int lfd, int nfd, const struct sockaddr *peer, int 
 	 * is checked before anything is read from or sent to it, or every such connection
 	 * would cost this accept() a handshake timeout. */
 	if (!rdv_peer_owns_tcp_peer(ufd, nfd)) {
-		REAL(close)(ufd);
+		fd_own_close(ufd);
 		/* a client that reset its connection meanwhile has no socket left to own
 		 * (getpeername fails): gone, not a squatter */
 		if (tcp_peer_gone(nfd)) {
@@ -1548,7 +1548,8 @@ void smc_sock_before_close(int fd)
 	struct fd_entry *e = fdtab_peek(fd);
 	void *obj;
 
-	if (!e)
+	/* the library's own: the program's close leaves it (fdpark.h) */
+	if (!e || __atomic_load_n(&e->kind, __ATOMIC_ACQUIRE) == FD_OWN)
 		return;
 	obj = e->obj;
 	epoll_track_forget_fd(fd);
@@ -1577,7 +1578,7 @@ void smc_sock_before_close(int fd)
 		if (__atomic_sub_fetch(&l->refs, 1, __ATOMIC_ACQ_REL) == 0) {
 			pool_set_free(l->pools);
 			if (l->name_fd >= 0) {
-				REAL(close)(l->name_fd);
+				fd_own_close(l->name_fd);
 				fd_budget_give(1);
 			}
 			free(l);
@@ -1598,6 +1599,8 @@ int smc_sock_close_range(unsigned int first, unsigned int last, int flags)
 {
 	int *keep;
 	size_t n = conn_own_fds(&keep);
+
+	fd_own_collect(first, last, &keep, &n);
 	int rc = n ? fd_close_range_sparing(first, last, flags, keep, n)
 		   : REAL(close_range)(first, last, flags);
 

@@ -239,7 +239,7 @@ static void read_comm(char *buf, size_t len)
 
 	if (fd >= 0) {
 		n = REAL(read)(fd, buf, len - 1);
-		REAL(close)(fd);
+		fd_own_close(fd);
 	}
 	if (n < 0)
 		n = 0;
@@ -373,7 +373,7 @@ static void *statsrv_main(void *arg)
 		__atomic_store_n(&statsrv_client_fd, fd, __ATOMIC_RELAXED);
 		answer_query(fd);
 		__atomic_store_n(&statsrv_client_fd, -1, __ATOMIC_RELAXED);
-		REAL(close)(fd);
+		fd_own_close(fd);
 	}
 }
 
@@ -388,11 +388,11 @@ void statsrv_atfork_child(void)
 	int cfd = __atomic_load_n(&statsrv_client_fd, __ATOMIC_RELAXED);
 
 	if (lfd >= 0) {
-		REAL(close)(lfd);
+		fd_own_close(lfd);
 		fd_budget_give(1);
 	}
 	if (cfd >= 0)
-		REAL(close)(cfd);
+		fd_own_close(cfd);
 	statsrv_listen_fd = -1;
 	statsrv_client_fd = -1;
 	statsrv_state = STATSRV_IDLE;
@@ -418,7 +418,7 @@ static int statsrv_listen(void)
 	if (REAL(bind)(fd, (struct sockaddr *)&sun, len) < 0 || REAL(listen)(fd, 8) < 0) {
 		/* EADDRINUSE: same pid in another pid namespace sharing our network one. */
 		log_debug("statsrv: cannot serve @%s: %s", sun.sun_path + 1, strerror(errno));
-		REAL(close)(fd);
+		fd_own_close(fd);
 		return -1;
 	}
 	return fd_park(fd); /* out of the application's numbers, as every fd we keep */
@@ -460,7 +460,7 @@ void statsrv_ensure(void)
 	lfd = statsrv_listen();
 	if (lfd < 0 || !statsrv_spawn(lfd)) {
 		if (lfd >= 0)
-			REAL(close)(lfd);
+			fd_own_close(lfd);
 		__atomic_store_n(&statsrv_state, STATSRV_FAILED, __ATOMIC_RELEASE);
 		goto out;
 	}

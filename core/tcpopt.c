@@ -115,7 +115,7 @@ static int map_get(const char *path)
 	r = map_info(fd, &id, &type);
 	if (r == 0 && type != BPF_MAP_TYPE_SK_STORAGE) {
 		log_warn("tcpopt: %s is not an sk_storage map (type %u); ignored", path, type);
-		REAL(close)(fd);
+		fd_own_close(fd);
 		return -EINVAL;
 	}
 	atomic_store(&map_id, r == 0 ? id : 0);
@@ -299,7 +299,7 @@ static int wd_open(void)
 	if (fd < 0)
 		return fd;
 	if (map_info(fd, &id, &type) == 0 && type != BPF_MAP_TYPE_HASH) {
-		REAL(close)(fd);
+		fd_own_close(fd);
 		return -EINVAL;
 	}
 	return fd;
@@ -322,7 +322,7 @@ int tcpopt_withdrawn(int fd)
 	attr.key = ptr_u64(&k);
 	attr.value = ptr_u64(&v);
 	r = sys_bpf(BPF_MAP_LOOKUP_ELEM, &attr);
-	REAL(close)(mfd);
+	fd_own_close(mfd);
 	if (r == -ENOENT)
 		return 0;
 	return r < 0 ? r : 1;
@@ -348,7 +348,7 @@ int tcpopt_withdraw(int fd, bool withdraw)
 		attr.flags = BPF_ANY;
 	}
 	r = sys_bpf(withdraw ? BPF_MAP_UPDATE_ELEM : BPF_MAP_DELETE_ELEM, &attr);
-	REAL(close)(mfd);
+	fd_own_close(mfd);
 	if (r == -ENOENT && !withdraw)
 		r = 0;
 	log_debug("tcpopt: fd %d (port %u): %s: %s", fd, k.port,

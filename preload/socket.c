@@ -5,6 +5,7 @@
  * close_range, dup, dup2, dup3, fcntl, fcntl64, ioctl.
  */
 #include "preload/wrap.h"
+#include "core/fdpark.h"
 
 #include <fcntl.h>
 #include <limits.h>
@@ -128,7 +129,14 @@ SMC_EXPORT int getpeername(int fd, __SOCKADDR_ARG addr, socklen_t *restrict len)
 
 SMC_EXPORT int close(int fd)
 {
-	if (fdtab_kind(fd) != FD_NONE)
+	enum fd_kind k = fdtab_kind(fd);
+
+	/* one of the library's own fds, which a program closing "everything" (a loop
+	 * over /proc/self/fd or up to its limit) reaches: not the program's to close,
+	 * and closing what is not there is no error for such a loop (fdpark.h) */
+	if (__builtin_expect(k == FD_OWN, 0))
+		return 0;
+	if (k != FD_NONE)
 		KEEP_ERRNO(smc_sock_before_close(fd));
 	return REAL(close)(fd);
 }
@@ -184,7 +192,10 @@ static bool release_replaced_fd(int oldfd, int newfd)
 		return true;
 	if (REAL(fcntl)(oldfd, F_GETFD) < 0)
 		return false;
-	KEEP_ERRNO(smc_sock_before_close(newfd));
+	if (fdtab_kind(newfd) == FD_OWN)
+		KEEP_ERRNO(fd_own_taken(newfd)); /* the program's number from now on */
+	else
+		KEEP_ERRNO(smc_sock_before_close(newfd));
 	return true;
 }
 

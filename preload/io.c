@@ -303,11 +303,15 @@ int smc_impl_sendmmsg(int fd, struct mmsghdr *vec, unsigned int vlen, int flags)
 static ssize_t sendfile_tracked(int out_fd, int in_fd, off64_t *offset, size_t count)
 {
 	struct stat st;
+	int fl = REAL(fcntl)(in_fd, F_GETFL);
 
-	/* the kernel's rule (splice_direct_to_actor): in_fd is a regular file or a block
-	 * device; a socket or a pipe is EINVAL, before anything is read */
-	if (fstat(in_fd, &st) < 0)
+	/* the kernel's order (do_sendfile): in_fd open for reading (EBADF), then a regular
+	 * file or a block device (splice_direct_to_actor: a socket or a pipe is EINVAL),
+	 * before anything is read */
+	if (fl < 0 || (fl & O_ACCMODE) == O_WRONLY || fstat(in_fd, &st) < 0) {
+		errno = EBADF;
 		return -1;
+	}
 	if (!S_ISREG(st.st_mode) && !S_ISBLK(st.st_mode)) {
 		errno = EINVAL;
 		return -1;

@@ -533,7 +533,9 @@ static const struct attack attacks[] = {
 	{ "flags-all", 0, END, RING, "every flag bit, both directions", f_wflags_all },
 	{ "closed-then-data", 0, END, SEND, "data after the close flag", f_closed_then_data },
 	{ "flags-rabort", 0, END, SEND, "reader abort flag", f_rflags_abort },
-	{ "flags-rclosed", 0, END, SEND, "reader closed flag", f_rflags_closed },
+	{ "flags-rclosed", 0, OPEN, SEND,
+	  "reader closed flag: the victim's first send after it is taken, as TCP's after the "
+	  "peer's close (conn_send), and it waits for the next request", f_rflags_closed },
 	{ "magic", 0, WORKS, SEND, "magic/version/sizes (informational)", f_magic },
 	{ "side-refs", 0, WORKS, SEND, "the victim's holder count", f_side_refs },
 	{ "sleepers", 0, WORKS, SEND, "sleeper counts, sequences, CPU hint", f_sleepers },

@@ -176,6 +176,8 @@ size_t conn_own_fds(int **out)
 	return l.n;
 }
 
+static void fallback_to_tcp(struct smc_conn *c, enum smc_reason why, bool counted);
+
 static void take_staged(struct smc_conn *c, void *arg)
 {
 	if (__atomic_load_n(&c->state, __ATOMIC_ACQUIRE) == CONN_PENDING && c->pend_len &&
@@ -187,7 +189,8 @@ static void take_staged(struct smc_conn *c, void *arg)
  * buffer, which the process takes with it: TCP would have the bytes in the kernel.
  * At the end of the image they go out over TCP, the connection plain TCP (the last
  * close does the same, conn_release_fd): an exit must not wait for a server that has
- * not accepted yet. */
+ * not accepted yet. The connection is not counted among the process's connections:
+ * it ended before it became one or the other, as one without staged bytes does. */
 void conn_end_staged(void)
 {
 	struct conn_batch b = { 0 };
@@ -198,7 +201,7 @@ void conn_end_staged(void)
 
 		pthread_mutex_lock(&c->lock);
 		if (__atomic_load_n(&c->state, __ATOMIC_ACQUIRE) == CONN_PENDING && c->pend_len)
-			conn_fallback(c, SMC_REASON_HANDSHAKE);
+			fallback_to_tcp(c, SMC_REASON_HANDSHAKE, false);
 		pthread_mutex_unlock(&c->lock);
 		conn_put(c);
 	}
@@ -754,7 +757,7 @@ bool conn_pool_withdraw(struct smc_conn *c, bool server_gone)
 	return true;
 }
 
-void conn_fallback(struct smc_conn *c, enum smc_reason why)
+static void fallback_to_tcp(struct smc_conn *c, enum smc_reason why, bool counted)
 {
 	conn_end_reservation(c);
 	c->reason = why;
@@ -763,9 +766,15 @@ void conn_fallback(struct smc_conn *c, enum smc_reason why)
 	pending_flush_tcp(c);
 	__atomic_store_n(&c->state, CONN_FALLBACK, __ATOMIC_RELEASE);
 	pthread_mutex_unlock(&c->tx_lock);
-	stats_conn(SMC_MODE_TCP, why);
+	if (counted)
+		stats_conn(SMC_MODE_TCP, why);
 	log_debug("fd %d: plain TCP (%s)", c->fd, stats_reason_name(why));
 	conn_wake_local(c);
+}
+
+void conn_fallback(struct smc_conn *c, enum smc_reason why)
+{
+	fallback_to_tcp(c, why, true);
 }
 
 /* Marks the connection aborted because the peer broke the protocol: the connection

@@ -187,9 +187,9 @@ static void take_staged(struct smc_conn *c, void *arg)
 
 /* A connection still negotiating holds what the program sent meanwhile in its staging
  * buffer, which the process takes with it: TCP would have the bytes in the kernel.
- * At the end of the image they go out over TCP, the connection plain TCP (the last
- * close does the same, conn_release_fd): an exit must not wait for a server that has
- * not accepted yet. The connection is not counted among the process's connections:
+ * At the end of the image the handshake is given its time to end; if it does not, they
+ * go out over TCP, the connection plain TCP (the last close does the same,
+ * conn_release_fd). The connection is not counted among the process's connections:
  * it ended before it became one or the other, as one without staged bytes does. */
 void conn_end_staged(void)
 {
@@ -199,6 +199,12 @@ void conn_end_staged(void)
 	for (size_t i = 0; i < b.n; i++) {
 		struct smc_conn *c = b.c[i];
 
+		/* A server that has sent its Accept takes a client that goes away before
+		 * its Confirm for one that may have written into the rings, and resets:
+		 * the handshake is let finish first (one handshake timeout at most; a
+		 * server that answers does so in microseconds), so that the bytes go into
+		 * the ring, or over TCP once it is decided so. */
+		conn_wait_pending(c, false, (int64_t)smc_cfg.handshake_timeout_ms * 1000000);
 		pthread_mutex_lock(&c->lock);
 		if (__atomic_load_n(&c->state, __ATOMIC_ACQUIRE) == CONN_PENDING && c->pend_len)
 			fallback_to_tcp(c, SMC_REASON_HANDSHAKE, false);
@@ -2735,7 +2741,10 @@ int64_t conn_orphan_unread(struct smc_conn *c)
 		return -1;
 	if (pthread_mutex_trylock(&c->tx_lock) != 0)
 		return 1; /* a thread of ours is still in a call on it: look again later */
-	room = tx_free(c);
+	/* another process of our side may have written since we did (fork, vfork): our
+	 * producer cursor is the shared block's, or the peer's cons looks impossible */
+	tx_resync(c);
+	room = c->aborted ? -1 : tx_free(c);
 	pthread_mutex_unlock(&c->tx_lock);
 	return room < 0 ? -1 : (int64_t)c->tx_size - room;
 }
@@ -2750,6 +2759,7 @@ enum conn_orphan_end conn_orphan_step(struct smc_conn *c)
 		 * the socket's last close is then a FIN after it */
 		if (pthread_mutex_trylock(&c->tx_lock) != 0)
 			return CONN_ORPHAN_KEEP;
+		tx_resync(c); /* the re-send ends at the shared block's producer cursor (fork) */
 		(void)down_step(c, true);
 		pthread_mutex_unlock(&c->tx_lock);
 		return CONN_ORPHAN_RESENT;

@@ -1338,7 +1338,7 @@ static bool down_step(struct smc_conn *c, bool tx_locked)
 	if (!tx_locked && pthread_mutex_trylock(&c->tx_lock) != 0)
 		return false;
 	/* after the program's close (an orphan, below) only that descriptor is ours */
-	done = resend_take(c) == 0 && resend_flush(c, c->resend_fd >= 0 ? c->resend_fd : c->fd);
+	done = resend_take(c) == 0 && resend_flush(c, conn_tcp_fd(c));
 	if (!done && !c->aborted)
 		resend_watch(c);
 	if (!tx_locked)
@@ -1360,7 +1360,7 @@ bool conn_finish_resend(struct smc_conn *c, uint64_t idle_ns)
 	pthread_mutex_lock(&c->tx_lock);
 	for (;;) {
 		/* after the program's close only the progress thread's descriptor is ours */
-		int fd = c->resend_fd >= 0 ? c->resend_fd : c->fd;
+		int fd = conn_tcp_fd(c);
 		smc_cursor at = c->resend_at;
 		struct pollfd p = { .fd = fd, .events = POLLOUT };
 

@@ -183,6 +183,13 @@ struct smc_conn **conn_collect_active(bool (*want)(const struct smc_conn *c), si
 /* The peer went back to TCP and our re-send of what it had not read is not all out
  * yet (the progress thread sends it, which an exit or exec ends). */
 bool conn_resend_pending(const struct smc_conn *c);
+/* The connection's TCP socket as the library holds it: the re-send's (or orphan's) own
+ * descriptor once there is one (the program's may be closed by then), else the
+ * program's. */
+static inline int conn_tcp_fd(const struct smc_conn *c)
+{
+	return c->resend_fd >= 0 ? c->resend_fd : c->fd;
+}
 /* Sends the rest of that re-send, blocking, until it is out (true) or the socket took
  * nothing for idle_ns. */
 bool conn_finish_resend(struct smc_conn *c, uint64_t idle_ns);

@@ -177,11 +177,6 @@ static int name_cmp(const void *x, const void *y)
 	return memcmp(&p->a, &q->a, p->len);
 }
 
-static int conn_sock_fd(const struct smc_conn *c)
-{
-	return c->resend_fd >= 0 ? c->resend_fd : c->fd;
-}
-
 /* Under orphan_lock, at the end of the image: orphans whose peer is a connection of this
  * very process (a program talking to itself) are not waited for: that peer reads no
  * more once the image ends, and the wait would only delay the exit. Found by the
@@ -194,7 +189,7 @@ static void drop_local_pairs(void)
 
 	for (size_t i = 0; local && i < n; i++) {
 		local[k].len = sizeof(local[k].a);
-		if (REAL(getsockname)(conn_sock_fd(all[i]), (struct sockaddr *)&local[k].a,
+		if (REAL(getsockname)(conn_tcp_fd(all[i]), (struct sockaddr *)&local[k].a,
 				      &local[k].len) == 0 && local[k].len <= sizeof(local[k].a))
 			k++;
 	}

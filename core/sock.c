@@ -167,12 +167,16 @@ static void conn_load_sockopts(struct smc_conn *c)
 	conn_load_sockopt(c, SO_LINGER);
 }
 
-/* The connection of fd, if it is one, is plain TCP from now on for an option the rings
- * cannot honour (FDF_TCP_ONLY): decided first when it still negotiates (bounded), then
- * taken back to TCP without losing a byte (conn_downgrade). */
+/* fd is plain TCP from now on for an option the rings cannot honour (FDF_TCP_ONLY: a
+ * socket not connected yet is never upgraded, a listener's accepted sockets inherit
+ * it); its connection, if it is one, is decided first when it still negotiates
+ * (bounded), then taken back to TCP without losing a byte (conn_downgrade). */
 static void sock_tcp_only(int fd)
 {
-	struct smc_conn *c = sock_fd_conn(fd);
+	struct smc_conn *c;
+
+	fdtab_flags_set(fd, FDF_TCP_ONLY);
+	c = sock_fd_conn(fd);
 
 	if (!c)
 		return;
@@ -1711,25 +1715,19 @@ int smc_sock_getsockopt(int fd, int level, int name, void *val, socklen_t *len)
  * emulation, the bells' wake-ups) for an option few programs use; instead the
  * connection goes back to TCP (conn_downgrade, lossless), and a socket or listener
  * that sets it before it connects or accepts is never upgraded (FDF_TCP_ONLY).
- */
-static void sock_rcvlowat_set(int fd, const void *val, socklen_t len)
-{
-	if (!val || len < sizeof(int) || *(const int *)val <= 1)
-		return;
-	fdtab_flags_set(fd, FDF_TCP_ONLY);
-	sock_tcp_only(fd);
-}
-
-/* SO_ZEROCOPY: MSG_ZEROCOPY sends then expect a completion on the socket's error queue
+ * SO_ZEROCOPY: MSG_ZEROCOPY sends then expect a completion on the socket's error queue
  * (SO_EE_ORIGIN_ZEROCOPY) before they reuse the buffer, which only the kernel's TCP
- * sends; without it a program waits for ever. The same way as SO_RCVLOWAT (accepted
- * sockets inherit it from the listener, as the kernel's sk_clone copies the flag). */
-static void sock_zerocopy_set(int fd, const void *val, socklen_t len)
+ * sends; without it a program waits for ever. The same way (accepted sockets inherit
+ * it from the listener, as the kernel's sk_clone copies the flag).
+ */
+static bool sockopt_needs_tcp(int level, int name, const void *val, socklen_t len)
 {
-	if (!val || len < sizeof(int) || *(const int *)val == 0)
-		return;
-	fdtab_flags_set(fd, FDF_TCP_ONLY);
-	sock_tcp_only(fd);
+	int v;
+
+	if (level != SOL_SOCKET || !val || len < sizeof(int))
+		return false;
+	v = *(const int *)val;
+	return (name == SO_RCVLOWAT && v > 1) || (name == SO_ZEROCOPY && v != 0);
 }
 
 /*
@@ -1740,10 +1738,8 @@ static void sock_zerocopy_set(int fd, const void *val, socklen_t len)
  */
 void smc_sock_set_async(int fd)
 {
-	if (fdtab_kind(fd) == FD_LISTEN)
-		return;
-	fdtab_flags_set(fd, FDF_TCP_ONLY);
-	sock_tcp_only(fd);
+	if (fdtab_kind(fd) != FD_LISTEN)
+		sock_tcp_only(fd);
 }
 
 int smc_sock_setsockopt(int fd, int level, int name, const void *val, socklen_t len)
@@ -1755,10 +1751,8 @@ int smc_sock_setsockopt(int fd, int level, int name, const void *val, socklen_t 
 	    listener_defer_set(fd, val, len, &r))
 		return r;
 	r = REAL(setsockopt)(fd, level, name, val, len);
-	if (r == 0 && level == SOL_SOCKET && name == SO_RCVLOWAT)
-		sock_rcvlowat_set(fd, val, len);
-	if (r == 0 && level == SOL_SOCKET && name == SO_ZEROCOPY)
-		sock_zerocopy_set(fd, val, len);
+	if (r == 0 && sockopt_needs_tcp(level, name, val, len))
+		sock_tcp_only(fd);
 	if (r != 0 || level != SOL_SOCKET ||
 	    (name != SO_RCVTIMEO && name != SO_SNDTIMEO && name != SO_LINGER))
 		return r;

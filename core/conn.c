@@ -185,6 +185,41 @@ static void take_staged(struct smc_conn *c, void *arg)
 		batch_add(arg, c);
 }
 
+static void take_decided_watch(struct smc_conn *c, void *arg)
+{
+	uint8_t w = __atomic_load_n(&c->hs_watch, __ATOMIC_ACQUIRE);
+
+	if (c->side == CONN_CLIENT && (w == HS_WATCH_QUEUED || w == HS_WATCH_ARMED) &&
+	    __atomic_load_n(&c->state, __ATOMIC_ACQUIRE) != CONN_PENDING)
+		batch_add(arg, c);
+}
+
+/* Bound on the wait below: the progress thread ends a watch in microseconds. */
+#define CONN_END_WATCH_NS (200 * 1000000ull)
+
+/* Client handshakes decided (closed, gone TCP) whose watch on the progress thread has not
+ * ended yet: a server waiting on our rendezvous gets its Decline when the watch ends
+ * (progress_watch_decided); the end of the image would take the rendezvous socket with
+ * it first, and the server reset the connection, losing what went over TCP. */
+static void decided_watches_end(void)
+{
+	uint64_t until = clock_now_ns() + CONN_END_WATCH_NS;
+	struct conn_batch b = { 0 };
+
+	conn_foreach(take_decided_watch, &b);
+	for (size_t i = 0; i < b.n; i++)
+		progress_watch_decided(b.c[i]);
+	for (size_t i = 0; i < b.n; i++) {
+		uint8_t w;
+
+		while ((w = __atomic_load_n(&b.c[i]->hs_watch, __ATOMIC_ACQUIRE)) != HS_WATCH_DONE &&
+		       w != HS_WATCH_NONE && clock_now_ns() < until)
+			REAL(poll)(NULL, 0, 1);
+		conn_put(b.c[i]);
+	}
+	free(b.c);
+}
+
 /* A connection still negotiating holds what the program sent meanwhile in its staging
  * buffer, which the process takes with it: TCP would have the bytes in the kernel.
  * At the end of the image the handshake is given its time to end; if it does not, they
@@ -212,6 +247,7 @@ void conn_end_staged(void)
 		conn_put(c);
 	}
 	free(b.c);
+	decided_watches_end();
 }
 
 /* fork: the child holds every connection too. Counted before the fork so that a parent
@@ -366,6 +402,11 @@ void conn_fork_child(void)
 			c->pend_len = 0;
 		}
 		conn_close_rdv(c);
+		if (c->watch_fd >= 0) { /* the parent's progress thread's */
+			fd_own_close(c->watch_fd);
+			fd_budget_give(1);
+		}
+		c->watch_fd = -1;
 		conn_ib_atfork_child(c);
 	}
 }
@@ -453,6 +494,7 @@ static struct smc_conn *conn_alloc(int fd, enum conn_side side)
 	c->state = CONN_PENDING;
 	c->mode = SMC_MODE_SHM;
 	c->rdv_listen_fd = -1;
+	c->watch_fd = -1;
 	c->pool_slot = -1;
 	c->peer_rx_bell = c->peer_tx_bell = -1;
 	c->resend_fd = -1;
@@ -2792,8 +2834,11 @@ void conn_release_fd(struct smc_conn *c)
 			conn_fallback(c, SMC_REASON_HANDSHAKE);
 		else
 			__atomic_store_n(&c->state, CONN_CLOSED, __ATOMIC_RELEASE);
+		progress_watch_let_go(c);
 	}
 	pthread_mutex_unlock(&c->lock);
+	if (st == CONN_PENDING)
+		progress_watch_decided(c);
 	if (st == CONN_ACTIVE && c->policy_key) {
 		uint64_t now = clock_now_ns();
 		uint64_t moved = __atomic_load_n(&c->bytes_sent, __ATOMIC_RELAXED) +

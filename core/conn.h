@@ -97,6 +97,8 @@ struct smc_conn {
 	uint8_t hs_watch;           /* enum conn_hs_watch, atomic stores */
 	struct hs_flow *bg_flow;    /* server, PENDING: the progress thread's flow that
 				     * decides it (progress.c), or NULL (under lock) */
+	void *bg_pending;           /* client: the progress thread's watch of its
+				     * handshake (progress.c), or NULL (under lock) */
 	bool reset_reported;        /* ECONNRESET reported once (conn_reset_take), atomic */
 	bool wrote_past_close;      /* a send after the peer's close was taken (conn_send) */
 
@@ -104,6 +106,8 @@ struct smc_conn {
 
 	/* handshake (client side, while PENDING) */
 	int rdv_listen_fd;          /* per-connection rendezvous listener, -1 when none */
+	int watch_fd;               /* the progress thread's descriptor of the socket while
+				     * it watches the handshake (progress.c), or -1 */
 	uint8_t *pend_buf;          /* sent while PENDING (under tx_lock) */
 	size_t pend_len;
 	uint64_t policy_key;        /* destination for hs_policy.h; 0: not judged */

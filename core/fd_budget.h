@@ -39,9 +39,10 @@
 
 /* The n of a same-host connection's decision, what it may need at its peak: its two
  * doorbells and the peer's two, the client's rendezvous listener and the socket it
- * accepts (the server's end, on its side), and the memfd on its way. What it keeps is
- * counted where it is created (conn.c, handshake.c). */
-#define FD_COST_CONN 7u
+ * accepts (the server's end, on its side), the memfd on its way, and the progress
+ * thread's descriptor of the TCP socket while it watches the handshake. What it keeps
+ * is counted where it is created (conn.c, handshake.c, progress.c). */
+#define FD_COST_CONN 8u
 
 /* Counts n descriptors the library now keeps / no longer keeps. */
 void fd_budget_take(unsigned n);

@@ -66,30 +66,55 @@ void fd_park_prepare(void)
  * tables it sized by its own count (redis sizes its event loop to maxclients + 128 and
  * cannot watch a client with a higher number).
  */
-int fd_park(int fd)
+/* A descriptor of fd's file in the park area, made from fd in one call; fd itself when
+ * it already sits there (*moved false), -1 when there is no room there. */
+static int park_dup(int fd, bool *moved)
 {
 	rlim_t floor, limit, span, start;
 	int nfd;
 
-	if (fd < 0)
-		return fd;
+	*moved = false;
 	/* the application may raise its limit later (redis does): read it every time */
 	if (!park_area(&floor, &limit))
-		return fd_own(fd);
+		return -1;
 	span = (rlim_t)fd_budget_held() + 16 + fd_budget_held() / 16;
 	for (;;) {
 		start = span < limit - floor ? limit - span : floor;
 		if ((rlim_t)fd >= start)
-			return fd_own(fd);
+			return fd;
 		nfd = REAL(fcntl)(fd, F_DUPFD_CLOEXEC, (int)start);
 		if (nfd >= 0) {
-			fd_own_close(fd);
-			return fd_own(nfd);
+			*moved = true;
+			return nfd;
 		}
 		if (errno != EMFILE || start == floor)
-			return fd_own(fd);
+			return -1;
 		span *= 2;
 	}
+}
+
+int fd_park(int fd)
+{
+	bool moved;
+	int nfd;
+
+	if (fd < 0)
+		return fd;
+	nfd = park_dup(fd, &moved);
+	if (!moved)
+		return fd_own(fd);
+	fd_own_close(fd);
+	return fd_own(nfd);
+}
+
+int fd_park_dup(int fd)
+{
+	bool moved;
+	int nfd = park_dup(fd, &moved);
+
+	if (!moved)
+		nfd = REAL(fcntl)(fd, F_DUPFD_CLOEXEC, 0);
+	return nfd < 0 ? -1 : fd_own(nfd);
 }
 
 /*

@@ -17,6 +17,9 @@
 /* Returns fd moved to a high number (CLOEXEC), or fd itself when there is no room;
  * either way marked as the library's own (fd_own). */
 int fd_park(int fd);
+/* A new descriptor of fd's file, parked as fd_park would put it and marked the
+ * library's own; -1 with errno when there is none. */
+int fd_park_dup(int fd);
 
 /*
  * The library's own descriptors are FD_OWN in the fd table: a program that closes

@@ -123,6 +123,13 @@ static int hs_recv(int ufd, struct clc_msg *m, uint8_t want_type, int *fds, int 
 	int nfds = 0, r;
 	ssize_t n = rdv_recv(ufd, buf, sizeof(buf), fds, &nfds, want_fds);
 
+	/* A peer that closes its end with a message of ours unread (a client that declines
+	 * without reading our Accept) leaves ECONNRESET on our socket, which the kernel
+	 * reports before the messages queued ahead of the close (unix_release_sock sets
+	 * it; the datagram receive path reads the error first). Read, it is gone: what
+	 * the peer sent last (its Decline) comes next, or the end. */
+	if (n == -ECONNRESET)
+		n = rdv_recv(ufd, buf, sizeof(buf), fds, &nfds, want_fds);
 	if (n < 0)
 		return (int)n;
 	r = clc_decode(buf, (size_t)n, m);

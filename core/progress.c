@@ -3,6 +3,7 @@
 #include <poll.h>
 #include <event2/event.h>
 #include <event2/thread.h>
+#include <fcntl.h>
 #include <pthread.h>
 #include <stddef.h>
 #include <stdlib.h>
@@ -99,19 +100,104 @@ static void attempt_drop(struct attempt *a)
 	free(a);
 }
 
+/*
+ * The progress thread watches a handshake through a descriptor of its own: libevent
+ * keys its events by number, and the program may close c->fd while the handshake runs,
+ * keeping a dup (c->fd moves to it, and a socket the library opens next, a rendezvous
+ * peer, gets the old number: libevent took it for one it already watched, and never
+ * told the kernel, so that handshake waited out its timeout) or its last one (the
+ * number comes back for the program's next socket). Made by the thread that starts the
+ * watch, which holds the fd; closed under c->lock, so a fork sees it open or gone.
+ */
+static int watch_fd_open(struct smc_conn *c)
+{
+	c->watch_fd = fd_park_dup(c->fd);
+	if (c->watch_fd < 0)
+		return -errno;
+	fd_budget_take(1);
+	return 0;
+}
+
+/* An open file that is nothing (/dev/null), the library's, put in place of a watch's
+ * socket when the program closes the socket (progress_watch_let_go). */
+static int inert_fd = -1;
+static pthread_once_t inert_once = PTHREAD_ONCE_INIT;
+
+static void inert_open(void)
+{
+	inert_fd = fd_park(open("/dev/null", O_RDONLY | O_CLOEXEC));
+}
+
+void progress_watch_let_go(struct smc_conn *c)
+{
+	if (c->watch_fd < 0)
+		return;
+	pthread_once(&inert_once, inert_open);
+	/* the number stays ours (libevent still keys the watch's events by it) but no
+	 * longer holds the socket, whose end is now the program's close; the kernel
+	 * drops the socket's epoll registration with it */
+	if (inert_fd < 0 || REAL(dup2)(inert_fd, c->watch_fd) < 0) {
+		/* no stand-in: the number goes, and the events are left to the watch's end */
+		fd_own_close(c->watch_fd);
+		fd_budget_give(1);
+		c->watch_fd = -1;
+	}
+}
+
+static void watch_fd_close(struct smc_conn *c)
+{
+	pthread_mutex_lock(&c->lock);
+	if (c->watch_fd >= 0) {
+		fd_own_close(c->watch_fd);
+		fd_budget_give(1);
+	}
+	c->watch_fd = -1;
+	pthread_mutex_unlock(&c->lock);
+}
+
+/* Under c->lock: servers queued on our rendezvous name get a Decline in place of our
+ * Proposal (they would take its close for a client gone, and reset). */
+static void rdv_decline_queued(struct smc_conn *c, uint32_t diag)
+{
+	for (unsigned i = 0; c->rdv_listen_fd >= 0 && i < PENDING_ATTEMPTS; i++) {
+		int ufd = REAL(accept4)(c->rdv_listen_fd, NULL, NULL, SOCK_CLOEXEC);
+
+		if (ufd < 0)
+			break;
+		handshake_client_decline(ufd, diag);
+		REAL(close)(ufd);
+	}
+}
+
+/*
+ * The handshake ended. When it ended in TCP while servers still wait on our rendezvous
+ * (the program closed the connection, or went TCP, while the handshake ran), each is
+ * told so by a Decline: a server that sent its Accept takes a bare close for a client
+ * gone after upgrading and resets the connection, losing what the client sent over TCP
+ * (its staged bytes at close). With the Decline it stays TCP and reads them.
+ */
 static void pending_finish(struct pending *p)
 {
 	struct smc_conn *c = p->c;
+	bool tcp = __atomic_load_n(&c->state, __ATOMIC_ACQUIRE) != CONN_ACTIVE;
 
-	while (p->attempts)
+	while (p->attempts) {
+		if (tcp)
+			handshake_client_decline(p->attempts->f.ufd, CLC_DECL_PEERDECL);
 		attempt_drop(p->attempts);
+	}
 	hs_watch_set(c, HS_WATCH_DONE);
 	event_drop(&p->ev_rdv);
 	event_drop(&p->ev_tcp);
 	event_drop(&p->ev_deadline);
 	pthread_mutex_lock(&c->lock);
+	if (tcp)
+		rdv_decline_queued(c, CLC_DECL_PEERDECL);
 	conn_close_rdv(c);
+	if (c->bg_pending == p)
+		c->bg_pending = NULL;
 	pthread_mutex_unlock(&c->lock);
+	watch_fd_close(c);
 	if (p->inband)
 		neg_client_cleanup(&p->nc);
 	conn_put(c);
@@ -408,7 +494,7 @@ static bool inband_arm(struct pending *p)
 	if (c->rdv_listen_fd >= 0)
 		p->ev_rdv = event_new(base, c->rdv_listen_fd, EV_READ | EV_PERSIST, on_rdv, p);
 	/* edge-triggered: a partial message leaves the socket readable until the rest */
-	p->ev_tcp = event_new(base, c->fd, EV_READ | EV_PERSIST | EV_ET, on_answer, p);
+	p->ev_tcp = event_new(base, c->watch_fd, EV_READ | EV_PERSIST | EV_ET, on_answer, p);
 	if ((c->rdv_listen_fd >= 0 && !p->ev_rdv) || !p->ev_tcp)
 		return false;
 	if ((p->ev_rdv && event_add(p->ev_rdv, NULL) < 0) || event_add(p->ev_tcp, NULL) < 0)
@@ -585,14 +671,7 @@ static void pending_refuse(struct smc_conn *c, enum smc_reason why)
 {
 	pthread_mutex_lock(&c->lock);
 	if (__atomic_load_n(&c->state, __ATOMIC_ACQUIRE) == CONN_PENDING) {
-		for (unsigned i = 0; c->rdv_listen_fd >= 0 && i < PENDING_ATTEMPTS; i++) {
-			int ufd = REAL(accept4)(c->rdv_listen_fd, NULL, NULL, SOCK_CLOEXEC);
-
-			if (ufd < 0)
-				break;
-			handshake_client_decline(ufd, CLC_DECL_MEM);
-			REAL(close)(ufd);
-		}
+		rdv_decline_queued(c, CLC_DECL_MEM);
 		conn_close_rdv(c);
 		conn_fallback(c, why);
 	}
@@ -608,6 +687,7 @@ static void pending_register(evutil_socket_t fd, short what, void *arg)
 	struct event_base *base = progress_base;
 	struct pending *p;
 	struct timeval tv = smc_cfg_handshake_timeout();
+	bool decided;
 
 	(void)fd;
 	(void)what;
@@ -619,10 +699,10 @@ static void pending_register(evutil_socket_t fd, short what, void *arg)
 	/* c->rdv_listen_fd < 0: in-band, the rendezvous comes after the TCP handshake */
 	p->inband = c->rdv_listen_fd < 0;
 	if (p->inband) {
-		p->ev_tcp = event_new(base, c->fd, EV_WRITE, on_connected, p);
+		p->ev_tcp = event_new(base, c->watch_fd, EV_WRITE, on_connected, p);
 	} else {
 		p->ev_rdv = event_new(base, c->rdv_listen_fd, EV_READ | EV_PERSIST, on_rdv, p);
-		p->ev_tcp = event_new(base, c->fd, EV_READ | EV_PERSIST, on_tcp, p);
+		p->ev_tcp = event_new(base, c->watch_fd, EV_READ | EV_PERSIST, on_tcp, p);
 	}
 	p->ev_deadline = event_new(base, -1, 0, on_deadline, p);
 	/* event_add allocates too (libevent's per-fd entry) */
@@ -636,20 +716,60 @@ static void pending_register(evutil_socket_t fd, short what, void *arg)
 		goto fail;
 	}
 	hs_watch_set(c, HS_WATCH_ARMED);
+	pthread_mutex_lock(&c->lock);
+	decided = __atomic_load_n(&c->state, __ATOMIC_ACQUIRE) != CONN_PENDING;
+	if (!decided)
+		c->bg_pending = p;
+	pthread_mutex_unlock(&c->lock);
+	if (decided) /* the program closed it before the watch began */
+		pending_finish(p);
 	return;
 fail:
+	watch_fd_close(c);
 	hs_watch_set(c, HS_WATCH_DONE);
 	log_debug("fd %d: no memory to watch the handshake: declining", c->fd);
 	pending_refuse(c, SMC_REASON_RESOURCES);
 	conn_put(c);
 }
 
+/* The program decided c (its close) while the watch runs: the watch ends now, so that
+ * a server waiting on our rendezvous gets its Decline at once (pending_finish) and not
+ * at the watch's next event, which an exit right after the close would never see. */
+static void pending_decided(evutil_socket_t fd, short what, void *arg)
+{
+	struct smc_conn *c = arg;
+	struct pending *p;
+
+	(void)fd;
+	(void)what;
+	pthread_mutex_lock(&c->lock);
+	p = __atomic_load_n(&c->state, __ATOMIC_ACQUIRE) != CONN_PENDING ? c->bg_pending : NULL;
+	pthread_mutex_unlock(&c->lock);
+	if (p)
+		pending_finish(p);
+	conn_put(c);
+}
+
+void progress_watch_decided(struct smc_conn *c)
+{
+	if (c->side != CONN_CLIENT)
+		return;
+	conn_get(c);
+	if (progress_call(pending_decided, c) < 0)
+		conn_put(c); /* the watch's next event finishes it */
+}
+
 int progress_watch_pending(struct smc_conn *c)
 {
+	int r = watch_fd_open(c);
+
+	if (r < 0)
+		return r;
 	conn_get(c);
 	hs_watch_set(c, HS_WATCH_QUEUED);
 	if (progress_call(pending_register, c) < 0) {
 		hs_watch_set(c, HS_WATCH_NONE);
+		watch_fd_close(c);
 		conn_put(c);
 		return -ENOMEM;
 	}
@@ -679,6 +799,7 @@ static void server_wait_finish(struct server_wait *w)
 	hs_watch_set(w->c, HS_WATCH_DONE);
 	event_drop(&w->ev_tcp);
 	event_drop(&w->ev_deadline);
+	watch_fd_close(w->c);
 	conn_put(w->c);
 	free(w);
 }
@@ -725,7 +846,7 @@ static void server_register(evutil_socket_t fd, short what, void *arg)
 	(void)fd;
 	(void)what;
 	/* edge-triggered: a partial message leaves the socket readable until the rest */
-	w->ev_tcp = event_new(base, w->c->fd, EV_READ | EV_PERSIST | EV_ET, on_server_tcp, w);
+	w->ev_tcp = event_new(base, w->c->watch_fd, EV_READ | EV_PERSIST | EV_ET, on_server_tcp, w);
 	w->ev_deadline = event_new(base, -1, 0, on_server_deadline, w);
 	if (!w->ev_tcp || !w->ev_deadline || event_add(w->ev_tcp, NULL) < 0 ||
 	    event_add(w->ev_deadline, &tv) < 0) {
@@ -746,12 +867,17 @@ int progress_watch_server(struct smc_conn *c, progress_server_step step)
 
 	if (!w)
 		return -ENOMEM;
+	if (watch_fd_open(c) < 0) {
+		free(w);
+		return -EMFILE;
+	}
 	w->c = c;
 	w->step = step;
 	conn_get(c);
 	hs_watch_set(c, HS_WATCH_QUEUED);
 	if (progress_call(server_register, w) < 0) {
 		hs_watch_set(c, HS_WATCH_NONE);
+		watch_fd_close(c);
 		conn_put(c);
 		free(w);
 		return -ENOMEM;

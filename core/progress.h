@@ -26,7 +26,14 @@ int progress_ensure(void);
  * in-band negotiation (the socket was opted in for the TCP option: after the TCP
  * handshake the thread checks the option, sends the CLC Proposal and waits for the
  * server on the rendezvous it names or for its answer on TCP; negotiate.h). */
-int progress_watch_pending(struct smc_conn *c);
+int progress_watch_pending(struct smc_conn *c); /* 0 or -errno */
+/* Under c->lock, the program closed its last fd of c while the thread watches c's
+ * handshake (on a descriptor of its own, progress.c): the watch lets go of the socket,
+ * so that the close ends it now (FIN or reset) as without the library. */
+void progress_watch_let_go(struct smc_conn *c);
+/* Not under c->lock: the program decided c (PENDING no more) while the thread watches
+ * its client handshake: the watch ends soon, telling a waiting server (a Decline). */
+void progress_watch_decided(struct smc_conn *c);
 /* One step of a PENDING server connection's in-band negotiation, run on the thread each
  * time its TCP socket becomes readable and at every deadline tick
  * (SMC_HANDSHAKE_TIMEOUT_MS), with final set at the last one (progress.c: the client
@@ -34,7 +41,7 @@ int progress_watch_pending(struct smc_conn *c);
  * it); false: wait for more. */
 typedef bool (*progress_server_step)(struct smc_conn *c, bool final);
 /* Hands an accepted PENDING connection whose client's CLC message has not arrived yet to
- * the thread, so that a nonblocking accept() does not wait for it. 0 or -ENOMEM. */
+ * the thread, so that a nonblocking accept() does not wait for it. 0 or -errno. */
 int progress_watch_server(struct smc_conn *c, progress_server_step step);
 /* Called on the thread, under c->lock with c PENDING, when a server flow decided:
  * f->result and f->why (handshake.h). */

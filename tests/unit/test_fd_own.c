@@ -3,8 +3,10 @@
 #include <check.h>
 #include <fcntl.h>
 #include <stdbool.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <sys/eventfd.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include "core/fdpark.h"
@@ -32,6 +34,35 @@ START_TEST(park_marks_close_unmarks)
 	ck_assert_int_eq(fd_own_close(fd), 0);
 	ck_assert(!fd_is_own(fd));
 	ck_assert(!is_open(fd));
+}
+END_TEST
+
+START_TEST(park_dup_keeps_the_original)
+{
+	int fd = eventfd(0, EFD_CLOEXEC), d;
+	uint64_t v = 7, got = 0;
+	struct rlimit rl;
+
+	fdtab_set(fd, FD_TCP, NULL);
+	d = fd_park_dup(fd);
+	ck_assert_int_ge(d, 0);
+	ck_assert_int_ne(d, fd);
+	/* the same file, a descriptor of the library's, closed on exec */
+	ck_assert_int_eq(write(fd, &v, sizeof(v)), sizeof(v));
+	ck_assert_int_eq(read(d, &got, sizeof(got)), sizeof(got));
+	ck_assert_uint_eq(got, 7);
+	ck_assert(fd_is_own(d));
+	ck_assert(fcntl(d, F_GETFD) & FD_CLOEXEC);
+	ck_assert_int_eq(fdtab_kind(fd), FD_TCP);
+	/* parked in the top quarter of the limit, where the program's numbers do not go */
+	ck_assert_int_eq(getrlimit(RLIMIT_NOFILE, &rl), 0);
+	if (rl.rlim_cur != RLIM_INFINITY && rl.rlim_cur >= 256)
+		ck_assert_int_ge(d, (int)(rl.rlim_cur - rl.rlim_cur / 4));
+	ck_assert_int_eq(fd_own_close(d), 0);
+	ck_assert(is_open(fd));
+	fdtab_clear(fd);
+	close(fd);
+	ck_assert_int_eq(fd_park_dup(fd), -1);
 }
 END_TEST
 
@@ -136,6 +167,7 @@ static Suite *fd_own_suite(void)
 	TCase *tc = tcase_create("core");
 
 	tcase_add_test(tc, park_marks_close_unmarks);
+	tcase_add_test(tc, park_dup_keeps_the_original);
 	tcase_add_test(tc, forget_leaves_other_kinds);
 	tcase_add_test(tc, collect_in_range);
 	tcase_add_test(tc, taken_by_the_program);

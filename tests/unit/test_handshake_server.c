@@ -13,6 +13,7 @@
  */
 #include <check.h>
 #include <errno.h>
+#include <poll.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -203,6 +204,40 @@ START_TEST(client_gone_after_accept)
 		      strstr(log, ": the client went away before its CLC Confirm: resetting the "
 				  "connection"), "log: %s", log);
 	ck_assert_msg(!strstr(log, "WARN") && !strstr(log, "ERROR"), "log: %s", log);
+	conn_put(s.c);
+	close(fds[0]);
+	close(fds[1]);
+}
+END_TEST
+
+/* The client declines without reading our Accept (its program closed the connection
+ * meanwhile) and closes: the kernel reports ECONNRESET on our end before the Decline
+ * queued ahead of the close. The Decline is read all the same: the connection stays
+ * TCP, not reset. */
+START_TEST(decline_with_accept_unread_is_taken)
+{
+	struct clc_msg m = { .variant = CLC_SAMEHOST, .type = CLC_DECLINE };
+	struct pollfd pfd;
+	struct server_run s;
+	uint8_t buf[CLC_MAX_LEN];
+	int fds[2], cfd;
+	char log[8192];
+	ssize_t n;
+
+	server_start(&s, fds, &cfd);
+	send_proposal(cfd);
+	pfd = (struct pollfd){ .fd = cfd, .events = POLLIN };
+	ck_assert_int_eq(poll(&pfd, 1, 10000), 1); /* the Accept is there, left unread */
+	m.u.s_decl.diag = CLC_DECL_PEERDECL;
+	n = clc_encode(&m, buf, sizeof(buf));
+	ck_assert_int_gt(n, 0);
+	ck_assert_int_eq(send(cfd, buf, (size_t)n, 0), n);
+	close(cfd);
+	server_finish(&s, log, sizeof(log));
+	ck_assert_int_eq(s.r, -ECONNREFUSED); /* not -ECONNABORTED: a reset */
+	ck_assert_int_eq(s.why, SMC_REASON_PEER_CLOSED); /* what the Decline's code says */
+	ck_assert_msg(strstr(log, ": client declined SMC after our Accept"), "log: %s", log);
+	ck_assert_msg(!strstr(log, "went away"), "log: %s", log);
 	conn_put(s.c);
 	close(fds[0]);
 	close(fds[1]);
@@ -406,6 +441,7 @@ int main(void)
 
 	tcase_add_checked_fixture(tc, setup, NULL);
 	tcase_add_test(tc, client_gone_after_accept);
+	tcase_add_test(tc, decline_with_accept_unread_is_taken);
 	tcase_add_test(tc, bad_confirm_is_a_warning);
 	tcase_add_test(tc, late_confirm_is_taken);
 	tcase_add_test(tc, silent_client_is_reset_in_the_end);

@@ -514,7 +514,7 @@ bool pool_client_withdraw(struct smc_pool *p, int slot, bool server_gone)
 
 static pthread_mutex_t sets_lock = PTHREAD_MUTEX_INITIALIZER;
 static struct pool_set *sets;
-static bool server_refuses; /* under sets_lock: no new pools (forked, or io_uring) */
+static bool server_refuses; /* under sets_lock: no new pools (io_uring) */
 
 struct pool_set *pool_set_new(void)
 {
@@ -838,14 +838,17 @@ void pool_atfork_prepare(void)
 {
 	if (!sets_held)
 		return;
-	/* Both processes may accept on our listeners from now on, and only the pools that
-	 * exist now are known to both: no new offers into them, no new pools. They stay
-	 * claimable for the connections already offered. */
-	server_refuses = true;
-	for (struct pool_set *set = sets; set; set = set->next)
+	/* Both processes may accept on the listeners open now, and only the pools that
+	 * exist now are known to both: no new offers into them, no new pools on them.
+	 * They stay claimable for the connections already offered. A listener opened
+	 * after the fork is one process's own (a daemon that forks, then listens, as
+	 * the Erlang VM does at boot) and serves pools. */
+	for (struct pool_set *set = sets; set; set = set->next) {
+		set->refuses = true;
 		for (struct smc_pool *p = set->pools; p; p = p->next)
 			__atomic_store_n(&((struct pool_hdr *)p->base)->retired, 1u,
 					 __ATOMIC_RELEASE);
+	}
 }
 
 void pool_atfork_child(void)

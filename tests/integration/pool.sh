@@ -14,6 +14,8 @@
 #     churn server with --fork): no pool (a forked sibling could accept a connection
 #     offered in a pool it does not know), every cycle correct, shm_pooled 0 on both
 #     sides.
+#     A server that forked before it listened (--fork-first, as the Erlang VM at boot)
+#     serves pools as one that never forked.
 #  3. A client that runs as another user (nobody) than the server: the server checks
 #     per connection that the pool's client owns the connection (sock_diag): pooled, no
 #     error.
@@ -144,6 +146,24 @@ smc_assert_eq "client (forked server): pooled connections" "$(smc_stats "$cli" '
 smc_assert_eq "server (forked): pooled connections" "$(smc_stats "$srv" '.events.shm_pooled')" 0
 smc_assert_ge "client (forked server): short-lived TCP connections" \
 	"$(smc_stats "$cli" '.fallback["short-lived"] // 0')" "$((CHURN_CYCLES / 2))"
+
+# 2b. a fork before listening leaves the listener the server's own: pooled
+smc_free_port port
+srv=$(smc_stats_dir server-fork-first)
+cli=$(smc_stats_dir client-fork-first)
+start_server server-fork-first "$srv" "$cli" "$port" --mode epoll --fork-first
+smc_log "server forked before listening: $CHURN_CYCLES cycles"
+run_client "client (fork-first server)" "$cli" "$port" "$CHURN_CYCLES"
+sleep 0.5
+smc_stop_server server-fork-first TERM 30
+check_server server-fork-first "$made"
+smc_require_stats "$cli"
+smc_log "stats client: $(smc_stats_summary "$cli")"
+pooled=$(smc_stats "$cli" '.events.shm_pooled')
+smc_assert_ge "client (fork-first server): pooled connections (half of $CHURN_CYCLES)" \
+	"$pooled" "$((CHURN_CYCLES / 2))"
+smc_assert_eq "server (fork-first): pooled connections, as many as the client's" \
+	"$(smc_stats "$srv" '.events.shm_pooled')" "$pooled"
 
 # 3. a client of another user: checked per connection
 if [ "$(id -u)" = 0 ] && id nobody >/dev/null 2>&1 && command -v setpriv >/dev/null; then

@@ -42,7 +42,8 @@
  *
  * --fork: right after listening the server forks a child that exits at once (as redis
  * forks to save): a server that forked since it listens serves no connection pool
- * (core/pool.h).
+ * (core/pool.h). --fork-first: the same fork before it listens (as the Erlang VM forks
+ * its helper at boot): its listener serves pools.
  *
  * Failed cycles are counted by kind on the client's RESULT line: lost= (the response did
  * not arrive within the socket's SO_RCVTIMEO, IO_TIMEOUT_S), reset= (ECONNRESET or
@@ -515,6 +516,7 @@ struct server_opts {
 	bool thread_mode;
 	bool report;
 	bool fork_once;
+	bool fork_first;
 	unsigned long count;
 };
 
@@ -874,6 +876,20 @@ static int run_server_threads(const struct server_opts *o, int lfd, const sigset
 	return 0;
 }
 
+/* A child that exits at once (a save, a helper started at boot): 0, or -1. */
+static int fork_child_that_exits(void)
+{
+	pid_t pid = fork();
+
+	if (pid == 0)
+		_exit(0);
+	if (pid < 0 || waitpid(pid, NULL, 0) != pid) {
+		perror("fork");
+		return -1;
+	}
+	return 0;
+}
+
 static int run_server(const struct server_opts *o)
 {
 	struct sigaction sa = { .sa_handler = on_signal }; /* no SA_RESTART: waits return EINTR */
@@ -893,19 +909,13 @@ static int run_server(const struct server_opts *o)
 	sigdelset(&waitmask, SIGINT);
 	sigdelset(&waitmask, SIGUSR1);
 
+	if (o->fork_first && fork_child_that_exits() < 0)
+		return 1;
 	int lfd = listen_on(o);
 	if (lfd < 0)
 		return 1;
-	if (o->fork_once) {
-		pid_t pid = fork();
-
-		if (pid == 0)
-			_exit(0);
-		if (pid < 0 || waitpid(pid, NULL, 0) != pid) {
-			perror("fork");
-			return 1;
-		}
-	}
+	if (o->fork_once && fork_child_that_exits() < 0)
+		return 1;
 	printf("LISTENING port=%s mode=%s\n", o->port, o->thread_mode ? "thread" : "epoll");
 	int rc = o->thread_mode ? run_server_threads(o, lfd, &waitmask)
 				: run_server_epoll(o, lfd, &waitmask);
@@ -923,7 +933,7 @@ static void usage(void)
 {
 	fprintf(stderr,
 		"usage: smc_churn server PORT [--bind ADDR] [--mode epoll|thread] [--report] [--count K]\n"
-		"                 [--fork]\n"
+		"                 [--fork | --fork-first]\n"
 		"       smc_churn client HOST PORT [--threads T] [--cycles N] [--warmup W] [--settle]\n"
 		"                 [--connect-twice]\n"
 		"       both: [--maps-slack M]\n");
@@ -969,6 +979,10 @@ int main(int argc, char **argv)
 		}
 		if (server && strcmp(a, "--fork") == 0) {
 			so.fork_once = true;
+			continue;
+		}
+		if (server && strcmp(a, "--fork-first") == 0) {
+			so.fork_first = true;
 			continue;
 		}
 		if (!server && strcmp(a, "--connect-twice") == 0) {

@@ -296,7 +296,6 @@ static struct smc_conn *conn_pending_server_get(void)
 
 static int conn_wait(struct smc_conn *c, uint32_t events, bool for_handshake,
 		     uint64_t deadline, pthread_mutex_t *held);
-static uint64_t now_ns(void);
 
 /* The progress thread does not survive fork: a connection it still negotiates would
  * stay PENDING forever in the child. Deferred server connections are decided first:
@@ -306,7 +305,7 @@ static uint64_t now_ns(void);
  * fork goes ahead after it (such a connection is then the watchdog's in the child). */
 static void conn_settle_pending_servers(void)
 {
-	uint64_t deadline = now_ns() + 4 * (uint64_t)smc_cfg.handshake_timeout_ms * 1000000u;
+	uint64_t deadline = clock_now_ns() + 4 * (uint64_t)smc_cfg.handshake_timeout_ms * 1000000u;
 
 	for (;;) {
 		struct smc_conn *c;
@@ -432,23 +431,6 @@ void conn_fork_failed(void)
 static inline int conn_state(struct smc_conn *c)
 {
 	return __atomic_load_n(&c->state, __ATOMIC_ACQUIRE);
-}
-
-static uint64_t now_ns(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
-
-static inline void cpu_relax(void)
-{
-#if defined(__x86_64__) || defined(__i386__)
-	__builtin_ia32_pause();
-#elif defined(__aarch64__)
-	__asm__ volatile("yield");
-#endif
 }
 
 static void bell_ring(int fd)
@@ -621,7 +603,7 @@ void conn_put(struct smc_conn *c)
 		conn_free(c);
 }
 
-static void conn_wake_local(struct smc_conn *c)
+void conn_wake_local(struct smc_conn *c)
 {
 	bell_ring(c->rx_bell);
 	bell_ring(c->tx_bell);
@@ -1396,7 +1378,7 @@ bool conn_resend_pending(const struct smc_conn *c)
 
 bool conn_finish_resend(struct smc_conn *c, uint64_t idle_ns)
 {
-	uint64_t moved_at = now_ns();
+	uint64_t moved_at = clock_now_ns();
 	bool done = false;
 
 	pthread_mutex_lock(&c->tx_lock);
@@ -1411,8 +1393,8 @@ bool conn_finish_resend(struct smc_conn *c, uint64_t idle_ns)
 			break;
 		}
 		if (c->resend_at != at)
-			moved_at = now_ns();
-		else if (c->aborted || now_ns() - moved_at >= idle_ns)
+			moved_at = clock_now_ns();
+		else if (c->aborted || clock_now_ns() - moved_at >= idle_ns)
 			break;
 		REAL(poll)(&p, 1, 10);
 	}
@@ -1513,7 +1495,7 @@ static ssize_t down_send(struct smc_conn *c, const struct iovec *iov, int iovcnt
 			return errno = EAGAIN, -1;
 		}
 		if (deadline) {
-			uint64_t now = now_ns();
+			uint64_t now = clock_now_ns();
 
 			if (now >= deadline)
 				return errno = EAGAIN, -1;
@@ -1533,11 +1515,11 @@ static ssize_t down_send(struct smc_conn *c, const struct iovec *iov, int iovcnt
  * unless it re-sends it too (rest_resent: over RDMA, when the two flags crossed). */
 static void down_leave_second(struct smc_conn *c, bool rest_resent)
 {
-	uint64_t end = now_ns() + DOWN_SECOND_NS;
+	uint64_t end = clock_now_ns() + DOWN_SECOND_NS;
 	struct sockaddr sa = { .sa_family = AF_UNSPEC };
 
 	if (resend_take(c) == 0) {
-		while (!resend_flush(c, c->fd) && now_ns() < end) {
+		while (!resend_flush(c, c->fd) && clock_now_ns() < end) {
 			struct pollfd p = { .fd = c->fd, .events = POLLOUT };
 
 			REAL(poll)(&p, 1, 10);
@@ -1962,7 +1944,7 @@ static int conn_wait(struct smc_conn *c, uint32_t events, bool for_handshake,
 	/* a handshake takes two cross-process round trips through the progress thread:
 	 * spinning for it only takes a CPU away from that thread */
 	uint64_t spin_ns = for_handshake || conn_peer_on_my_cpu(c) ? 0 : wait_spin_budget();
-	uint64_t spin_start = now_ns(), spin_end = spin_start + spin_ns;
+	uint64_t spin_start = clock_now_ns(), spin_end = spin_start + spin_ns;
 	unsigned drained = 0;
 
 	/* not spinning goes straight to the sleep: one round of the loop below cost 1.5 us
@@ -1974,12 +1956,12 @@ static int conn_wait(struct smc_conn *c, uint32_t events, bool for_handshake,
 		 * its answer 0.75 us late on average; sockperf pp 14 B p50 0.86-1.17 us ->
 		 * 0.57, p99 1.7-28 -> 0.7 (both sides changed, alternated runs) */
 		for (int i = 0; i < CONN_SPIN_PAUSES; i++)
-			cpu_relax();
+			wait_cpu_relax();
 		if (conn_wait_done(c, want, for_handshake)) {
-			wait_spin_outcome(true, now_ns() - spin_start);
+			wait_spin_outcome(true, clock_now_ns() - spin_start);
 			return 0;
 		}
-		if (now_ns() >= spin_end)
+		if (clock_now_ns() >= spin_end)
 			break;
 		/* two cores, two busy processes: let the peer we wait for run (every ~12 us) */
 		if (round % (512 / CONN_SPIN_PAUSES) == 0)
@@ -2002,7 +1984,7 @@ static int conn_wait(struct smc_conn *c, uint32_t events, bool for_handshake,
 		}
 		drained = 0;
 		if (deadline) {
-			uint64_t now = now_ns();
+			uint64_t now = clock_now_ns();
 
 			if (now >= deadline) {
 				conn_end_sleep(c, armed);
@@ -2070,7 +2052,7 @@ static bool eintr_restarts(int64_t timeo_ns)
 
 static uint64_t deadline_from(int64_t timeo_ns)
 {
-	return timeo_ns > 0 ? now_ns() + (uint64_t)timeo_ns : 0;
+	return timeo_ns > 0 ? clock_now_ns() + (uint64_t)timeo_ns : 0;
 }
 
 /*
@@ -2120,7 +2102,7 @@ static void pending_watchdog_reset(struct smc_conn *c)
 int conn_wait_pending(struct smc_conn *c, bool nonblock, int64_t timeo_ns)
 {
 	uint64_t deadline = deadline_from(timeo_ns);
-	uint64_t watchdog = now_ns() + (uint64_t)CONN_PENDING_WATCHDOG_TICKS *
+	uint64_t watchdog = clock_now_ns() + (uint64_t)CONN_PENDING_WATCHDOG_TICKS *
 					       smc_cfg.handshake_timeout_ms * 1000000ull;
 
 	if (c->fork_orphan && conn_state(c) == CONN_PENDING)
@@ -2368,7 +2350,7 @@ static int peek_sleep(struct smc_conn *c, uint64_t deadline)
 	struct wait_cancel wc = { .c = c, .held = &c->rx_lock }; /* see wait_cancelled */
 	int r;
 
-	if (deadline && now_ns() >= deadline)
+	if (deadline && clock_now_ns() >= deadline)
 		return EAGAIN;
 	pthread_cleanup_push(wait_cancelled, &wc);
 	r = REAL(poll)(NULL, 0, 1);
@@ -2813,11 +2795,11 @@ enum conn_orphan_end conn_orphan_step(struct smc_conn *c)
 /* SO_LINGER with a timeout: close waits until the peer consumed what we wrote. */
 static void conn_linger(struct smc_conn *c)
 {
-	uint64_t deadline = now_ns() + (uint64_t)c->linger_s * 1000000000ull;
+	uint64_t deadline = clock_now_ns() + (uint64_t)c->linger_s * 1000000000ull;
 
 	/* conn_wait(POLLOUT) returns as soon as there is any room; the ring draining
 	 * completely is not a readiness event, so poll for it at a millisecond pace */
-	while (!c->aborted && !tx_dead(c) && tx_free(c) < (int64_t)c->tx_size && now_ns() < deadline)
+	while (!c->aborted && !tx_dead(c) && tx_free(c) < (int64_t)c->tx_size && clock_now_ns() < deadline)
 		REAL(poll)(NULL, 0, 1);
 }
 

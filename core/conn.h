@@ -202,6 +202,9 @@ bool conn_finish_resend(struct smc_conn *c, uint64_t idle_ns);
 void conn_end_staged(void);
 /* The application closed its last fd of c in this process. */
 void conn_release_fd(struct smc_conn *c);
+/* Rings c's own doorbells: every local waiter (a blocked read or write, a poll or
+ * epoll watch) looks at the connection again. */
+void conn_wake_local(struct smc_conn *c);
 /* Takes an ACTIVE shared-memory connection back to plain TCP in this process, for
  * `why` (SMC_REASON_EXEC), without losing a byte: our producer and consumer cursors
  * and SHM_W_TCP go into the shared block and the peer's bells ring; the peer reads

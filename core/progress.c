@@ -216,14 +216,6 @@ static void pending_give_up(struct pending *p, enum smc_reason why)
 	pending_finish(p);
 }
 
-static void bells_ring(struct smc_conn *c)
-{
-	uint64_t one = 1;
-
-	(void)!REAL(write)(c->rx_bell, &one, sizeof(one));
-	(void)!REAL(write)(c->tx_bell, &one, sizeof(one));
-}
-
 /* In-band: after our Proposal the connection may no longer simply turn into plain TCP
  * (the server's answer could still arrive and reach the application): reset it. */
 static void pending_abort(struct pending *p, const char *what)
@@ -530,7 +522,7 @@ static void on_connected(evutil_socket_t fd, short what, void *arg)
 	conn_set_rdv(c, p->nc.listen_fd);
 	pthread_mutex_unlock(&c->lock);
 	/* connected: a waiter for POLLOUT may stage its data now (conn_poll_mask) */
-	bells_ring(c);
+	conn_wake_local(c);
 	if (r == 1) {
 		pending_give_up(p, why); /* we declined: plain TCP */
 		return;

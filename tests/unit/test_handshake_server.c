@@ -56,12 +56,20 @@ static void *server_main(void *arg)
 	return NULL;
 }
 
+/* Sends m, encoded, on cfd without descriptors. */
+static void send_clc(int cfd, const struct clc_msg *m)
+{
+	uint8_t buf[CLC_MAX_LEN];
+	ssize_t n = clc_encode(m, buf, sizeof(buf));
+
+	ck_assert_int_gt(n, 0);
+	ck_assert_int_eq(send(cfd, buf, (size_t)n, 0), n);
+}
+
 /* Sends the client's Proposal (in-band flavour: no descriptors) on cfd. */
 static void send_proposal(int cfd)
 {
 	struct clc_msg m = { .variant = CLC_SAMEHOST, .type = CLC_PROPOSAL };
-	uint8_t buf[CLC_MAX_LEN];
-	ssize_t n;
 
 	m.u.s_prop.proto = CLC_SAMEHOST_PROTO;
 	m.u.s_prop.c2s_size = 65536;
@@ -70,9 +78,7 @@ static void send_proposal(int cfd)
 	m.u.s_prop.family = AF_INET;
 	m.u.s_prop.client_port = 40001;
 	m.u.s_prop.server_port = 40002;
-	n = clc_encode(&m, buf, sizeof(buf));
-	ck_assert_int_gt(n, 0);
-	ck_assert_int_eq(send(cfd, buf, (size_t)n, 0), n);
+	send_clc(cfd, &m);
 }
 
 /* Receives the server's Accept on cfd, closes the descriptors it carries (the region
@@ -219,19 +225,15 @@ START_TEST(decline_with_accept_unread_is_taken)
 	struct clc_msg m = { .variant = CLC_SAMEHOST, .type = CLC_DECLINE };
 	struct pollfd pfd;
 	struct server_run s;
-	uint8_t buf[CLC_MAX_LEN];
 	int fds[2], cfd;
 	char log[8192];
-	ssize_t n;
 
 	server_start(&s, fds, &cfd);
 	send_proposal(cfd);
 	pfd = (struct pollfd){ .fd = cfd, .events = POLLIN };
 	ck_assert_int_eq(poll(&pfd, 1, 10000), 1); /* the Accept is there, left unread */
 	m.u.s_decl.diag = CLC_DECL_PEERDECL;
-	n = clc_encode(&m, buf, sizeof(buf));
-	ck_assert_int_gt(n, 0);
-	ck_assert_int_eq(send(cfd, buf, (size_t)n, 0), n);
+	send_clc(cfd, &m);
 	close(cfd);
 	server_finish(&s, log, sizeof(log));
 	ck_assert_int_eq(s.r, -ECONNREFUSED); /* not -ECONNABORTED: a reset */
@@ -250,19 +252,15 @@ START_TEST(bad_confirm_is_a_warning)
 {
 	struct clc_msg conf = { .variant = CLC_SAMEHOST, .type = CLC_CONFIRM };
 	struct server_run s;
-	uint8_t buf[CLC_MAX_LEN];
 	int fds[2], cfd;
 	char log[8192];
-	ssize_t n;
 
 	server_start(&s, fds, &cfd);
 	send_proposal(cfd);
 	recv_accept(cfd);
 	conf.u.s_conf.client_token = 0x1122334455667788ull;
 	conf.u.s_conf.server_token = 1;
-	n = clc_encode(&conf, buf, sizeof(buf));
-	ck_assert_int_gt(n, 0);
-	ck_assert_int_eq(send(cfd, buf, (size_t)n, 0), n);
+	send_clc(cfd, &conf);
 	server_finish(&s, log, sizeof(log));
 	close(cfd);
 	ck_assert_int_eq(s.r, -ECONNABORTED);

@@ -179,17 +179,6 @@ void wait_spin_outcome(bool caught, uint64_t spun_ns)
 	spin_score = spin_score - spin_score / 4 + (paid ? WAIT_SPIN_SCORE_MAX / 4 : 0);
 }
 
-void wait_cpu_relax(void)
-{
-#if defined(__x86_64__) || defined(__i386__)
-	__builtin_ia32_pause();
-#elif defined(__aarch64__)
-	__asm__ __volatile__("yield" ::: "memory");
-#else
-	__asm__ __volatile__("" ::: "memory");
-#endif
-}
-
 void wait_spin_yield(void)
 {
 	sandbox_yield();

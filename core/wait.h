@@ -63,8 +63,18 @@ uint64_t wait_spin_budget(void);
 /* After a spin of wait_spin_budget(): whether it caught what it waited for, after how
  * long. */
 void wait_spin_outcome(bool caught, uint64_t spun_ns);
-/* A short pause inside a spin loop (the CPU's pause instruction). */
-void wait_cpu_relax(void);
+/* A short pause inside a spin loop (the CPU's pause instruction); inline, as the
+ * spin loops run it every round. */
+static inline void wait_cpu_relax(void)
+{
+#if defined(__x86_64__) || defined(__i386__)
+	__builtin_ia32_pause();
+#elif defined(__aarch64__)
+	__asm__ __volatile__("yield" ::: "memory");
+#else
+	__asm__ __volatile__("" ::: "memory");
+#endif
+}
 /* Every few spin rounds: give the CPU away. With more runnable threads than cores (two
  * spinning ends plus anything else) the peer we wait for may need our core to answer. */
 void wait_spin_yield(void);

@@ -93,6 +93,8 @@ ASAN_TESTS+=(tests/integration/shm_forge.sh)
 ASAN_TESTS+=(tests/integration/exec.sh)
 # smcpstat's totals and filters (the tool instrumented too)
 ASAN_TESTS+=(tests/integration/smcpstat_json.sh)
+# descriptors closed under a running handshake: the watch's own descriptor, the Declines
+ASAN_TESTS+=(tests/integration/handshake_fd_reuse.sh)
 # Not under the sanitizers: the Soft-RoCE tests (ASan inside the emulated VM slows the
 # peers enough for an RC retry timeout to fail the link now and then).
 

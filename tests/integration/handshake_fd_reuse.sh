@@ -16,7 +16,8 @@
 #            number; the second must upgrade. The close must end the first socket at
 #            once (no longer ESTABLISHED; the server reads EOF, not a reset).
 # Each then moves N bytes to an echo server and checks them; both sides' stats must show
-# them over shared memory and no connection gone to TCP. Runs on the same-host
+# them over shared memory and no connection gone to TCP, and the client must hold no
+# descriptor of a TCP socket at its end. Runs on the same-host
 # rendezvous and, as root with the eBPF object built, on the SMC TCP option (in band).
 [ -n "${BASH_VERSION:-}" ] || exec bash "$0" "$@"
 . "$(dirname -- "$0")/lib.sh"
@@ -85,7 +86,28 @@ while len(got) < n:
         break
     got += b
 s.close()
-sys.exit(0 if got == data else "echo: %d bytes, %s" % (len(got), "equal" if got == data[:len(got)] else "different"))
+if got != data:
+    sys.exit("echo: %d bytes, %s" % (len(got), "equal" if got == data[:len(got)] else "different"))
+# no descriptor of a TCP socket left, in whatever state (the handshake watch keeps
+# one while it runs)
+def tcp_fds():
+    n = 0
+    for f in os.listdir("/proc/self/fd"):
+        try:
+            if not os.readlink("/proc/self/fd/" + f).startswith("socket:"):
+                continue
+            t = socket.socket(fileno=os.dup(int(f)))
+        except OSError:
+            continue  # the descriptor of the listing itself
+        n += t.family in (socket.AF_INET, socket.AF_INET6) and t.type == socket.SOCK_STREAM
+        t.close()
+    return n
+for i in range(100):
+    if tcp_fds() == 0:
+        break
+    time.sleep(0.02)
+if tcp_fds():
+    sys.exit("TCP socket descriptors left: %d" % tcp_fds())
 '
 
 run_path() {

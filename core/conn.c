@@ -220,13 +220,43 @@ static void decided_watches_end(void)
 	free(b.c);
 }
 
+static void take_undecided_client(struct smc_conn *c, void *arg)
+{
+	if (c->side == CONN_CLIENT && !c->fork_orphan &&
+	    __atomic_load_n(&c->state, __ATOMIC_ACQUIRE) == CONN_PENDING)
+		batch_add(arg, c);
+}
+
+/* At exit, the client handshakes still running (nothing staged: the program connected
+ * and left, or left it open) end as TCP here, and their servers are told by a Decline
+ * (progress_watch_decided): the exit would otherwise take the rendezvous socket away,
+ * and a server that sent its Accept would reset a connection whose end, as TCP has it,
+ * is a FIN. Only at exit: after a failed exec the program goes on, and in band the
+ * stream may still carry the server's answer. */
+static void undecided_clients_end(void)
+{
+	struct conn_batch b = { 0 };
+
+	conn_foreach(take_undecided_client, &b);
+	for (size_t i = 0; i < b.n; i++) {
+		struct smc_conn *c = b.c[i];
+
+		pthread_mutex_lock(&c->lock);
+		if (__atomic_load_n(&c->state, __ATOMIC_ACQUIRE) == CONN_PENDING)
+			fallback_to_tcp(c, SMC_REASON_HANDSHAKE, false);
+		pthread_mutex_unlock(&c->lock);
+		conn_put(c);
+	}
+	free(b.c);
+}
+
 /* A connection still negotiating holds what the program sent meanwhile in its staging
  * buffer, which the process takes with it: TCP would have the bytes in the kernel.
  * At the end of the image the handshake is given its time to end; if it does not, they
  * go out over TCP, the connection plain TCP (the last close does the same,
  * conn_release_fd). The connection is not counted among the process's connections:
  * it ended before it became one or the other, as one without staged bytes does. */
-void conn_end_staged(void)
+void conn_end_staged(bool exiting)
 {
 	struct conn_batch b = { 0 };
 
@@ -247,6 +277,8 @@ void conn_end_staged(void)
 		conn_put(c);
 	}
 	free(b.c);
+	if (exiting)
+		undecided_clients_end();
 	decided_watches_end();
 }
 

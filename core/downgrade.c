@@ -70,7 +70,7 @@ void smc_sock_before_exec(bool image_replaced)
 			fd_leave_rings(fd, SMC_REASON_EXEC, true);
 	exec_listeners_withdraw();
 	if (image_replaced) {
-		conn_orphans_settle(CONN_ORPHAN_END_IDLE_NS);
+		conn_orphans_settle(CONN_ORPHAN_END_IDLE_NS, false);
 		smc_sock_finish_resends();
 		smc_sock_drain_rdma(closed_by_exec);
 		/* at exit() it would be too late: the image is gone, atexit handlers too */

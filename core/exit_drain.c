@@ -76,7 +76,7 @@ void smc_sock_drain_rdma(bool (*closing)(const struct smc_conn *c))
 
 __attribute__((destructor)) static void exit_drain(void)
 {
-	conn_orphans_settle(CONN_ORPHAN_END_IDLE_NS);
+	conn_orphans_settle(CONN_ORPHAN_END_IDLE_NS, true);
 	smc_sock_finish_resends();
 	smc_sock_drain_rdma(over_rdma);
 }

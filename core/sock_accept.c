@@ -718,9 +718,6 @@ static int accept_unknown_listener(int nfd, int flags, enum smc_reason *why)
 				     why);
 }
 
-/* A listener of a process that uses io_uring (io_uring_watch.h): a pooled connection
- * whose slot was offered before is served (the client has taken it as upgraded); every
- * other client is declined, in band or on its rendezvous, and stays TCP. */
 /* What a connection reset at accept (abort_tcp: -1 from the steps above) counts as: a
  * client gone meanwhile, or a failed handshake. It goes to the application as a plain
  * TCP socket that reads ECONNRESET. */
@@ -729,6 +726,27 @@ static enum smc_reason reset_reason(enum smc_reason why)
 	return why == SMC_REASON_PEER_CLOSED ? why : SMC_REASON_HANDSHAKE;
 }
 
+/* The end of an accept path's decision r (1: SMC; 0: plain TCP for why; -1: reset, see
+ * reset_reason): a TCP socket is counted and tracked, final when it may never be
+ * upgraded later. Returns 1 or 0. */
+static int accept_settle(int nfd, int r, enum smc_reason why, bool final)
+{
+	if (r < 0) {
+		r = 0;
+		why = reset_reason(why);
+	}
+	if (r == 0) {
+		fdtab_set(nfd, FD_TCP, NULL);
+		if (final)
+			fdtab_flags_set(nfd, FDF_TCP_FINAL);
+		stats_conn(SMC_MODE_TCP, why);
+	}
+	return r;
+}
+
+/* A listener of a process that uses io_uring (io_uring_watch.h): a pooled connection
+ * whose slot was offered before is served (the client has taken it as upgraded); every
+ * other client is declined, in band or on its rendezvous, and stays TCP. */
 static int accept_io_uring(int lfd, int nfd, const struct sockaddr *peer, int flags)
 {
 	enum smc_reason why = SMC_REASON_IO_URING;
@@ -740,14 +758,7 @@ static int accept_io_uring(int lfd, int nfd, const struct sockaddr *peer, int fl
 		r = accept_decline_inband(nfd, SMC_REASON_IO_URING, &why);
 	else if (r == 0)
 		r = accept_rendezvous(lfd, nfd, peer, flags, &why);
-	if (r < 0) {
-		r = 0;
-		why = reset_reason(why);
-	}
-	if (r == 0) {
-		fdtab_set(nfd, FD_TCP, NULL);
-		stats_conn(SMC_MODE_TCP, why);
-	}
+	(void)accept_settle(nfd, r, why, false);
 	return nfd;
 }
 
@@ -796,17 +807,8 @@ int smc_sock_accept(int fd, struct sockaddr *addr, socklen_t *len, int flags)
 		if (opted_in && why == SMC_REASON_NOT_LOCAL)
 			why = SMC_REASON_PEER_NOT_SMC;
 	}
-	if (r < 0) {
-		r = 0;
-		why = reset_reason(why);
-	}
-	if (r == 0) {
-		fdtab_set(nfd, FD_TCP, NULL);
-		fdtab_flags_set(nfd, FDF_TCP_FINAL);
-		stats_conn(SMC_MODE_TCP, why);
-	} else if (fdtab_flags(fd) & FDF_TCP_ONLY) {
+	if (accept_settle(nfd, r, why, true) && (fdtab_flags(fd) & FDF_TCP_ONLY))
 		sock_tcp_only(nfd); /* it inherited the listener's SO_RCVLOWAT */
-	}
 	return nfd;
 }
 

@@ -66,27 +66,24 @@ void fd_park_prepare(void)
  * tables it sized by its own count (redis sizes its event loop to maxclients + 128 and
  * cannot watch a client with a higher number).
  */
-/* A descriptor of fd's file in the park area, made from fd in one call; fd itself when
- * it already sits there (*moved false), -1 when there is no room there. */
-static int park_dup(int fd, bool *moved)
+/* A new descriptor of fd's file in the park area (CLOEXEC), or -1 when there is no room
+ * there; with keep_parked, fd itself when it already sits there. */
+static int park_dup(int fd, bool keep_parked)
 {
 	rlim_t floor, limit, span, start;
 	int nfd;
 
-	*moved = false;
 	/* the application may raise its limit later (redis does): read it every time */
 	if (!park_area(&floor, &limit))
 		return -1;
 	span = (rlim_t)fd_budget_held() + 16 + fd_budget_held() / 16;
 	for (;;) {
 		start = span < limit - floor ? limit - span : floor;
-		if ((rlim_t)fd >= start)
+		if (keep_parked && (rlim_t)fd >= start)
 			return fd;
 		nfd = REAL(fcntl)(fd, F_DUPFD_CLOEXEC, (int)start);
-		if (nfd >= 0) {
-			*moved = true;
+		if (nfd >= 0)
 			return nfd;
-		}
 		if (errno != EMFILE || start == floor)
 			return -1;
 		span *= 2;
@@ -95,13 +92,12 @@ static int park_dup(int fd, bool *moved)
 
 int fd_park(int fd)
 {
-	bool moved;
 	int nfd;
 
 	if (fd < 0)
 		return fd;
-	nfd = park_dup(fd, &moved);
-	if (!moved)
+	nfd = park_dup(fd, true);
+	if (nfd < 0 || nfd == fd)
 		return fd_own(fd);
 	fd_own_close(fd);
 	return fd_own(nfd);
@@ -109,10 +105,9 @@ int fd_park(int fd)
 
 int fd_park_dup(int fd)
 {
-	bool moved;
-	int nfd = park_dup(fd, &moved);
+	int nfd = park_dup(fd, false);
 
-	if (!moved)
+	if (nfd < 0) /* no room up there: where the kernel puts it */
 		nfd = REAL(fcntl)(fd, F_DUPFD_CLOEXEC, 0);
 	return nfd < 0 ? -1 : fd_own(nfd);
 }

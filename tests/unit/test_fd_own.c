@@ -56,8 +56,14 @@ START_TEST(park_dup_keeps_the_original)
 	ck_assert_int_eq(fdtab_kind(fd), FD_TCP);
 	/* parked in the top quarter of the limit, where the program's numbers do not go */
 	ck_assert_int_eq(getrlimit(RLIMIT_NOFILE, &rl), 0);
-	if (rl.rlim_cur != RLIM_INFINITY && rl.rlim_cur >= 256)
+	if (rl.rlim_cur != RLIM_INFINITY && rl.rlim_cur >= 256) {
+		int d2 = fd_park_dup(d); /* of one parked already: parked too, a new one */
+
 		ck_assert_int_ge(d, (int)(rl.rlim_cur - rl.rlim_cur / 4));
+		ck_assert_int_ne(d2, d);
+		ck_assert_int_ge(d2, (int)(rl.rlim_cur - rl.rlim_cur / 4));
+		ck_assert_int_eq(fd_own_close(d2), 0);
+	}
 	ck_assert_int_eq(fd_own_close(d), 0);
 	ck_assert(is_open(fd));
 	fdtab_clear(fd);

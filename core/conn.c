@@ -256,7 +256,7 @@ static void undecided_clients_end(void)
  * go out over TCP, the connection plain TCP (the last close does the same,
  * conn_release_fd). The connection is not counted among the process's connections:
  * it ended before it became one or the other, as one without staged bytes does. */
-void conn_end_staged(bool exiting)
+void conn_end_handshakes(bool exiting)
 {
 	struct conn_batch b = { 0 };
 
@@ -433,11 +433,7 @@ void conn_fork_child(void)
 			c->pend_len = 0;
 		}
 		conn_close_rdv(c);
-		if (c->watch_fd >= 0) { /* the parent's progress thread's */
-			fd_own_close(c->watch_fd);
-			fd_budget_give(1);
-		}
-		c->watch_fd = -1;
+		progress_watch_fd_drop(c); /* the parent's progress thread's */
 		conn_ib_atfork_child(c);
 	}
 }

@@ -136,22 +136,24 @@ void progress_watch_let_go(struct smc_conn *c)
 	/* the number stays ours (libevent still keys the watch's events by it) but no
 	 * longer holds the socket, whose end is now the program's close; the kernel
 	 * drops the socket's epoll registration with it */
-	if (inert_fd < 0 || REAL(dup2)(inert_fd, c->watch_fd) < 0) {
+	if (inert_fd < 0 || REAL(dup2)(inert_fd, c->watch_fd) < 0)
 		/* no stand-in: the number goes, and the events are left to the watch's end */
-		fd_own_close(c->watch_fd);
-		fd_budget_give(1);
-		c->watch_fd = -1;
-	}
+		progress_watch_fd_drop(c);
 }
 
-static void watch_fd_close(struct smc_conn *c)
+void progress_watch_fd_drop(struct smc_conn *c)
 {
-	pthread_mutex_lock(&c->lock);
 	if (c->watch_fd >= 0) {
 		fd_own_close(c->watch_fd);
 		fd_budget_give(1);
 	}
 	c->watch_fd = -1;
+}
+
+static void watch_fd_close(struct smc_conn *c)
+{
+	pthread_mutex_lock(&c->lock);
+	progress_watch_fd_drop(c);
 	pthread_mutex_unlock(&c->lock);
 }
 

@@ -31,6 +31,9 @@ int progress_watch_pending(struct smc_conn *c); /* 0 or -errno */
  * handshake (on a descriptor of its own, progress.c): the watch lets go of the socket,
  * so that the close ends it now (FIN or reset) as without the library. */
 void progress_watch_let_go(struct smc_conn *c);
+/* Under c->lock, or in a fork's child (whose copy is not the thread's): closes the
+ * watch's descriptor of c's socket, if any. */
+void progress_watch_fd_drop(struct smc_conn *c);
 /* Not under c->lock: the program decided c (PENDING no more) while the thread watches
  * its client handshake: the watch ends soon, telling a waiting server (a Decline). */
 void progress_watch_decided(struct smc_conn *c);

@@ -792,16 +792,21 @@ int pool_set_claim(struct pool_set *set, const struct sockaddr *peer, int tcp_fd
 
 /* ---------------------------------------------------------------- fork */
 
-/* Under sets_lock: no new offers into the server's pools, no new pools. They stay
- * claimable for the connections already offered. */
+/* Under set->lock: no new offers into the set's pools. They stay claimable for the
+ * connections already offered. */
+static void set_retire_pools(struct pool_set *set)
+{
+	for (struct smc_pool *p = set->pools; p; p = p->next)
+		__atomic_store_n(&((struct pool_hdr *)p->base)->retired, 1u, __ATOMIC_RELEASE);
+}
+
+/* Under sets_lock: no new offers into the server's pools, no new pools. */
 static void server_retire_all_locked(void)
 {
 	server_refuses = true;
 	for (struct pool_set *set = sets; set; set = set->next) {
 		pthread_mutex_lock(&set->lock);
-		for (struct smc_pool *p = set->pools; p; p = p->next)
-			__atomic_store_n(&((struct pool_hdr *)p->base)->retired, 1u,
-					 __ATOMIC_RELEASE);
+		set_retire_pools(set);
 		pthread_mutex_unlock(&set->lock);
 	}
 }
@@ -845,9 +850,7 @@ void pool_atfork_prepare(void)
 	 * the Erlang VM does at boot) and serves pools. */
 	for (struct pool_set *set = sets; set; set = set->next) {
 		set->refuses = true;
-		for (struct smc_pool *p = set->pools; p; p = p->next)
-			__atomic_store_n(&((struct pool_hdr *)p->base)->retired, 1u,
-					 __ATOMIC_RELEASE);
+		set_retire_pools(set);
 	}
 }
 

@@ -200,7 +200,7 @@ bool conn_finish_resend(struct smc_conn *c, uint64_t idle_ns);
 /* The end of the image (exit, exec): the connections still negotiating send what they
  * staged over TCP and are plain TCP; at exit (exiting) every client handshake still
  * running ends, its server told. */
-void conn_end_staged(bool exiting);
+void conn_end_handshakes(bool exiting);
 /* The application closed its last fd of c in this process. */
 void conn_release_fd(struct smc_conn *c);
 /* Rings c's own doorbells: every local waiter (a blocked read or write, a poll or

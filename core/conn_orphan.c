@@ -216,7 +216,7 @@ void conn_orphans_settle(uint64_t idle_ns, bool exiting)
 	uint64_t moved_at = clock_now_ns();
 	int64_t last = -1;
 
-	conn_end_staged(exiting);
+	conn_end_handshakes(exiting);
 	adopt_open();
 	pthread_mutex_lock(&orphan_lock);
 	if (n_orphans)

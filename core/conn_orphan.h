@@ -33,7 +33,7 @@ bool conn_orphan_adopt(struct smc_conn *c);
 /* At the end of the image (exit, exec; the progress thread goes with it): the
  * connections still open become orphans too (the kernel's close is a FIN), and this
  * waits for all to end: while a peer reads, and idle_ns at most without a peer's
- * progress. exiting: an exit, not an exec (conn_end_staged). */
+ * progress. exiting: an exit, not an exec (conn_end_handshakes). */
 void conn_orphans_settle(uint64_t idle_ns, bool exiting);
 
 /* fork (forklock.h): takes the list's lock; false when busy. */

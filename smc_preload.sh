@@ -81,7 +81,7 @@ set_var() {
 }
 
 # ------------------------------------------------------------------ the TCP option (eBPF)
-# Names shared with the library (core/tcpopt.c) and the program (bpf/smc_tcpopt.bpf.c).
+# Names shared with the library (core/negotiate/tcpopt.c) and the program (bpf/smc_tcpopt.bpf.c).
 bpf_init_paths() {
 	bpf_dir=${SMC_BPF_DIR:-/sys/fs/bpf/smc_preload}
 	rdv_dir=${SMC_RDV_DIR:-/run/smc-preload}
@@ -91,7 +91,7 @@ bpf_init_paths() {
 	rdv_dir=${rdv_dir%/}
 	prog_pin=$bpf_dir/smc_tcpopt
 	map_pin=$bpf_dir/smc_peer
-	# the ports whose listeners the library withdrew from the option (core/tcpopt.c)
+	# the ports whose listeners the library withdrew from the option (core/negotiate/tcpopt.c)
 	wd_pin=$bpf_dir/smc_withdrawn
 	# the maps' second pins, for processes that do not see this /sys (TCPOPT_RDV_SUBDIR)
 	rdv_bpf=$rdv_dir/bpf
@@ -219,7 +219,7 @@ progs_using_map() {
 }
 
 # The map's second place: a bpf file system of its own mounted inside the rendezvous
-# directory, holding only the map (core/tcpopt.c looks there when $map_pin is not
+# directory, holding only the map (core/negotiate/tcpopt.c looks there when $map_pin is not
 # visible). `ip netns exec` mounts a fresh sysfs over /sys and a container brings its
 # own, so neither sees $bpf_dir; both keep the rendezvous directory, the container
 # through the one bind mount that the rendezvous between namespaces needs anyway. The
@@ -410,7 +410,7 @@ map_access() { # [PIN]
 }
 
 # The lines of --status about the map's second pin and the one a library started here
-# would open (core/tcpopt.c: $map_pin, else $rdv_map_pin).
+# would open (core/negotiate/tcpopt.c: $map_pin, else $rdv_map_pin).
 status_map_places() {
 	local id
 	if [ -e "$rdv_map_pin" ]; then

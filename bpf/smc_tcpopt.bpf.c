@@ -29,7 +29,7 @@
  * socket and off again once the connection is established: segments after the handshake
  * are never touched, and neither is any socket that was not opted in.
  *
- * The value bits are the contract with core/tcpopt.h.
+ * The value bits are the contract with core/negotiate/tcpopt.h.
  */
 #include <linux/bpf.h>
 #include <bpf/bpf_helpers.h>
@@ -62,7 +62,7 @@ struct {
 	__type(value, __u32);
 } smc_peer SEC(".maps");
 
-/* The key of "smc_withdrawn"; the contract with core/tcpopt.c. */
+/* The key of "smc_withdrawn"; the contract with core/negotiate/tcpopt.c. */
 struct smc_port_key {
 	__u64 netns;  /* the network namespace's cookie (SO_NETNS_COOKIE) */
 	__u32 port;   /* the local port, host byte order */

@@ -2,8 +2,8 @@
 /*
  * The exec family, posix_spawn, system and popen: before a new program gets our
  * descriptors, the core takes the upgraded connections it would inherit back to plain
- * TCP (core/downgrade.c) and withdraws the listeners from the SMC TCP option
- * (core/exec.c); an exec or a spawn that fails gives them back. libc's own exec variants call execve internally, where no wrapper
+ * TCP (core/conn/downgrade.c) and withdraws the listeners from the SMC TCP option
+ * (core/sock/exec.c); an exec or a spawn that fails gives them back. libc's own exec variants call execve internally, where no wrapper
  * sees them: each is wrapped, the execl* forms by building their argument vector.
  */
 #include "preload/wrap.h"
@@ -16,7 +16,7 @@
 
 extern char **environ;
 
-/* An exec that returns failed: the image goes on (core/exec.c). */
+/* An exec that returns failed: the image goes on (core/sock/exec.c). */
 static int exec_returned(int r)
 {
 	KEEP_ERRNO(smc_sock_exec_failed());

@@ -21,7 +21,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "core/clock.h"
+#include "core/base/clock.h"
 
 /* The kernel's limits on vectors (UIO_MAXIOV) and on one transfer (MAX_RW_COUNT). */
 #define SMC_UIO_MAXIOV 1024

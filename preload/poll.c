@@ -15,7 +15,7 @@
 #include <sys/select.h>
 #include <time.h>
 
-#include "core/clock.h"
+#include "core/base/clock.h"
 
 /* glibc declares poll()'s array write-only (__attr_access), so GCC believes a
  * definition of poll() that reads fds reads uninitialized memory. It is the caller's
@@ -160,7 +160,7 @@ SMC_EXPORT int epoll_create1(int flags)
 }
 
 /* FD_TCP goes to the core too: a socket that may still be upgraded has its kernel
- * registrations recorded (core/epoll_track.h). */
+ * registrations recorded (core/readiness/epoll_track.h). */
 SMC_EXPORT int epoll_ctl(int epfd, int op, int fd, struct epoll_event *ev)
 {
 	enum fd_kind k = fdtab_kind(fd);

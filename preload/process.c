@@ -3,9 +3,9 @@
  * Process-level wrappers (fork, vfork, clone, daemon, prctl) and the library constructor.
  */
 #include "preload/wrap.h"
-#include "core/conn.h"
-#include "core/sandbox.h"
-#include "core/sock.h"
+#include "core/base/sandbox.h"
+#include "core/conn/conn.h"
+#include "core/sock/sock.h"
 
 #include <sched.h>
 #include <stdarg.h>
@@ -125,7 +125,7 @@ SMC_EXPORT int daemon(int nochdir, int noclose)
 	return REAL(daemon)(nochdir, noclose);
 }
 
-/* A seccomp filter limits the library's own system calls from now on (core/sandbox.h).
+/* A seccomp filter limits the library's own system calls from now on (core/base/sandbox.h).
  * prctl takes up to four more arguments, all of them unsigned long in the kernel's ABI. */
 SMC_EXPORT int prctl(int option, ...)
 {

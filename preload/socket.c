@@ -5,7 +5,7 @@
  * close_range, dup, dup2, dup3, fcntl, fcntl64, ioctl.
  */
 #include "preload/wrap.h"
-#include "core/fdpark.h"
+#include "core/base/fdpark.h"
 
 #include <fcntl.h>
 #include <limits.h>

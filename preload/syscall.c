@@ -17,10 +17,10 @@
  * (vsftpd's) get the library's fork handling around them, as fork does.
  *
  * io_uring_setup passes through and, when it succeeds, keeps every later connection on
- * TCP (core/io_uring_watch.h).
+ * TCP (core/sock/io_uring_watch.h).
  */
 #include "preload/wrap.h"
-#include "core/sandbox.h"
+#include "core/base/sandbox.h"
 
 #include <linux/seccomp.h>
 #include <sys/prctl.h>
@@ -32,8 +32,8 @@
 #include <sys/syscall.h>
 #include <time.h>
 
-#include "core/clock.h"
-#include "core/io_uring_watch.h"
+#include "core/base/clock.h"
+#include "core/sock/io_uring_watch.h"
 
 /* io_uring has one number on every architecture (Linux 5.1). */
 #ifndef SYS_io_uring_setup
@@ -152,7 +152,7 @@ static long raw_epoll_pwait(const long *a, bool pwait2)
  * A raw clone or clone3 without CLONE_VM and without a new stack is a fork (vsftpd
  * starts each session with syscall(SYS_clone, CLONE_NEWPID | ... | SIGCHLD, NULL)), in
  * which libc's fork() and so the library's fork handling take no part: it gets fork()'s
- * steps here (core/init.h). The child returns from the same call on its copy of this
+ * steps here (core/sock/init.h). The child returns from the same call on its copy of this
  * stack. A raw call with a new stack (the child would return from libc's syscall()
  * through whatever that stack holds) or with CLONE_VM goes to the kernel untouched.
  */

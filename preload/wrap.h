@@ -4,7 +4,7 @@
  *
  * A wrapper looks its fd up in the table; an fd we do not track goes straight to the
  * real libc function with the caller's arguments, so its result and errno are libc's
- * own. Tracked fds go to exactly one core entry point (core/sock.h). Wrappers never
+ * own. Tracked fds go to exactly one core entry point (core/sock/sock.h). Wrappers never
  * call an interposed function by name: only REAL() or CALL_REAL().
  */
 #ifndef SMC_PRELOAD_WRAP_H
@@ -18,10 +18,10 @@
 #include <stdbool.h>
 #include <sys/socket.h>
 
-#include "core/fdtab.h"
-#include "core/init.h"
-#include "core/real.h"
-#include "core/sock.h"
+#include "core/base/fdtab.h"
+#include "core/base/real.h"
+#include "core/sock/init.h"
+#include "core/sock/sock.h"
 
 /* The library is built with -fvisibility=hidden; only interposed symbols are exported. */
 #define SMC_EXPORT __attribute__((visibility("default")))

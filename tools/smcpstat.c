@@ -3,7 +3,7 @@
  * smcpstat: live list of the SMC connections of every smc-preload process on the host.
  *
  * Each process that has SMC connections listens on the abstract unix SOCK_SEQPACKET name
- * "smcp1:stat:<pid>" (see core/statsrv.h for the protocol). This tool finds those names
+ * "smcp1:stat:<pid>" (see core/conn/statsrv.h for the protocol). This tool finds those names
  * in /proc/net/unix, sends each one "list", and prints what comes back: one flat JSON
  * object per connection. Plain libc, no dependency on the library, so it works on a
  * host where only the preloaded applications have the library.

@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: GPL-2.0-only OR BSD-2-Clause */
 /*
- * libFuzzer harness: CDC messages and the cursors a peer announces (core/cdc.c,
- * core/ring.c). The first 44 bytes are a CDC message off the wire; the bytes after them
+ * libFuzzer harness: CDC messages and the cursors a peer announces (core/wire/cdc.c,
+ * core/wire/ring.c). The first 44 bytes are a CDC message off the wire; the bytes after them
  * pick the receiver's state (its last seen cursors and ring size). Whatever
  * cdc_validate_peer_prod/cons accept must be a cursor the ring arithmetic can use
  * without reading or writing outside the ring: the harness then copies through a ring of
@@ -11,8 +11,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/cdc.h"
-#include "core/ring.h"
+#include "core/wire/cdc.h"
+#include "core/wire/ring.h"
 
 #define RING_MAX_SHIFT 16 /* rings of 2^12 .. 2^16 bytes: enough for the arithmetic */
 

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: GPL-2.0-only OR BSD-2-Clause */
 /*
- * libFuzzer harness: CLC messages as a peer sends them (core/clc.c). Feeds the bytes to
+ * libFuzzer harness: CLC messages as a peer sends them (core/wire/clc.c). Feeds the bytes to
  * every entry point that reads a peer's message -- the stream header peek, the framing
  * used to answer messages we do not decode, the strict decoder, the in-band block -- and
  * checks clc.h's contract: a decoded message validates and re-encodes to exactly the
@@ -10,7 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/clc.h"
+#include "core/wire/clc.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: GPL-2.0-only OR BSD-2-Clause */
 /*
- * libFuzzer harness: SMC_* values from the environment (core/config.c). The first byte
+ * libFuzzer harness: SMC_* values from the environment (core/base/config.c). The first byte
  * picks a variable of the table, the rest is its value: first through the table's
  * parser for the variable's type, whose result must lie in the variable's range, then
  * through config_load with the value in the environment, which must report it or take
@@ -12,7 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/config.h"
+#include "core/base/config.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: GPL-2.0-only OR BSD-2-Clause */
 /*
- * libFuzzer harness: the SMC-R engine's handshake messages (core/conn_ib_msg.c), which
+ * libFuzzer harness: the SMC-R engine's handshake messages (core/ib/conn_ib_msg.c), which
  * conn_ib.c decodes from the rendezvous socket (one datagram) and from the TCP
  * connection (a negotiate.h frame). The input is one whole message. What
  * conn_ib_msg_decode accepts must be a valid CLC message followed by exactly the
@@ -12,8 +12,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/cdc.h"
-#include "core/conn_ib_msg.h"
+#include "core/ib/conn_ib_msg.h"
+#include "core/wire/cdc.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 

@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: GPL-2.0-only OR BSD-2-Clause */
 /*
  * libFuzzer harness: SMC-R link and RMB parameters as a peer sends them
- * (core/ib_proto.c). The input is a CLC Accept or Confirm followed by the 4-byte
+ * (core/wire/ib_proto.c). The input is a CLC Accept or Confirm followed by the 4-byte
  * credits extension, split as conn_ib.c's decoder splits it; what ib_params_from_clc
  * accepts must satisfy ib_proto.h's rules, since conn_ib.c registers and writes RDMA
  * to that RMB. The tail of the input drives the token table with peer-chosen tokens
@@ -12,8 +12,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/cdc.h"
-#include "core/ib_proto.h"
+#include "core/wire/cdc.h"
+#include "core/wire/ib_proto.h"
 
 #define MAX_RMB (1u << 20)
 

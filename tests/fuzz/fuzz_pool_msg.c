@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: GPL-2.0-only OR BSD-2-Clause */
 /*
- * libFuzzer harness: the pool setup messages (core/pool_msg.c). A server decodes a
+ * libFuzzer harness: the pool setup messages (core/shm/pool_msg.c). A server decodes a
  * request from any local client that can reach its listener's rendezvous name, a
  * client decodes the answer on its link. Input: byte 0 picks request (even) or answer
  * (odd), byte 1 the number of descriptors that came with it (0..POOL_MAX_FDS + 1, as
@@ -15,7 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/pool_msg.h"
+#include "core/shm/pool_msg.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 

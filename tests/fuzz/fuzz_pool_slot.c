@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: GPL-2.0-only OR BSD-2-Clause */
 /*
  * libFuzzer harness: a connection pool region written by a hostile client
- * (core/pool_slot.c). The region is set up as a client would, then the input overwrites
+ * (core/shm/pool_slot.c). The region is set up as a client would, then the input overwrites
  * words of the header and of the slot control pages (the peer may write anything there,
  * pool_slot.h), and the server side runs on it: the header check, claims for endpoints
  * taken from the input, the map of a claimed slot and its release. Everything the server
@@ -12,7 +12,7 @@
 #include <string.h>
 #include <sys/mman.h>
 
-#include "core/pool_slot.h"
+#include "core/shm/pool_slot.h"
 
 #define NSLOTS_MAX 4u
 #define RING POOL_RING_MIN

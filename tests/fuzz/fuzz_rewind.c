@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: GPL-2.0-only OR BSD-2-Clause */
 /*
- * libFuzzer harness: ring rewinds over shared memory (core/conn_rewind.c, the checks
+ * libFuzzer harness: ring rewinds over shared memory (core/conn/conn_rewind.c, the checks
  * conn.c's rx_used / tx_free / tx_rewind make of what the peer writes into the control
  * block). Both ends of one direction run here in turn on one control block, as
  * conn.c chains the checks: a writer that rewinds whenever its ring is empty (a
@@ -20,9 +20,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/cdc.h"
-#include "core/conn_rewind.h"
-#include "core/ring.h"
+#include "core/conn/conn_rewind.h"
+#include "core/wire/cdc.h"
+#include "core/wire/ring.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 

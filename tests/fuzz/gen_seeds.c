@@ -11,13 +11,13 @@
 #include <string.h>
 #include <sys/stat.h>
 
-#include "core/cdc.h"
-#include "core/clc.h"
-#include "core/config.h"
-#include "core/ib_proto.h"
-#include "core/conn_ib_msg.h"
-#include "core/pool_msg.h"
-#include "core/pool_slot.h"
+#include "core/base/config.h"
+#include "core/ib/conn_ib_msg.h"
+#include "core/shm/pool_msg.h"
+#include "core/shm/pool_slot.h"
+#include "core/wire/cdc.h"
+#include "core/wire/clc.h"
+#include "core/wire/ib_proto.h"
 #include "tests/progs/clc_fixtures.h"
 
 static const char *top;

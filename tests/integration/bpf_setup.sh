@@ -2,7 +2,7 @@
 # SPDX-License-Identifier: GPL-2.0-only OR BSD-2-Clause
 #
 # The SMC TCP option through eBPF: smc_preload.sh --setup / --status / --teardown and the
-# library's side (core/tcpopt.c, driven by tests/progs/tcpopt_check).
+# library's side (core/negotiate/tcpopt.c, driven by tests/progs/tcpopt_check).
 #
 #  - --setup twice (idempotent; the eBPF object found in a build tree, installed, and
 #    through SMC_BPF_OBJ); a partial setup is reported (exit 4) and repaired, leaving
@@ -129,7 +129,7 @@ smc_assert_eq "map id after repeated --setup" "$(pinned_id map "$SMC_BPF_DIR/smc
 smc_assert_eq "times program $prog_id is attached" "$(attached_ids | grep -cx "$prog_id")" 1
 smc_assert_eq "mode of $SMC_BPF_DIR" "$(stat -c %a "$SMC_BPF_DIR")" 755
 smc_assert_eq "mode of the map" "$(stat -c %a "$SMC_BPF_DIR/smc_peer")" 666
-# the ports withdrawn from the option by processes before an exec (core/exec.c)
+# the ports withdrawn from the option by processes before an exec (core/sock/exec.c)
 smc_assert_eq "mode of the withdrawn-ports map" \
 	"$(stat -c %a "$SMC_BPF_DIR/smc_withdrawn")" 666
 smc_assert_eq "mode of $SMC_RDV_DIR" "$(stat -c %a "$SMC_RDV_DIR")" 1733

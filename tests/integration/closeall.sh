@@ -6,7 +6,7 @@
 # syscall(SYS_close_range), close() over /proc/self/fd, close() over 3..1023), both ends
 # under smc_preload.sh; in the first run the server too closes everything above its
 # listener with close_range after its first connection. The library's own descriptors (the progress thread's libevent base, the
-# stats server, rendezvous sockets, doorbells: core/fdpark.h) are not the program's and
+# stats server, rendezvous sockets, doorbells: core/base/fdpark.h) are not the program's and
 # stay open: every later connection is upgraded again and carries its bytes both ways
 # without stalling (each round within 5 s: they waited 30 s for a dead progress thread,
 # or went TCP when the server's were gone),

@@ -6,7 +6,7 @@
 # TCP (SMC_TRANSPORT=tcp) in the same run: neither may see EMFILE before it holds
 # LIMIT - MARGIN descriptors of its own, every echo must match, and no descriptor may be
 # left behind. Under the library the first connections are upgraded and, as the
-# program's room shrinks, later ones stay TCP for fd-limit (core/fd_budget.h), so the
+# program's room shrinks, later ones stay TCP for fd-limit (core/base/fd_budget.h), so the
 # library holds little more than its fixed descriptors when the program reaches its
 # target: at the program's EMFILE it may hold at most FIXED_MAX more than over TCP.
 [ -n "${BASH_VERSION:-}" ] || exec bash "$0" "$@"

@@ -4,7 +4,7 @@
 # A program linked with libev (h2load, Debian package nghttp2-client): libev exports
 # libevent's function names for its compatibility layer, and they come first in the
 # program's global namespace. The library's progress thread must still run libevent's
-# own code (core/evlib.h): h2load against a preloaded HTTP server, both ends preloaded,
+# own code (core/base/evlib.h): h2load against a preloaded HTTP server, both ends preloaded,
 # completes every request over shared memory. It crashed (SIGSEGV in libev's
 # ev_timer_start, called as event_add) on the first upgraded connection.
 [ -n "${BASH_VERSION:-}" ] || exec bash "$0" "$@"

@@ -1,7 +1,7 @@
 #!/bin/bash
 # SPDX-License-Identifier: GPL-2.0-only OR BSD-2-Clause
 #
-# The man page documents exactly the variables of the table in core/config.c:
+# The man page documents exactly the variables of the table in core/base/config.c:
 #  - every name in the smc_cfg_vars[] initializer has an entry (".TP" then ".B NAME")
 #    in man/libsmc_preload.7, and the entry shows the table's default;
 #  - every SMC_* name the page mentions is in the table (no stale or invented variable);
@@ -10,7 +10,7 @@
 
 here=$(cd "$(dirname "$0")" && pwd)
 top_srcdir=${top_srcdir:-$here/../..}
-config_c=$top_srcdir/core/config.c
+config_c=$top_srcdir/core/base/config.c
 page=$top_srcdir/man/libsmc_preload.7
 
 for f in "$config_c" "$page" "$top_srcdir/man/smc_preload.8"; do
@@ -42,7 +42,7 @@ for name in $table_names; do
 	if printf '%s\n' "$entries" | grep -qx "$name"; then
 		pass "$name has an entry in libsmc_preload.7"
 	else
-		fail "$name (in core/config.c) has no entry in libsmc_preload.7"
+		fail "$name (in core/base/config.c) has no entry in libsmc_preload.7"
 	fi
 done
 
@@ -55,7 +55,7 @@ for name in $mentioned; do
 	if printf '%s\n' "$table_names" | grep -qx "$name"; then
 		:
 	else
-		fail "libsmc_preload.7 mentions $name, which is not in core/config.c"
+		fail "libsmc_preload.7 mentions $name, which is not in core/base/config.c"
 	fi
 done
 pass "checked $(printf '%s\n' "$mentioned" | grep -c .) SMC_* names mentioned in the page"

@@ -4,7 +4,7 @@
 # More connections than the library has descriptors for: redis-server (maxclients
 # 16000) and redis-benchmark -c 15000 at RLIMIT_NOFILE 20000, both under smc_preload.sh.
 # Over TCP this works; an upgraded connection costs the library 4 descriptors per side,
-# so it upgrades what its budget allows (core/fd_budget.h) and keeps the rest on TCP
+# so it upgrades what its budget allows (core/base/fd_budget.h) and keeps the rest on TCP
 # for fd-limit. Checks: no EMFILE anywhere, every request answered (redis-benchmark's
 # own results, redis-server's counters), connections over shm and the rest fd-limit
 # in the client (the server sees those as a client that did not offer SMC:

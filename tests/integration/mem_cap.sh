@@ -1,7 +1,7 @@
 #!/bin/bash
 # SPDX-License-Identifier: GPL-2.0-only OR BSD-2-Clause
 #
-# SMC_MEM_CAP counts memory that connections use (core/shm.h): a same-host connection is
+# SMC_MEM_CAP counts memory that connections use (core/shm/shm.h): a same-host connection is
 # admitted for its control page, and its receive ring's pages count as the peer writes
 # into them. Both ends under smc_preload.sh, rings of 2 MiB set explicitly (the default
 # follows the CPU's L2).

@@ -129,7 +129,7 @@ map_id=$(bpftool map show pinned "$SMC_BPF_DIR/smc_peer" | sed -n '1s/^\([0-9]*\
 smc_assert_eq "map pinned in $RDV_BPF (id) is the one in $SMC_BPF_DIR" \
 	"$(bpftool map show pinned "$RDV_MAP" | sed -n '1s/^\([0-9]*\):.*/\1/p')" "$map_id"
 # the kernel's own maps.debug / progs.debug (0400) are in every bpf mount; no program pin
-# and the withdrawn-ports map beside it (core/exec.c), the same one too, 0666
+# and the withdrawn-ports map beside it (core/sock/exec.c), the same one too, 0666
 smc_assert_eq "owner and mode of $RDV_BPF/smc_withdrawn" \
 	"$(stat -c '%u %a' "$RDV_BPF/smc_withdrawn")" "0 666"
 smc_assert_eq "withdrawn-ports map pinned in $RDV_BPF (id) is the one in $SMC_BPF_DIR" \

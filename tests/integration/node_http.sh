@@ -9,7 +9,7 @@
 #  2. a new connection per request (agent: false), 300 sequential requests: every body
 #     exact. Afterwards the server process has as many fds and memfd mappings as after
 #     the first connections (a small constant allowed for the library's lazily made
-#     parts and the pools, core/pool.h), smcpstat lists none of its connections, and
+#     parts and the pools, core/shm/pool.h), smcpstat lists none of its connections, and
 #     no connection fell back for mem-cap;
 #  3. with UV_USE_IO_URING=1 on a libuv that has io_uring (1.45 on), which libuv sets up
 #     through syscall(): a server and a keep-alive client keep their connections TCP

@@ -1,7 +1,7 @@
 #!/bin/bash
 # SPDX-License-Identifier: GPL-2.0-only OR BSD-2-Clause
 #
-# Connection pools (core/pool.h): short connections to a destination that the policy
+# Connection pools (core/shm/pool.h): short connections to a destination that the policy
 # keeps off the handshake run on a pool slot instead, under the default settings.
 #  1. smc_churn, epoll and thread-per-connection servers, 8 client threads, 10,000
 #     connect/request/response/close cycles per client: no cycle fails, nothing leaks

@@ -1,7 +1,7 @@
 #!/bin/bash
 # SPDX-License-Identifier: GPL-2.0-only OR BSD-2-Clause
 #
-# A forged pool slot (core/pool.h) must not hand another user's connection to the
+# A forged pool slot (core/shm/pool.h) must not hand another user's connection to the
 # forger. A preloaded churn server runs as root; tests/progs/pool_forge, as user nobody,
 # sets up a pool with it and offers a slot naming the port that a plain TCP client of
 # user daemon has bound and then connects from. The server must find that nobody does

@@ -38,7 +38,7 @@ LEGIT=${HOLD_LEGIT:-20}
 LEGIT_PROPOSAL=${HOLD_LEGIT_PROPOSAL:-20}
 # attack connections kept at the server at once, and the pause before the next try once
 # the server let one go: each costs the server's accept() its short inline wait
-# (core/handshake.c) and then waits in the background until the server gives up on it
+# (core/negotiate/handshake.c) and then waits in the background until the server gives up on it
 KEEP=${HOLD_KEEP:-8}
 PAUSE_MS=${HOLD_PAUSE_MS:-20}
 

@@ -1,7 +1,7 @@
 #!/bin/bash
 # SPDX-License-Identifier: GPL-2.0-only OR BSD-2-Clause
 #
-# Rewinds (core/conn.c, tx_rewind): a message written into an empty shared-memory ring,
+# Rewinds (core/conn/conn.c, tx_rewind): a message written into an empty shared-memory ring,
 # far enough into the lap, by a writer that read from its peer since its last send,
 # starts the next lap, and the rest of the lap is the writer's room at once, whether the
 # reader has read since or not. Over one connection with 1 MiB rings:

@@ -1,7 +1,7 @@
 #!/bin/bash
 # SPDX-License-Identifier: GPL-2.0-only OR BSD-2-Clause
 #
-# The default ring size follows the CPU's L2 cache (core/config.c fit_rings_to_cpu):
+# The default ring size follows the CPU's L2 cache (core/base/config.c fit_rings_to_cpu):
 # twice the L2 per core, as a power of two, at least the table's 2m, at most 8m. The
 # shim tests/progs/libfake_l2.so makes sysconf() report SMC_TEST_FAKE_L2 bytes of L2, so
 # this machine can play a CPU with 2 MiB of L2 per core:

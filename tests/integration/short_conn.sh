@@ -1,9 +1,9 @@
 #!/bin/bash
 # SPDX-License-Identifier: GPL-2.0-only OR BSD-2-Clause
 #
-# The short-connection policy (SMC_SHORT_CONN_US, core/hs_policy.h) with nginx:
+# The short-connection policy (SMC_SHORT_CONN_US, core/negotiate/hs_policy.h) with nginx:
 #  1. One python process, SMC_SHORT_CONN_US=200000 (headroom for slow machines): six
-#     short requests (4 upgraded; the fifth asks for a connection pool, core/pool.h, and
+#     short requests (4 upgraded; the fifth asks for a connection pool, core/shm/pool.h, and
 #     so is upgraded too, but nginx's worker refuses it: it was forked after the listener
 #     was opened; the sixth stays TCP), a pause past the probe interval, one connection
 #     held open 0.5 s (the probe: upgraded, and long), then two short ones, upgraded again

@@ -12,7 +12,7 @@
 # accept(), and its child, before the exec, takes the connection back to plain TCP
 # without losing a byte (the client's banner may already be in the ring); the
 # re-exec'd sshd forks again (the pre-authentication child, under a seccomp sandbox
-# with RLIMIT_NOFILE and RLIMIT_FSIZE 0, core/sandbox.h, and the session): no child may
+# with RLIMIT_NOFILE and RLIMIT_FSIZE 0, core/base/sandbox.h, and the session): no child may
 # hang (every sshd child is gone after its session) and the listening sshd keeps no fd
 # of them. Stats: each ssh client's connection was upgraded and its peer downgraded it
 # (events.peer_downgrades, one per session), the payload after that counted as TCP; on

@@ -23,7 +23,7 @@ smc_stream_pair smc_expect_payload block "$STREAM_BLOCK_BYTES" --mode block
 smc_stream_pair smc_expect_payload epoll-lt "$STREAM_EPOLL_BYTES" --mode epoll
 smc_stream_pair smc_expect_payload epoll-et "$STREAM_EPOLL_BYTES" --mode epoll --et
 
-# Rewinds (core/conn.c): with random sizes a ring runs empty now and then while its
+# Rewinds (core/conn/conn.c): with random sizes a ring runs empty now and then while its
 # writer is far into the lap, and the next message starts the ring over; every byte
 # across them was checked above, and the stats must show they happened on both sides
 # (counted over the three runs: how many each run gets depends on timing).

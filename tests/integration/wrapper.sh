@@ -164,10 +164,10 @@ run env -u SMC_PRELOAD_LIB "$tmp/inst/smc_preload.sh" sh -c "$show_preload"
 expect "the installed path is used when nothing else is found" "$out" "$tmp/inst/lib/libsmc_preload.so"
 
 # ------------------------------------------------------------------ --print-config
-names=$(sed -n '/smc_cfg_vars\[[A-Z_]*\] *= *{/,/^};/p' "$top_srcdir/core/config.c" |
+names=$(sed -n '/smc_cfg_vars\[[A-Z_]*\] *= *{/,/^};/p' "$top_srcdir/core/base/config.c" |
 	grep -o '"SMC_[A-Z0-9_]*"' | tr -d '"')
 if [ -z "$names" ]; then
-	fail "variable names found in core/config.c"
+	fail "variable names found in core/base/config.c"
 else
 	run env SMC_SNDBUF=4m SMC_SPIN_US=12q "$wrapper" -r 2m --print-config
 	expect "--print-config exits 0 with a bad value set" "$rc" 0

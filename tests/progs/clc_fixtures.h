@@ -14,7 +14,7 @@
 #include <stdint.h>
 #include <string.h>
 
-#include "core/clc.h"
+#include "core/wire/clc.h"
 
 /* p[i] = start + i: distinct bytes, so a field written at the wrong place shows */
 static inline void clc_fx_fill(uint8_t *p, size_t n, uint8_t start)

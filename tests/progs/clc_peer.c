@@ -27,8 +27,8 @@
 #include <sys/time.h>
 #include <unistd.h>
 
-#include "core/clc.h"
-#include "core/tcpopt.h"
+#include "core/negotiate/tcpopt.h"
+#include "core/wire/clc.h"
 
 #define REQ "clc_peer request\n"
 #define RESP "clc_peer response\n"

@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: GPL-2.0-only OR BSD-2-Clause */
 /*
  * fd_headroom: a program that grows its descriptors up to its limit while it keeps
- * connections open, for the rule of core/fd_budget.h.
+ * connections open, for the rule of core/base/fd_budget.h.
  *
  *   fd_headroom server PORT [--bind ADDR]
  *   fd_headroom client HOST PORT --limit L [--margin M] [--every K] [--window W]

@@ -30,9 +30,9 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "core/clc.h"
-#include "core/negotiate.h"
-#include "core/tcpopt.h"
+#include "core/negotiate/negotiate.h"
+#include "core/negotiate/tcpopt.h"
+#include "core/wire/clc.h"
 
 static int tcp_opted(const char *host, int port)
 {

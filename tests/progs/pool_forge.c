@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: GPL-2.0-only OR BSD-2-Clause */
 /*
  * pool_forge: a local process that tries to take over another user's TCP connection
- * through a connection pool (core/pool.h), for tests/integration/pool_forge.sh.
+ * through a connection pool (core/shm/pool.h), for tests/integration/pool_forge.sh.
  *
  *   pool_forge PORT VICTIM_PORT
  *
@@ -24,10 +24,10 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "core/config.h"
-#include "core/hs_policy.h"
-#include "core/pool.h"
-#include "core/real.h"
+#include "core/base/config.h"
+#include "core/base/real.h"
+#include "core/negotiate/hs_policy.h"
+#include "core/shm/pool.h"
 
 static struct sockaddr_in loopback(int port)
 {

@@ -72,7 +72,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "core/clc.h"
+#include "core/wire/clc.h"
 #include "tests/progs/rdv_names.h"
 
 #define MSG_LEN 64 /* tests/progs/smc_churn.c */

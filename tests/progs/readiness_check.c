@@ -1301,7 +1301,7 @@ static void test_epoll_two_conns(void)
 
 /* The peer accepts connecting socket fd, and a byte from it (read here) ends the
  * handshake on both sides before anything is checked: the peer's accept() may return
- * while the handshake still runs (core/handshake.h), and its end then brings EPOLLOUT
+ * while the handshake still runs (core/negotiate/handshake.h), and its end then brings EPOLLOUT
  * again, as TCP's write space does. What epoll reports afterwards is the current state,
  * for the kernel's TCP as for the library. */
 static void accepted(int fd)

@@ -12,7 +12,7 @@
  * Runs preloaded, as the client of an echo server that runs preloaded too (the victim).
  * An attack run opens two connections and moves bytes through both, so the library
  * upgrades them: an honest one first, then the attacked one. The shared block of the
- * attacked one is the memfd mapping ("smc-rmb", core/shm.c) that appeared in our own
+ * attacked one is the memfd mapping ("smc-rmb", core/shm/shm.c) that appeared in our own
  * /proc/self/maps with it, its doorbells the eventfds that appeared in /proc/self/fd.
  * The program then writes into that block what no honest peer writes (one attack per
  * run, the table below), makes the victim look (rings the doorbells, or sends through
@@ -71,8 +71,8 @@
 #include <sys/time.h>
 #include <unistd.h>
 
-#include "core/ring.h"
-#include "core/shm.h"
+#include "core/shm/shm.h"
+#include "core/wire/ring.h"
 
 #define IO_TIMEOUT_S 10
 #define ECHO_LEN 4096u
@@ -449,7 +449,7 @@ static bool f_sleepers(struct target *t, char *b, size_t n)
 	return true;
 }
 
-/* Hole punching: the memfd's size is sealed, its contents are not (core/shm.c). */
+/* Hole punching: the memfd's size is sealed, its contents are not (core/shm/shm.c). */
 static int punch(struct target *t, size_t off, size_t len, const char **via)
 {
 	char path[64];

@@ -42,7 +42,7 @@
  *
  * --fork: right after listening the server forks a child that exits at once (as redis
  * forks to save): a server that forked since it listens serves no connection pool
- * (core/pool.h). --fork-first: the same fork before it listens (as the Erlang VM forks
+ * (core/shm/pool.h). --fork-first: the same fork before it listens (as the Erlang VM forks
  * its helper at boot): its listener serves pools.
  *
  * Failed cycles are counted by kind on the client's RESULT line: lost= (the response did

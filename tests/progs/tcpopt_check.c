@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: GPL-2.0-only OR BSD-2-Clause */
 /*
- * tcpopt_check: drives core/tcpopt.c against the program that `smc_preload.sh --setup`
+ * tcpopt_check: drives core/negotiate/tcpopt.c against the program that `smc_preload.sh --setup`
  * loaded. For each CASE it makes a listener and a client on loopback, opts in the
  * sockets the case names, connects, exchanges a few bytes both ways (segments after the
  * handshake, for the packet capture of tests/integration/bpf_setup.sh), and checks
@@ -35,7 +35,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "core/tcpopt.h"
+#include "core/negotiate/tcpopt.h"
 
 struct expect {
 	const char *name;

@@ -28,7 +28,7 @@
  *                (idle) to the last abort.
  *
  * Connections are made one after the other through the link-group registry
- * (core/ib_lgr.c), as the library's handshake will: the client sends its SMC-R identity
+ * (core/ib/ib_lgr.c), as the library's handshake will: the client sends its SMC-R identity
  * (peer id, GID), the server finds or creates a link and answers with an SMC-R CLC Accept
  * (first contact for the first connection only: every later one must share the link),
  * the client answers with a Confirm; both carry the initial receive credits after them.
@@ -62,9 +62,9 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "core/config.h"
-#include "core/ib_lgr.h"
-#include "core/stats.h"
+#include "core/base/config.h"
+#include "core/base/stats.h"
+#include "core/ib/ib_lgr.h"
 
 #define MAX_CONNS 64
 #define STALL_S 60

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: GPL-2.0-only OR BSD-2-Clause */
 /*
- * Unit tests for core/cdc.c: CDC wire format, peer cursor validation, the consumer
+ * Unit tests for core/wire/cdc.c: CDC wire format, peer cursor validation, the consumer
  * cursor update policy (with a deterministic writer/reader simulation) and RQ credits.
  */
 #include <check.h>
@@ -9,7 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/cdc.h"
+#include "core/wire/cdc.h"
 
 /* ------------------------------------------------------------------ wire format */
 

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: GPL-2.0-only OR BSD-2-Clause */
 /*
- * Unit tests for core/clc.c: round trips of every message of both variants, exact
+ * Unit tests for core/wire/clc.c: round trips of every message of both variants, exact
  * SMC-R layout, strict rejection (truncation at every length, oversize, eyecatchers,
  * lengths, versions, reserved bytes, ranges), a byte-flip mutation sweep, and helpers.
  */
@@ -11,7 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/clc.h"
+#include "core/wire/clc.h"
 #include "tests/progs/clc_fixtures.h"
 
 /* ------------------------------------------------------------------ sample messages */

@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: GPL-2.0-only OR BSD-2-Clause */
-/* Unit tests for core/config.c (the SMC_* table and parsers), log_expand_path and the
+/* Unit tests for core/base/config.c (the SMC_* table and parsers), log_expand_path and the
  * stats JSON summary. */
 #include <check.h>
 #include <errno.h>
@@ -10,10 +10,10 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "core/config.h"
-#include "core/cpu_cache.h"
-#include "core/log.h"
-#include "core/stats.h"
+#include "core/base/config.h"
+#include "core/base/cpu_cache.h"
+#include "core/base/log.h"
+#include "core/base/stats.h"
 #include "smc_preload.h"
 
 #define KIB 1024ULL

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: GPL-2.0-only OR BSD-2-Clause */
 /*
- * Unit tests for a call waiting on a handshake decision (conn_wait_pending, core/conn.c):
+ * Unit tests for a call waiting on a handshake decision (conn_wait_pending, core/conn/conn.c):
  * the socket's timeouts, non-blocking sockets, and the watchdog that resets a
  * connection whose decision never comes. A connection that was never handed to the
  * progress thread is exactly one whose decision never comes, so the watchdog can be
@@ -19,13 +19,13 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include "core/config.h"
-#include "core/conn.h"
-#include "core/fdtab.h"
-#include "core/log.h"
-#include "core/real.h"
-#include "core/shm.h"
-#include "core/stats.h"
+#include "core/base/config.h"
+#include "core/base/fdtab.h"
+#include "core/base/log.h"
+#include "core/base/real.h"
+#include "core/base/stats.h"
+#include "core/conn/conn.h"
+#include "core/shm/shm.h"
 #include "tests/unit/unit_net.h"
 
 #define MS 1000000ll

@@ -1,12 +1,12 @@
 /* SPDX-License-Identifier: GPL-2.0-only OR BSD-2-Clause */
-/* Unit tests for the ring store-kind chooser (core/copy_adapt.c), driven by a model of
+/* Unit tests for the ring store-kind chooser (core/shm/copy_adapt.c), driven by a model of
  * the machines it must tell apart: a writer's sends take the pipeline's time per byte
  * for the kind in use, as measured on the project's VM. */
 #include <check.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/copy_adapt.h"
+#include "core/shm/copy_adapt.h"
 
 #define RING (1024u * 1024)
 #define MSG (128u * 1024)

@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: GPL-2.0-only OR BSD-2-Clause */
-/* Unit tests for the library's descriptor budget (core/fd_budget.c). */
+/* Unit tests for the library's descriptor budget (core/base/fd_budget.c). */
 #include <check.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -8,8 +8,8 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "core/fd_budget.h"
-#include "core/stats.h"
+#include "core/base/fd_budget.h"
+#include "core/base/stats.h"
 
 #define LIMIT 1024
 

@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: GPL-2.0-only OR BSD-2-Clause */
-/* Unit tests for the registry of the library's own fds (core/fdpark.h). */
+/* Unit tests for the registry of the library's own fds (core/base/fdpark.h). */
 #include <check.h>
 #include <fcntl.h>
 #include <stdbool.h>
@@ -9,8 +9,8 @@
 #include <sys/resource.h>
 #include <unistd.h>
 
-#include "core/fdpark.h"
-#include "core/fdtab.h"
+#include "core/base/fdpark.h"
+#include "core/base/fdtab.h"
 
 static bool is_open(int fd)
 {

@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: GPL-2.0-only OR BSD-2-Clause */
-/* Unit tests for descriptors in messages (core/fd_pass.c) over a unix socketpair. */
+/* Unit tests for descriptors in messages (core/base/fd_pass.c) over a unix socketpair. */
 #include <check.h>
 #include <dirent.h>
 #include <fcntl.h>
@@ -7,7 +7,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include "core/fd_pass.h"
+#include "core/base/fd_pass.h"
 
 union ctl {
 	struct cmsghdr h;

@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: GPL-2.0-only OR BSD-2-Clause */
-/* Unit tests for the fd table (core/fdtab.c). */
+/* Unit tests for the fd table (core/base/fdtab.c). */
 #include <check.h>
 #include <limits.h>
 #include <pthread.h>
@@ -7,7 +7,7 @@
 #include <stdlib.h>
 #include <sys/resource.h>
 
-#include "core/fdtab.h"
+#include "core/base/fdtab.h"
 
 
 #define CHUNK 4096 /* entries per chunk in fdtab.c; tests only rely on it for placement */

@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: GPL-2.0-only OR BSD-2-Clause */
 /*
  * Unit tests for the client's end of the same-host handshake (handshake_client,
- * core/handshake.c) when the server's Accept does not come in time: the client stays
+ * core/negotiate/handshake.c) when the server's Accept does not come in time: the client stays
  * TCP, and says so on the rendezvous socket before it lets go of it. The server may
  * still send its Accept and wait for the Confirm; a close without a Decline would look
  * to it like a client that upgraded and went away, and it would reset the connection
@@ -16,13 +16,13 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include "core/clc.h"
-#include "core/config.h"
-#include "core/conn.h"
-#include "core/handshake.h"
-#include "core/log.h"
-#include "core/real.h"
-#include "core/stats.h"
+#include "core/base/config.h"
+#include "core/base/log.h"
+#include "core/base/real.h"
+#include "core/base/stats.h"
+#include "core/conn/conn.h"
+#include "core/negotiate/handshake.h"
+#include "core/wire/clc.h"
 #include "tests/unit/unit_net.h"
 
 /* The next message on sfd (nonblocking: -1 when there is none), its descriptors

@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: GPL-2.0-only OR BSD-2-Clause */
 /*
  * Unit tests for the server's end of the same-host handshake (handshake_server,
- * core/handshake.c) after its Accept: a client that goes away (closes or exits, as a
+ * core/negotiate/handshake.c) after its Accept: a client that goes away (closes or exits, as a
  * load generator does when its run ends) and a client that answers with garbage both
  * get the connection reset, but only the garbage is logged as a warning; a client
  * whose Confirm comes late (held up, alive) gets its connection upgraded, one that
@@ -23,13 +23,13 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "core/clc.h"
-#include "core/config.h"
-#include "core/conn.h"
-#include "core/handshake.h"
-#include "core/log.h"
-#include "core/real.h"
-#include "core/stats.h"
+#include "core/base/config.h"
+#include "core/base/log.h"
+#include "core/base/real.h"
+#include "core/base/stats.h"
+#include "core/conn/conn.h"
+#include "core/negotiate/handshake.h"
+#include "core/wire/clc.h"
 #include "tests/unit/unit_net.h"
 
 /* handshake_server on its own thread, since the test plays the client meanwhile */

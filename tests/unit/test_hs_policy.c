@@ -1,12 +1,12 @@
 /* SPDX-License-Identifier: GPL-2.0-only OR BSD-2-Clause */
-/* Unit tests for the short-connection handshake policy (core/hs_policy.c). */
+/* Unit tests for the short-connection handshake policy (core/negotiate/hs_policy.c). */
 #include <arpa/inet.h>
 #include <check.h>
 #include <netinet/in.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/hs_policy.h"
+#include "core/negotiate/hs_policy.h"
 
 #define MS 1000000ull
 #define SHORT_NS (10 * MS) /* SMC_SHORT_CONN_US=10000 */

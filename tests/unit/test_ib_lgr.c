@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: GPL-2.0-only OR BSD-2-Clause */
 /*
- * Unit tests for core/ib_lgr_book.c (link-group bookkeeping: lookup, sharing,
+ * Unit tests for core/ib/ib_lgr_book.c (link-group bookkeeping: lookup, sharing,
  * references, idle expiry, failed links) with a made-up clock and no verbs, and for the
  * registry's answer when the host has no RDMA device.
  */
@@ -11,9 +11,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/config.h"
-#include "core/ib_lgr.h"
-#include "core/ib_lgr_book.h"
+#include "core/base/config.h"
+#include "core/ib/ib_lgr.h"
+#include "core/ib/ib_lgr_book.h"
 
 #define S 1000000000ull
 #define IDLE (10 * S)

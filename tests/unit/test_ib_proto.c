@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: GPL-2.0-only OR BSD-2-Clause */
 /*
- * Unit tests for core/ib_proto.c: GID choice, CLC Accept/Confirm parameter mapping and
+ * Unit tests for core/wire/ib_proto.c: GID choice, CLC Accept/Confirm parameter mapping and
  * validation of what a peer sends, the link group's token table, send-queue
  * accounting and the split of a ring region into RDMA WRITEs.
  */
@@ -10,8 +10,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/cdc.h"
-#include "core/ib_proto.h"
+#include "core/wire/cdc.h"
+#include "core/wire/ib_proto.h"
 
 /* ------------------------------------------------------------------ GID choice */
 

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: GPL-2.0-only OR BSD-2-Clause */
 /*
- * Unit tests for core/pool_slot.c: the geometry and header of a connection pool region,
+ * Unit tests for core/shm/pool_slot.c: the geometry and header of a connection pool region,
  * the slot layout (control page, connection header, two rings), and the slot state
  * machine (offer, claim, withdraw, release, generations, a retired pool, a full pool),
  * single-threaded and then raced by client and server threads on one shared region.
@@ -13,7 +13,7 @@
 #include <sys/mman.h>
 #include <time.h>
 
-#include "core/pool_slot.h"
+#include "core/shm/pool_slot.h"
 
 #define K16 (16u * 1024)
 

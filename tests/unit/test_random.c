@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: GPL-2.0-only OR BSD-2-Clause */
-/* Unit tests for the random values (core/random.c), through its source seam. */
+/* Unit tests for the random values (core/base/random.c), through its source seam. */
 #include <check.h>
 #include <errno.h>
 #include <stdint.h>
@@ -7,7 +7,7 @@
 #include <string.h>
 #include <sys/types.h>
 
-#include "core/random.h"
+#include "core/base/random.h"
 
 static int calls;
 

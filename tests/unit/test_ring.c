@@ -1,13 +1,13 @@
 /* SPDX-License-Identifier: GPL-2.0-only OR BSD-2-Clause */
 /*
- * Unit tests for core/ring.c: cursor arithmetic (count wrap, 16-bit wrap counter
+ * Unit tests for core/wire/ring.c: cursor arithmetic (count wrap, 16-bit wrap counter
  * wrap, invalid cursors) and ring copies compared against a byte-by-byte model.
  */
 #include <check.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/ring.h"
+#include "core/wire/ring.h"
 
 #define SMALL 16u
 

@@ -52,7 +52,7 @@ SMC_TYPES = {0: "SMC-R", 1: "SMC-D", 2: "none", 3: "SMC-R+SMC-D"}
 
 def bpf_optin(fd, bpf_dir):
     """Writes TCPOPT_WANT (2) for socket fd into the pinned sk_storage map, as the
-    library does (core/tcpopt.h), so its SYN or SYN-ACK carries the SMC option."""
+    library does (core/negotiate/tcpopt.h), so its SYN or SYN-ACK carries the SMC option."""
     libc = LIBC
     sys_bpf = 321  # x86_64
     path = ctypes.create_string_buffer((bpf_dir + "/smc_peer").encode())

@@ -1,0 +1,217 @@
+/* SPDX-License-Identifier: GPL-2.0-only OR BSD-2-Clause */
+/*
+ * Where upgraded connections go back to plain TCP (conn_downgrade, the one way back):
+ * a new program gets their descriptors, or the process starts using io_uring.
+ *
+ * The program an exec starts knows nothing of the rings, and with a kernel socket in its hands it reads and writes TCP: every
+ * upgraded connection whose descriptor it inherits (no FD_CLOEXEC) goes back to plain
+ * TCP first, without losing a byte (conn_downgrade). posix_spawn, system and popen run
+ * the new program in a child that never runs our code: the parent does it before
+ * them, and for a descriptor a spawn's file actions duplicate, when it is named. A
+ * connection still negotiating is decided first (bounded): what it staged must not be
+ * left in a buffer the exec discards. io_uring's operations reach the kernel socket
+ * without passing through the library: once the process has a ring, every connection
+ * it holds goes back.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <stdlib.h>
+
+#include "core/base/clock.h"
+#include "core/base/config.h"
+#include "core/base/fd_pass.h"
+#include "core/base/fdtab.h"
+#include "core/base/log.h"
+#include "core/base/real.h"
+#include "core/base/stats.h"
+#include "core/conn/conn.h"
+#include "core/conn/conn_orphan.h"
+#include "core/negotiate/hs_policy.h"
+#include "core/negotiate/progress.h"
+#include "core/sock/sock.h"
+
+static bool fd_survives_exec(int fd)
+{
+	int fl = REAL(fcntl)(fd, F_GETFD);
+
+	return fl >= 0 && !(fl & FD_CLOEXEC);
+}
+
+/* The connection of fd, if it is one, leaves the rings (a no-op for any other fd). */
+static void fd_leave_rings(int fd, enum smc_reason why, bool image_ends)
+{
+	int64_t settle_ns = 4 * (int64_t)smc_cfg.handshake_timeout_ms * 1000000;
+	struct smc_conn *c = sock_fd_conn(fd);
+
+	if (!c)
+		return;
+	if (__atomic_load_n(&c->state, __ATOMIC_ACQUIRE) == CONN_PENDING)
+		conn_wait_pending(c, false, settle_ns);
+	pthread_mutex_lock(&c->lock);
+	if (__atomic_load_n(&c->state, __ATOMIC_ACQUIRE) == CONN_PENDING)
+		conn_fallback(c, why); /* staged data goes out over TCP */
+	pthread_mutex_unlock(&c->lock);
+	conn_downgrade(c, why, image_ends);
+	conn_put(c);
+}
+
+/* Over RDMA the exec ends the QPs: what the kernel closes (FD_CLOEXEC) is closed first,
+ * as at exit, and the links drained. */
+static bool closed_by_exec(const struct smc_conn *c)
+{
+	return c->ib && !fd_survives_exec(c->fd);
+}
+
+void smc_sock_before_exec(bool image_replaced)
+{
+	for (int fd = fdtab_next_tracked(0); fd >= 0; fd = fdtab_next_tracked(fd + 1))
+		if (fdtab_kind(fd) == FD_SMC && fd_survives_exec(fd))
+			fd_leave_rings(fd, SMC_REASON_EXEC, true);
+	exec_listeners_withdraw();
+	if (image_replaced) {
+		conn_orphans_settle(CONN_ORPHAN_END_IDLE_NS, false);
+		smc_sock_finish_resends();
+		smc_sock_drain_rdma(closed_by_exec);
+		/* at exit() it would be too late: the image is gone, atexit handlers too */
+		stats_before_exec();
+	}
+}
+
+/* How long a fork waits in all for the handshakes still running to end by themselves
+ * (below): a client answers in microseconds. */
+#define FORK_SETTLE_NS (200 * 1000000LL)
+
+/* How often a fork looks again at a handshake it could not end at once, and how long
+ * it waits for the progress thread to take up one that accept() just left to it. */
+#define FORK_RECHECK_NS (10 * 1000000LL)
+#define FORK_FLOW_WAIT_NS (50 * 1000000LL)
+
+/*
+ * A server connection still negotiating after FORK_SETTLE_NS: while the client can take
+ * a Decline, it gets one now and the connection is plain TCP in parent and child alike
+ * (fork-pending). Once our Accept is out, only the client's Confirm (it answers in
+ * microseconds once it has the Accept) or the handshake's own deadline ends it, and the
+ * fork waits for that until `until`: one handshake timeout past the settle time for all
+ * such connections of one fork together, so that clients holding their Confirm back
+ * cannot make a fork wait longer than that.
+ */
+static void settle_pending(struct smc_conn *c, int64_t until)
+{
+	int64_t flow_until = (int64_t)clock_now_ns() + FORK_FLOW_WAIT_NS;
+	int r;
+
+	if (c->fork_orphan || c->side != CONN_SERVER)
+		return; /* an earlier fork's (never decided here), or a client's */
+	while ((r = progress_flow_refuse(c, SMC_REASON_FORK_PENDING)) != 1) {
+		int64_t now = (int64_t)clock_now_ns(), left = until - now;
+
+		/* no flow: an in-band negotiation still reading the client's TCP Proposal,
+		 * which no Decline can overtake; it stays the parent's */
+		if (left <= 0 || (r == -ENOENT && now >= flow_until))
+			break;
+		conn_wait_pending(c, false, left < FORK_RECHECK_NS ? left : FORK_RECHECK_NS);
+	}
+}
+
+/*
+ * Before fork():
+ *  - a connection still negotiating is given until FORK_SETTLE_NS to be decided, then
+ *    ended (settle_pending): its handshake runs on this process's progress thread,
+ *    which the child does not have, and the child can never learn how it ended. A
+ *    child that goes on with the connection (a forking server's handler, ncat's relay)
+ *    would have no rings, and one that execs (inetd, xinetd, ncat --exec; FD_CLOEXEC
+ *    or not, the child may dup2 it) would take it for TCP while the parent's thread
+ *    upgraded it for the peer: the peer's bytes would go into a ring nobody reads;
+ *  - an RDMA one whose descriptor a new program may inherit (no FD_CLOEXEC) goes back
+ *    to TCP: a child cannot use its parent's QP.
+ * A client's own handshake is waited for only until FORK_SETTLE_NS: the server
+ * answers it at once, or it ends in TCP at its deadline.
+ */
+void smc_sock_before_fork(void)
+{
+	int64_t until = (int64_t)clock_now_ns() + FORK_SETTLE_NS;
+	int64_t confirm_until = until + (int64_t)smc_cfg.handshake_timeout_ms * 1000000LL;
+
+	for (int fd = fdtab_next_tracked(0); fd >= 0; fd = fdtab_next_tracked(fd + 1)) {
+		struct smc_conn *c;
+
+		if (fdtab_kind(fd) != FD_SMC)
+			continue;
+		c = sock_fd_conn(fd);
+		if (!c)
+			continue;
+		if (__atomic_load_n(&c->state, __ATOMIC_ACQUIRE) == CONN_PENDING) {
+			int64_t left = until - (int64_t)clock_now_ns();
+
+			if (left > 0)
+				conn_wait_pending(c, false, left);
+			if (__atomic_load_n(&c->state, __ATOMIC_ACQUIRE) == CONN_PENDING)
+				settle_pending(c, confirm_until);
+		}
+		if (c->ib && fd_survives_exec(fd) &&
+		    __atomic_load_n(&c->state, __ATOMIC_ACQUIRE) == CONN_ACTIVE)
+			fd_leave_rings(fd, SMC_REASON_FORK, false);
+		conn_put(c);
+	}
+}
+
+/*
+ * A connection handed to another process over a unix socket (SCM_RIGHTS: Python's
+ * multiprocessing.reduction.send_handle, Node's cluster and child.send(), a
+ * pre-forked server's acceptor) arrives there as a bare kernel socket: that process
+ * reads and writes TCP, and our close of the copy we keep would end the rings under
+ * it. Each such connection goes back to TCP before the message leaves.
+ */
+static void leave_passed(int fd, void *arg)
+{
+	(void)arg;
+	if (fdtab_kind(fd) == FD_SMC)
+		fd_leave_rings(fd, SMC_REASON_FD_PASSED, false);
+}
+
+void smc_sock_before_fd_pass(const struct msghdr *msg)
+{
+	fd_pass_each(msg, leave_passed, NULL);
+}
+
+/*
+ * The C library's stdio writes and reads a FILE's descriptor with its own internal
+ * system calls, which no wrapper sees: bash's `echo ... >&3` on a /dev/tcp connection
+ * (a dup2 onto 1, then stdout), fputs on an fdopen()ed socket, an inetd-style program's
+ * stdin and stdout. An upgraded connection that becomes a standard stream or a FILE
+ * goes back to TCP first.
+ */
+void smc_sock_before_stdio(int fd)
+{
+	if (fdtab_kind(fd) == FD_SMC)
+		fd_leave_rings(fd, SMC_REASON_STDIO, false);
+}
+
+void smc_sock_before_spawn_dup(int fd)
+{
+	fd_leave_rings(fd, SMC_REASON_EXEC, false);
+	exec_listener_spawn_dup(fd);
+}
+
+static bool any_conn(const struct smc_conn *c)
+{
+	(void)c;
+	return true;
+}
+
+void smc_sock_downgrade_all(enum smc_reason why)
+{
+	size_t n;
+	/* a connection left out when memory ran out stays upgraded, as before io_uring
+	 * was seen */
+	struct smc_conn **c = conn_collect_active(any_conn, &n);
+
+	for (size_t i = 0; i < n; i++) {
+		if (conn_downgrade(c[i], why, false) == -EBUSY)
+			log_warn("fd %d: busy in another thread, stays upgraded (%s)",
+				 c[i]->fd, stats_reason_name(why));
+		conn_put(c[i]);
+	}
+	free(c);
+}

@@ -1,0 +1,797 @@
+/* SPDX-License-Identifier: GPL-2.0-only OR BSD-2-Clause */
+/*
+ * The connection engine over SMC-R: see conn_ib.h.
+ */
+#include "core/ib/conn_ib.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/time.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "core/base/clock.h"
+#include "core/base/config.h"
+#include "core/base/log.h"
+#include "core/base/real.h"
+#include "core/conn/conn.h"
+#include "core/conn/statsrv.h"
+#include "core/ib/conn_ib_msg.h"
+#include "core/ib/ib_lgr.h"
+#include "core/ib/ib_link.h"
+#include "core/negotiate/handshake.h"
+#include "core/negotiate/negotiate.h"
+#include "core/negotiate/progress.h"
+#include "core/negotiate/rendezvous.h"
+#include "core/shm/shm.h"
+#include "core/wire/ib_proto.h"
+
+/* Largest peer RMB we register a mirror for (SMC_MEM_CAP bounds the total anyway). */
+#define CONN_IB_MAX_PEER_RMB (64u << 20)
+
+struct conn_ib {
+	struct smc_conn *c;
+	struct ib_conn *ic;
+	struct shm_hdr *hdr;     /* private: sleeper counts and sequences only */
+	/* ic may be freed by the progress thread once closed: the data path holds this
+	 * for reading while it uses ic, the close for writing. */
+	pthread_rwlock_t use;
+	bool closed;             /* ic handed back (ib_conn_close) */
+	bool orphan;             /* forked child: the verbs objects are the parent's */
+	smc_cursor cons_told;    /* c->rx_cons the transport knows */
+	smc_cursor prod_told;    /* c->tx_prod the transport knows */
+};
+
+/* ------------------------------------------------------------ wakeups */
+
+static void bell(int fd)
+{
+	uint64_t one = 1;
+
+	(void)!REAL(write)(fd, &one, sizeof(one));
+}
+
+/* Progress thread, link lock held: wake our own waiters (only sleepers: a busy
+ * connection costs no syscall). The waiter counts itself, issues a full fence and then
+ * reads the transport state under the link lock, so one of the two sees the other. */
+static void on_ib_event(struct ib_conn *ic, unsigned ev, void *arg)
+{
+	struct conn_ib *ci = arg;
+	struct smc_conn *c = ci->c;
+
+	(void)ic;
+	/* The epoll emulation's edge generations (wait.c) read the peer's cursors in the
+	 * control block: over RDMA they count the transport's events instead (conn.c
+	 * reads its cursors from the transport, never from there). */
+	if (ev & (IB_EV_RX | IB_EV_ERR))
+		__atomic_add_fetch(&ci->hdr->dir[0].prod, 1, __ATOMIC_RELEASE);
+	if (ev & (IB_EV_TX | IB_EV_ERR))
+		__atomic_add_fetch(&ci->hdr->dir[1].cons, 1, __ATOMIC_RELEASE);
+	__atomic_thread_fence(__ATOMIC_SEQ_CST);
+	if (ev & IB_EV_ERR) {
+		bell(c->rx_bell);
+		bell(c->tx_bell);
+		return;
+	}
+	if ((ev & IB_EV_RX) && __atomic_load_n(&ci->hdr->dir[0].r_sleepers, __ATOMIC_RELAXED))
+		bell(c->rx_bell);
+	if ((ev & IB_EV_TX) && __atomic_load_n(&ci->hdr->dir[1].w_sleepers, __ATOMIC_RELAXED))
+		bell(c->tx_bell);
+}
+
+static struct conn_ib *ci_new(struct smc_conn *c)
+{
+	struct conn_ib *ci = calloc(1, sizeof(*ci));
+
+	if (!ci)
+		return NULL;
+	if (posix_memalign((void **)&ci->hdr, 64, sizeof(*ci->hdr)) != 0) {
+		free(ci);
+		return NULL;
+	}
+	memset(ci->hdr, 0, sizeof(*ci->hdr));
+	ci->c = c;
+	pthread_rwlock_init(&ci->use, NULL);
+	return ci;
+}
+
+static void ci_free(struct conn_ib *ci)
+{
+	pthread_rwlock_destroy(&ci->use);
+	free(ci->hdr);
+	free(ci);
+}
+
+/* ------------------------------------------------------------ data path */
+
+void conn_ib_activate(struct smc_conn *c)
+{
+	struct conn_ib *ci = c->ib;
+
+	ci->hdr->side_refs[c->side] = 1;
+	c->map.hdr = ci->hdr; /* side_cpu, side_refs; map.base stays NULL: nothing mapped */
+	c->rx = &ci->hdr->dir[0];
+	c->tx = &ci->hdr->dir[1];
+	c->rx_ring = ib_conn_rx_ring(ci->ic);
+	c->rx_size = ib_conn_rx_size(ci->ic);
+	c->tx_ring = ib_conn_tx_ring(ci->ic);
+	c->tx_size = ib_conn_tx_size(ci->ic);
+	ci->cons_told = ci->prod_told = 0;
+	c->mode = SMC_MODE_IB;
+}
+
+/* Takes the use lock; false (and the connection reads as aborted) when ic is gone. */
+static bool ci_enter(struct smc_conn *c)
+{
+	struct conn_ib *ci = c->ib;
+
+	pthread_rwlock_rdlock(&ci->use);
+	if (ci->closed || ci->orphan) {
+		pthread_rwlock_unlock(&ci->use);
+		c->aborted = true;
+		return false;
+	}
+	return true;
+}
+
+static void ci_leave(struct smc_conn *c)
+{
+	pthread_rwlock_unlock(&c->ib->use);
+}
+
+static int64_t aborted_if_neg(struct smc_conn *c, int64_t v)
+{
+	if (v < 0)
+		c->aborted = true;
+	return v;
+}
+
+int64_t conn_ib_rx_used(struct smc_conn *c)
+{
+	int64_t v;
+
+	if (!ci_enter(c))
+		return -1;
+	v = ib_conn_rx_used(c->ib->ic);
+	ci_leave(c);
+	return aborted_if_neg(c, v);
+}
+
+int64_t conn_ib_tx_free(struct smc_conn *c)
+{
+	int64_t v;
+
+	if (!ci_enter(c))
+		return -1;
+	v = ib_conn_tx_free(c->ib->ic);
+	ci_leave(c);
+	return aborted_if_neg(c, v);
+}
+
+int conn_ib_tx_unwritten(struct smc_conn *c)
+{
+	struct conn_ib *ci = c->ib;
+	int64_t untold, v;
+
+	if (!ci_enter(c))
+		return 0;
+	untold = cursor_diff(__atomic_load_n(&c->tx_prod, __ATOMIC_RELAXED), ci->prod_told,
+			     c->tx_size);
+	v = ib_conn_tx_unwritten(ci->ic) + (untold > 0 ? untold : 0);
+	ci_leave(c);
+	return (int)v;
+}
+
+void conn_ib_rx_published(struct smc_conn *c)
+{
+	struct conn_ib *ci = c->ib;
+	smc_cursor cons = __atomic_load_n(&c->rx_cons, __ATOMIC_RELAXED);
+	int64_t n = cursor_diff(cons, ci->cons_told, c->rx_size);
+
+	if (n <= 0 || !ci_enter(c))
+		return;
+	ib_conn_rx_consumed(ci->ic, (uint32_t)n);
+	ci->cons_told = cons;
+	ci_leave(c);
+}
+
+void conn_ib_tx_published(struct smc_conn *c)
+{
+	struct conn_ib *ci = c->ib;
+	smc_cursor prod = __atomic_load_n(&c->tx_prod, __ATOMIC_RELAXED);
+	int64_t n = cursor_diff(prod, ci->prod_told, c->tx_size);
+
+	if (n <= 0 || !ci_enter(c))
+		return;
+	ib_conn_tx_produced(ci->ic, (uint32_t)n);
+	ci->prod_told = prod;
+	ci_leave(c);
+}
+
+void conn_ib_tx_blocked(struct smc_conn *c)
+{
+	if (!ci_enter(c))
+		return;
+	ib_conn_tx_blocked(c->ib->ic);
+	ci_leave(c);
+}
+
+bool conn_ib_rx_eof(struct smc_conn *c)
+{
+	bool eof, ab;
+
+	if (!ci_enter(c))
+		return true;
+	eof = ib_conn_rx_eof(c->ib->ic);
+	ab = ib_conn_aborted(c->ib->ic);
+	ci_leave(c);
+	if (ab)
+		c->aborted = true;
+	return eof;
+}
+
+bool conn_ib_tx_dead(struct smc_conn *c)
+{
+	bool dead, ab;
+
+	if (!ci_enter(c))
+		return true;
+	dead = ib_conn_tx_dead(c->ib->ic);
+	ab = ib_conn_aborted(c->ib->ic);
+	ci_leave(c);
+	if (ab)
+		c->aborted = true;
+	return dead;
+}
+
+void conn_ib_shutdown_wr(struct smc_conn *c)
+{
+	if (!ci_enter(c))
+		return;
+	ib_conn_shutdown_wr(c->ib->ic);
+	ci_leave(c);
+}
+
+enum conn_ib_leave conn_ib_go_tcp(struct smc_conn *c, uint64_t wait_ns)
+{
+	enum ib_tcp_answer a;
+	uint64_t t0;
+
+	conn_ib_rx_published(c); /* the cursor the CDC carries is the one we stopped at */
+	if (!ci_enter(c))
+		return CONN_IB_GONE;
+	a = ib_conn_go_tcp(c->ib->ic);
+	t0 = clock_now_ns();
+	while (a == IB_TCP_ANNOUNCED) {
+		bool final;
+		enum ib_tcp_answer b;
+
+		final = clock_now_ns() - t0 >= wait_ns;
+		b = ib_conn_tcp_answer(c->ib->ic, final);
+		if (b != IB_TCP_WAITING) {
+			a = b;
+			break;
+		}
+		REAL(poll)(NULL, 0, 1);
+	}
+	ci_leave(c);
+	switch (a) {
+	case IB_TCP_PEER_FIRST:
+		return CONN_IB_SECOND;
+	case IB_TCP_CROSSED:
+		return CONN_IB_CROSSED;
+	case IB_TCP_GONE:
+		return CONN_IB_GONE;
+	default:
+		return CONN_IB_LEFT;
+	}
+}
+
+bool conn_ib_peer_went_tcp(struct smc_conn *c, smc_cursor *peer_cons)
+{
+	bool went;
+
+	if (!ci_enter(c))
+		return false;
+	went = ib_conn_peer_went_tcp(c->ib->ic, peer_cons);
+	ci_leave(c);
+	return went;
+}
+
+static void ci_close(struct conn_ib *ci, bool abort)
+{
+	pthread_rwlock_wrlock(&ci->use);
+	if (!ci->closed && !ci->orphan && ci->ic)
+		ib_conn_close(ci->ic, abort);
+	ci->closed = true;
+	pthread_rwlock_unlock(&ci->use);
+}
+
+void conn_ib_release(struct smc_conn *c, bool abort)
+{
+	ci_close(c->ib, abort);
+}
+
+void conn_ib_free(struct smc_conn *c)
+{
+	struct conn_ib *ci = c->ib;
+
+	if (!ci)
+		return;
+	ci_close(ci, true);
+	memset(&c->map, 0, sizeof(c->map));
+	c->rx = c->tx = NULL;
+	c->ib = NULL;
+	ci_free(ci);
+}
+
+void conn_ib_atfork_child(struct smc_conn *c)
+{
+	if (!c->ib)
+		return;
+	c->ib->orphan = true;
+	pthread_rwlock_init(&c->ib->use, NULL);
+	c->aborted = true;
+}
+
+/* ------------------------------------------------------------ handshake helpers */
+
+bool conn_ib_wanted(void)
+{
+	return smc_cfg.transport == SMC_TRANSPORT_IB;
+}
+
+/* RFC 7609 sizes: powers of two from 16 KiB. */
+static uint32_t rmb_size_for(size_t want)
+{
+	uint32_t s = clc_uncompress_rmb_size(0);
+
+	while (s < want && s < CONN_IB_MAX_PEER_RMB)
+		s <<= 1;
+	return s;
+}
+
+static int rdv_msg_send(int ufd, const struct clc_msg *m, uint8_t credits)
+{
+	uint8_t buf[CONN_IB_MSG_CAP];
+	ssize_t n = conn_ib_msg_encode(m, credits, buf);
+
+	if (n < 0)
+		return (int)n;
+	return rdv_send(ufd, buf, (size_t)n, NULL, 0);
+}
+
+static void rdv_decline(int ufd, uint32_t diag)
+{
+	struct clc_msg m = { .variant = CLC_SAMEHOST, .type = CLC_DECLINE };
+
+	m.u.s_decl.diag = diag;
+	(void)rdv_msg_send(ufd, &m, 0);
+}
+
+static int rdv_msg_recv(int ufd, struct clc_msg *m, uint8_t *credits)
+{
+	uint8_t buf[CONN_IB_MSG_CAP];
+	int fds[1], nfds = 0;
+	ssize_t n = rdv_recv(ufd, buf, sizeof(buf), fds, &nfds, 0);
+
+	if (n < 0)
+		return (int)n;
+	return conn_ib_msg_decode(buf, (size_t)n, m, credits);
+}
+
+/* Where a handshake runs: the same-host rendezvous socket (SMCU Declines, datagrams)
+ * or, in-band, the TCP connection itself (SMC-R Declines, a byte stream that the
+ * application owns after the handshake: negotiate.h frames it). */
+struct hs_chan {
+	int fd;
+	bool tcp;
+};
+
+static int chan_send(const struct hs_chan *ch, const struct clc_msg *m, uint8_t credits)
+{
+	uint8_t buf[CONN_IB_MSG_CAP];
+	ssize_t n;
+
+	if (!ch->tcp)
+		return rdv_msg_send(ch->fd, m, credits);
+	n = conn_ib_msg_encode(m, credits, buf);
+	return n < 0 ? (int)n : neg_send_all(ch->fd, buf, (size_t)n);
+}
+
+static int chan_recv(const struct hs_chan *ch, struct clc_msg *m, uint8_t *credits)
+{
+	uint8_t buf[NEG_MSG_CAP];
+	size_t len = 0;
+	int r;
+
+	if (!ch->tcp)
+		return rdv_msg_recv(ch->fd, m, credits);
+	r = neg_recv_msg(ch->fd, buf, &len);
+	if (r < 0)
+		return r;
+	r = conn_ib_msg_decode(buf, len, m, credits);
+	/* in-band, only SMC-R messages (a kernel would not understand ours) */
+	return r < 0 || m->variant == CLC_SMCR ? r : -EBADMSG;
+}
+
+static void chan_decline(const struct hs_chan *ch, uint32_t diag)
+{
+	if (ch->tcp)
+		(void)neg_send_decline(ch->fd, diag);
+	else
+		rdv_decline(ch->fd, diag);
+}
+
+static uint32_t decline_diag(const struct clc_msg *m)
+{
+	return m->variant == CLC_SMCR ? m->u.r_decl.diag : m->u.s_decl.diag;
+}
+
+static enum smc_reason reason_of(uint32_t diag)
+{
+	if (diag == CLC_DECL_MEM)
+		return SMC_REASON_MEM_CAP;
+	if (diag == CLC_DECL_PEERDECL)
+		return SMC_REASON_PEER_CLOSED;
+	return SMC_REASON_DECLINED;
+}
+
+/* Decline reason for an ib_* error. */
+static uint32_t diag_of(int rc)
+{
+	if (rc == -ENODEV)
+		return CLC_DECL_NOSMCRDEV;
+	if (rc == -ENOBUFS || rc == -ENOMEM)
+		return CLC_DECL_MEM;
+	if (rc == -ENOENT)
+		return CLC_DECL_SYNCERR;
+	return CLC_DECL_INTERR;
+}
+
+/* The transport connection of one handshake, and the link reference it holds. */
+struct ib_setup {
+	struct ib_link *link;
+	bool first;
+	struct conn_ib *ci;
+	struct ib_link_params mine;
+	struct ib_rmb_params rmb;
+};
+
+static void setup_abandon(struct ib_setup *s)
+{
+	if (s->ci) {
+		if (s->ci->ic)
+			ib_conn_close(s->ci->ic, true);
+		ci_free(s->ci);
+		s->ci = NULL;
+	}
+	if (s->link)
+		ib_lgr_put(s->link);
+	s->link = NULL;
+}
+
+/* Creates the connection on s->link and fills our parameters. 0 or -errno. */
+static int setup_conn(struct smc_conn *c, struct ib_setup *s)
+{
+	struct clc_smcr_local me;
+	int rc;
+
+	rc = ib_lgr_local(&me);
+	if (rc < 0)
+		return rc;
+	s->ci = ci_new(c);
+	if (!s->ci)
+		return -ENOMEM;
+	rc = ib_conn_create(s->link, rmb_size_for(smc_cfg.rcvbuf), on_ib_event, s->ci,
+			    &s->ci->ic);
+	if (rc < 0) {
+		s->ci->ic = NULL;
+		return rc;
+	}
+	ib_link_local_params(s->link, &s->mine);
+	memcpy(s->mine.peer_id, me.peer_id, CLC_PEER_ID_LEN);
+	ib_conn_local_rmb(s->ci->ic, &s->rmb);
+	return 0;
+}
+
+static void build_params(const struct ib_setup *s, uint8_t type, struct clc_msg *m)
+{
+	memset(m, 0, sizeof(*m));
+	ib_params_to_clc(&s->mine, &s->rmb, type, s->first, m);
+}
+
+/* ------------------------------------------------------------ client, same host */
+
+static bool client_still_pending(struct smc_conn *c, bool check_owner, int ufd)
+{
+	bool ok;
+
+	pthread_mutex_lock(&c->lock);
+	ok = __atomic_load_n(&c->state, __ATOMIC_ACQUIRE) == CONN_PENDING;
+	/* c->fd is the application's: under c->lock it cannot be closed meanwhile */
+	if (ok && check_owner && !rdv_peer_owns_tcp_peer(ufd, c->fd)) {
+		log_warn("fd %d: the process on our rendezvous name does not own the server's "
+			 "socket: staying TCP", c->fd);
+		ok = false;
+	}
+	pthread_mutex_unlock(&c->lock);
+	return ok;
+}
+
+static void client_fallback(struct smc_conn *c, enum smc_reason why)
+{
+	pthread_mutex_lock(&c->lock);
+	if (__atomic_load_n(&c->state, __ATOMIC_ACQUIRE) == CONN_PENDING)
+		conn_fallback(c, why);
+	pthread_mutex_unlock(&c->lock);
+}
+
+/* With the server's Accept: the link (new or shared), our connection on it, the
+ * peer's RMB. 0 or a decline reason. */
+static uint32_t client_take_accept(struct smc_conn *c, const struct clc_msg *acc,
+				   uint8_t credits, struct ib_setup *s)
+{
+	struct ib_link_params peer;
+	struct ib_rmb_params prmb;
+	uint32_t diag = ib_params_from_clc(acc, CONN_IB_MAX_PEER_RMB, &peer, &prmb);
+	int rc;
+
+	if (diag) {
+		log_warn("fd %d: invalid SMC-R Accept: %s", c->fd, clc_decline_reason_str(diag));
+		return diag;
+	}
+	peer.credits = credits;
+	s->first = (acc->flags & CLC_FLAG_FIRST_CONTACT) != 0;
+	rc = ib_lgr_get_client(&peer, s->first, &s->link);
+	if (rc < 0) {
+		s->link = NULL;
+		return diag_of(rc);
+	}
+	if (s->first && (rc = ib_lgr_connect(s->link, &peer, false)) < 0) {
+		log_warn("fd %d: SMC-R link setup failed: %s", c->fd, strerror(-rc));
+		return rc == -EINVAL ? CLC_DECL_CNFERR : CLC_DECL_INTERR;
+	}
+	rc = setup_conn(c, s);
+	if (rc == 0)
+		rc = ib_conn_set_peer(s->ci->ic, &prmb);
+	return rc < 0 ? diag_of(rc) : 0;
+}
+
+/* Makes c ACTIVE over RDMA and sends the Confirm; false when the application closed it
+ * meanwhile. In-band the Confirm goes out under c->lock: c->fd is the application's. */
+static bool client_activate(struct smc_conn *c, const struct hs_chan *ch, struct ib_setup *s,
+			    const struct clc_msg *conf)
+{
+	pthread_mutex_lock(&c->lock);
+	if (__atomic_load_n(&c->state, __ATOMIC_ACQUIRE) != CONN_PENDING) {
+		pthread_mutex_unlock(&c->lock);
+		return false;
+	}
+	c->ib = s->ci;
+	s->ci = NULL;
+	conn_activate(c);
+	/* If this is lost the server resets the TCP connection: both see it fail. */
+	(void)chan_send(ch, conf, s->mine.credits);
+	pthread_mutex_unlock(&c->lock);
+	statsrv_ensure();
+	return true;
+}
+
+/* Declines after the server's Accept and stays TCP. In-band only while c is still
+ * PENDING (c->fd is the application's); the rendezvous socket is ours. */
+static void client_decline(struct smc_conn *c, const struct hs_chan *ch, uint32_t diag)
+{
+	bool pending;
+
+	pthread_mutex_lock(&c->lock);
+	pending = __atomic_load_n(&c->state, __ATOMIC_ACQUIRE) == CONN_PENDING;
+	if (pending || !ch->tcp)
+		chan_decline(ch, diag);
+	if (pending)
+		conn_fallback(c, diag == CLC_DECL_MEM ? SMC_REASON_MEM_CAP : SMC_REASON_HANDSHAKE);
+	pthread_mutex_unlock(&c->lock);
+}
+
+/* The client's steps from the server's answer on: Decline -> TCP; Accept -> link,
+ * connection, Confirm -> ACTIVE; anything else is declined. */
+static void client_answered(struct smc_conn *c, const struct hs_chan *ch,
+			    const struct clc_msg *acc, uint8_t credits)
+{
+	struct ib_setup s = { 0 };
+	struct clc_msg conf;
+	uint32_t diag;
+
+	if (acc->type == CLC_DECLINE) {
+		diag = decline_diag(acc);
+		log_debug("fd %d: server declined SMC-R: %s", c->fd, clc_decline_reason_str(diag));
+		client_fallback(c, reason_of(diag));
+		return;
+	}
+	if (acc->variant != CLC_SMCR || acc->type != CLC_ACCEPT) {
+		diag = CLC_DECL_SYNCERR;
+		goto decline;
+	}
+	diag = client_take_accept(c, acc, credits, &s);
+	if (diag)
+		goto decline;
+	build_params(&s, CLC_CONFIRM, &conf);
+	if (!client_activate(c, ch, &s, &conf)) {
+		diag = CLC_DECL_PEERDECL;
+		goto decline;
+	}
+	ib_lgr_put(s.link);
+	return;
+decline:
+	setup_abandon(&s);
+	client_decline(c, ch, diag);
+}
+
+int conn_ib_client_rdv(struct smc_conn *c, int ufd)
+{
+	struct clc_msg prop = { .variant = CLC_SMCR, .type = CLC_PROPOSAL, .flags = CLC_PATH_SMCR };
+	const struct hs_chan ch = { .fd = ufd, .tcp = false };
+	struct clc_msg acc;
+	uint8_t credits = 0;
+	int rc;
+
+	handshake_set_timeouts(ufd);
+	if (!client_still_pending(c, true, ufd)) {
+		rdv_decline(ufd, CLC_DECL_SH_CRED);
+		client_fallback(c, SMC_REASON_HANDSHAKE);
+		return 0;
+	}
+	rc = conn_ib_local_offer(&prop.u.r_prop.lcl);
+	if (rc < 0) {
+		log_debug("fd %d: SMC_TRANSPORT=ib without a usable RDMA device (%s): staying TCP",
+			  c->fd, strerror(-rc));
+		rdv_decline(ufd, CLC_DECL_NOSMCRDEV);
+		client_fallback(c, SMC_REASON_NOT_LOCAL); /* here: no RDMA device */
+		return 0;
+	}
+	if (rdv_msg_send(ufd, &prop, 0) < 0 || rdv_msg_recv(ufd, &acc, &credits) < 0) {
+		client_fallback(c, SMC_REASON_HANDSHAKE);
+		return 0;
+	}
+	client_answered(c, &ch, &acc, credits);
+	return 0;
+}
+
+/* ------------------------------------------------------------ client, in-band */
+
+int conn_ib_local_offer(struct clc_smcr_local *lcl)
+{
+	int rc = progress_ib_init();
+
+	return rc < 0 ? rc : ib_lgr_local(lcl);
+}
+
+int conn_ib_client_inband(struct smc_conn *c, const uint8_t *buf, size_t len)
+{
+	const struct hs_chan ch = { .fd = c->fd, .tcp = true };
+	struct clc_msg acc;
+	uint8_t credits = 0;
+	int rc = conn_ib_msg_decode(buf, len, &acc, &credits);
+
+	if (rc < 0 || acc.variant != CLC_SMCR || acc.type != CLC_ACCEPT) {
+		log_warn("fd %d: malformed SMC-R Accept from the server (%s)", c->fd,
+			 strerror(rc < 0 ? -rc : EPROTO));
+		return rc < 0 ? rc : -EPROTO;
+	}
+	client_answered(c, &ch, &acc, credits);
+	return 0;
+}
+
+/* ------------------------------------------------------------ server, same host */
+
+/* The Confirm completes the link (first contact) and names the client's RMB. 0 or a
+ * negative errno (the client may already consider the connection upgraded). */
+static int server_take_confirm(struct smc_conn *c, const struct clc_msg *conf,
+			       uint8_t credits, struct ib_setup *s)
+{
+	struct ib_link_params peer;
+	struct ib_rmb_params prmb;
+	uint32_t diag = ib_params_from_clc(conf, CONN_IB_MAX_PEER_RMB, &peer, &prmb);
+	bool first = (conf->flags & CLC_FLAG_FIRST_CONTACT) != 0;
+	int rc;
+
+	if (diag || first != s->first) {
+		log_warn("fd %d: invalid SMC-R Confirm (%s)", c->fd,
+			 diag ? clc_decline_reason_str(diag) : "first contact differs");
+		return -EPROTO;
+	}
+	peer.credits = credits;
+	if (s->first && (rc = ib_lgr_connect(s->link, &peer, true)) < 0)
+		return rc;
+	return ib_conn_set_peer(s->ci->ic, &prmb);
+}
+
+/* The server's steps after the client's SMC-R Proposal m: Accept, then the Confirm or a
+ * Decline. As conn_ib_server_rdv. */
+static int server_exchange(struct smc_conn *c, const struct hs_chan *ch,
+			   const struct clc_msg *m, enum smc_reason *why)
+{
+	struct clc_msg acc, conf;
+	struct ib_setup s = { 0 };
+	uint8_t credits = 0;
+	uint32_t diag;
+	int rc;
+
+	progress_ib_init();
+	rc = ib_lgr_get_server(m->u.r_prop.lcl.peer_id, m->u.r_prop.lcl.gid, &s.link, &s.first);
+	if (rc < 0) {
+		s.link = NULL;
+		goto refuse;
+	}
+	rc = setup_conn(c, &s);
+	if (rc < 0)
+		goto refuse;
+	build_params(&s, CLC_ACCEPT, &acc);
+	if (chan_send(ch, &acc, s.mine.credits) < 0) {
+		setup_abandon(&s);
+		/* the client never saw the Accept: plain TCP; in-band part of it may be in
+		 * the stream: reset */
+		return ch->tcp ? -ECONNABORTED : -ECONNREFUSED;
+	}
+	rc = chan_recv(ch, &conf, &credits);
+	if (rc == 0 && conf.type == CLC_DECLINE) {
+		diag = decline_diag(&conf);
+		log_info("fd %d: client declined SMC-R after our Accept: %s", c->fd,
+			 clc_decline_reason_str(diag));
+		*why = reason_of(diag);
+		setup_abandon(&s);
+		return -ECONNREFUSED;
+	}
+	if (rc < 0 || conf.variant != CLC_SMCR || conf.type != CLC_CONFIRM ||
+	    server_take_confirm(c, &conf, credits, &s) < 0) {
+		log_warn("fd %d: no valid SMC-R Confirm from the client (%s): resetting the "
+			 "connection", c->fd, rc < 0 ? strerror(-rc) : "invalid");
+		setup_abandon(&s);
+		return -ECONNABORTED;
+	}
+	c->ib = s.ci;
+	s.ci = NULL;
+	ib_lgr_put(s.link);
+	*why = SMC_REASON_NONE;
+	return 0;
+refuse:
+	diag = diag_of(rc);
+	log_debug("fd %d: no SMC-R for this client (%s): staying TCP", c->fd, strerror(-rc));
+	setup_abandon(&s);
+	chan_decline(ch, diag);
+	/* SMC_REASON_NOT_LOCAL here: this side has no usable RDMA device */
+	*why = diag == CLC_DECL_MEM ? SMC_REASON_MEM_CAP
+	       : diag == CLC_DECL_NOSMCRDEV ? SMC_REASON_NOT_LOCAL : SMC_REASON_RESOURCES;
+	return -ECONNREFUSED;
+}
+
+int conn_ib_server_rdv(struct smc_conn *c, int ufd, const struct clc_msg *m,
+		       enum smc_reason *why)
+{
+	const struct hs_chan ch = { .fd = ufd, .tcp = false };
+
+	*why = SMC_REASON_HANDSHAKE;
+	if (smc_cfg.transport == SMC_TRANSPORT_SHM) {
+		rdv_decline(ufd, CLC_DECL_MODEUNSUPP);
+		*why = SMC_REASON_DECLINED;
+		return -ECONNREFUSED;
+	}
+	if (!rdv_peer_owns_tcp_peer(ufd, c->fd)) {
+		log_warn("fd %d: the process on the client's rendezvous name does not own the "
+			 "client's socket: staying TCP", c->fd);
+		rdv_decline(ufd, CLC_DECL_SH_CRED);
+		return -EPROTO;
+	}
+	return server_exchange(c, &ch, m, why);
+}
+
+int conn_ib_server_inband(struct smc_conn *c, const struct clc_msg *m, enum smc_reason *why)
+{
+	const struct hs_chan ch = { .fd = c->fd, .tcp = true };
+
+	*why = SMC_REASON_HANDSHAKE;
+	return server_exchange(c, &ch, m, why);
+}

@@ -1,0 +1,117 @@
+/* SPDX-License-Identifier: GPL-2.0-only OR BSD-2-Clause */
+#include <pthread.h>
+#include <string.h>
+
+#include "core/base/forklock.h"
+#include "core/negotiate/hs_policy.h"
+#include "core/negotiate/rendezvous.h"
+
+#define SLOTS 256 /* a power of two */
+
+struct dest {
+	uint64_t key;          /* 0: free */
+	uint32_t short_run;    /* short SMC connections in a row, saturating */
+	uint64_t next_probe_ns; /* TCP mode: when the next connection may try SMC */
+};
+
+static struct dest table[SLOTS];
+static pthread_mutex_t table_lock = PTHREAD_MUTEX_INITIALIZER;
+
+/* Held for a table lookup or update only. */
+bool hs_policy_fork_lock(void)
+{
+	return forklock_take(&table_lock) != FORKLOCK_BUSY;
+}
+
+static void lock(void)
+{
+	pthread_mutex_lock(&table_lock);
+}
+
+static void unlock(void)
+{
+	pthread_mutex_unlock(&table_lock);
+}
+
+/* 64-bit mix (splitmix64's finaliser): spreads neighbouring ports over the slots. */
+static uint64_t mix(uint64_t x)
+{
+	x ^= x >> 30;
+	x *= 0xbf58476d1ce4e5b9ull;
+	x ^= x >> 27;
+	x *= 0x94d049bb133111ebull;
+	return x ^ (x >> 31);
+}
+
+uint64_t hs_policy_key(const struct sockaddr *dst)
+{
+	struct rdv_endpoint ep;
+	uint64_t a, b, k;
+
+	if (!rdv_endpoint_from(dst, &ep))
+		return 0;
+	memcpy(&a, ep.addr, 8);
+	memcpy(&b, ep.addr + 8, 8);
+	k = mix(mix(a) ^ b ^ ((uint64_t)ep.port << 48));
+	return k ? k : 1;
+}
+
+static struct dest *slot_of(uint64_t key)
+{
+	return &table[key & (SLOTS - 1)];
+}
+
+bool hs_policy_admit(uint64_t key, uint64_t now_ns, uint64_t short_ns)
+{
+	struct dest *d;
+	bool admit = true;
+
+	if (short_ns == 0 || key == 0)
+		return true;
+	lock();
+	d = slot_of(key);
+	if (d->key == key && d->short_run >= HS_POLICY_SHORT_RUN) {
+		if (now_ns >= d->next_probe_ns)
+			d->next_probe_ns = now_ns + HS_POLICY_PROBE_NS; /* this one probes */
+		else
+			admit = false;
+	}
+	unlock();
+	return admit;
+}
+
+void hs_policy_closed(uint64_t key, uint64_t lifetime_ns, uint64_t bytes, uint64_t now_ns,
+		      uint64_t short_ns)
+{
+	bool is_short = lifetime_ns < short_ns && bytes < HS_POLICY_LONG_BYTES;
+	struct dest *d;
+
+	if (short_ns == 0 || key == 0)
+		return;
+	lock();
+	d = slot_of(key);
+	if (d->key != key) {
+		if (!is_short) {
+			unlock(); /* nothing to remember: unknown destinations try SMC anyway */
+			return;
+		}
+		d->key = key;
+		d->short_run = 0;
+		d->next_probe_ns = 0;
+	}
+	if (!is_short) {
+		d->short_run = 0;
+	} else if (d->short_run < HS_POLICY_SHORT_RUN) {
+		d->short_run++;
+		if (d->short_run == HS_POLICY_SHORT_RUN)
+			d->next_probe_ns = now_ns + HS_POLICY_PROBE_NS;
+	}
+	unlock();
+}
+
+void hs_policy_reset(void)
+{
+	lock();
+	memset(table, 0, sizeof(table));
+	unlock();
+}

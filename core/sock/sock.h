@@ -1,0 +1,130 @@
+/* SPDX-License-Identifier: GPL-2.0-only OR BSD-2-Clause */
+/*
+ * The core's entry points for the preload layer. A wrapper looks the fd up with
+ * fdtab_kind(); for FD_NONE it calls libc itself, otherwise exactly one of these.
+ * Each has the libc function's contract: return value and errno as the socket API
+ * documents them.
+ */
+#ifndef SMC_SOCK_H
+#define SMC_SOCK_H
+
+#include <poll.h>
+#include <signal.h>
+#include <stdbool.h>
+#include <sys/epoll.h>
+#include <sys/select.h>
+#include <sys/socket.h>
+#include <sys/types.h>
+#include <sys/uio.h>
+#include <time.h>
+
+#include "core/base/stats.h"
+
+/* After a successful real socket()/socketpair()/accept(): decides whether the core tracks fd. */
+void smc_sock_created(int fd, int domain, int type, int protocol);
+/* bind() on fd succeeded. */
+void smc_sock_bound(int fd);
+
+/* For fds of kind != FD_NONE. */
+int smc_sock_connect(int fd, const struct sockaddr *addr, socklen_t len);
+int smc_sock_listen(int fd, int backlog);
+/* At load: tracks the TCP listeners inherited across exec that the previous program
+ * image opted in for the SMC option (the kernel keeps the opt-in, our table starts
+ * empty): their clients propose in band, and those bytes must not reach the
+ * application (preload/process.c calls it from the library's constructor). The same
+ * walk notes an io_uring instance among them (io_uring_watch.h). */
+void smc_sock_adopt_inherited(void);
+int smc_sock_accept(int fd, struct sockaddr *addr, socklen_t *len, int flags);
+/* Vectored receive/send behind read/readv/recv/recvfrom/recvmsg and write/writev/send/
+ * sendto/sendmsg. flags are MSG_* flags. */
+ssize_t smc_sock_recv(int fd, const struct iovec *iov, int iovcnt, int flags);
+ssize_t smc_sock_send(int fd, const struct iovec *iov, int iovcnt, int flags);
+int smc_sock_shutdown(int fd, int how);
+/* Called BEFORE the real close(fd): releases the core's state for fd. */
+void smc_sock_before_close(int fd);
+/* After a successful real dup/dup2/dup3/F_DUPFD: newfd refers to the same socket. */
+void smc_sock_dup(int oldfd, int newfd);
+/* O_NONBLOCK changed through fcntl(F_SETFL) or ioctl(FIONBIO). */
+void smc_sock_set_nonblock(int fd, bool on);
+/* O_ASYNC or FIOASYNC was set on fd: signal-driven I/O comes from the kernel's socket,
+ * so the connection is plain TCP from now on (reason sockopt). */
+void smc_sock_set_async(int fd);
+int smc_sock_ioctl(int fd, unsigned long req, void *arg);
+int smc_sock_getsockopt(int fd, int level, int name, void *val, socklen_t *len);
+int smc_sock_setsockopt(int fd, int level, int name, const void *val, socklen_t len);
+
+/* Readiness. Called when the set contains an fd of kind FD_SMC or FD_EPOLL. */
+bool smc_poll_involved(const struct pollfd *fds, nfds_t n);
+int smc_poll(struct pollfd *fds, nfds_t n, const struct timespec *timeout,
+	     const sigset_t *mask);
+int smc_epoll_ctl(int epfd, int op, int fd, struct epoll_event *ev);
+int smc_epoll_wait(int epfd, struct epoll_event *ev, int max, const struct timespec *timeout,
+		   const sigset_t *mask);
+int smc_select(int nfds, fd_set *r, fd_set *w, fd_set *e, const struct timespec *timeout,
+	       const sigset_t *mask);
+/* A kernel epoll wait (epfd not FD_EPOLL when the caller looked) returned n > 0 events
+ * while smc_epoll_cookies is set: the library's own event is taken out. */
+int smc_epoll_after_kernel(int epfd, struct epoll_event *ev, int n, int max,
+			   const struct timespec *timeout, const sigset_t *mask);
+/* Set once the library put its own entry into any application epoll set. */
+extern bool smc_epoll_cookies;
+/* epoll_create*: the epoll fd itself is tracked lazily, on its first SMC registration. */
+
+/* The connection of fd with a reference (conn_put it), or NULL when fd is not FD_SMC.
+ * The only way to reach a connection from an fd number: the lookup and the reference
+ * are taken under fd's stripe lock, which a close() takes to clear the entry before it
+ * drops the table's reference, so the connection cannot be freed in between. */
+struct smc_conn;
+struct smc_conn *sock_fd_conn(int fd);
+
+/* Before a new program starts with our descriptors (core/sock/exec.c): image_replaced for
+ * the exec family (our own image ends), false for posix_spawn, system and popen (a
+ * child runs it). Every upgraded connection it inherits goes back to plain TCP. */
+void smc_sock_before_exec(bool image_replaced);
+/* The exec that smc_sock_before_exec(true) prepared for failed: this image goes on with
+ * its listeners as before (core/sock/exec.c). */
+void smc_sock_exec_failed(void);
+/* core/sock/exec.c, for smc_sock_before_exec and smc_sock_before_spawn_dup: the opted-in
+ * listeners a new program inherits stop answering the SMC TCP option. */
+void exec_listeners_withdraw(void);
+void exec_listener_spawn_dup(int fd);
+/* core/sock/exec.c: an opted-in listener of ours started listening on fd. */
+void exec_listener_listening(int fd);
+/* Whether listening socket fd of ours answers the SMC TCP option (tcpopt.h). */
+bool sock_listener_opted_in(int fd);
+/* close_range() that closes (no CLOSE_RANGE_CLOEXEC), after smc_sock_before_close of
+ * the tracked fds in the range: everything but the descriptors the connections still
+ * need, which the library closes itself. A child that closes every descriptor above 2
+ * before its exec (Python's subprocess, systemd's spawn) keeps the doorbells its exec
+ * must ring to take the connections back to TCP (else the peer sleeps for ever). */
+int smc_sock_close_range(unsigned int first, unsigned int last, int flags);
+/* fd is named in a spawn's file actions (posix_spawn_file_actions_adddup2): the new
+ * program may get it whatever its FD_CLOEXEC. */
+void smc_sock_before_spawn_dup(int fd);
+/* sendmsg() with control data on any socket: the upgraded connections whose
+ * descriptors it passes (SCM_RIGHTS) go back to plain TCP first (downgrade.c). */
+struct msghdr;
+void smc_sock_before_fd_pass(const struct msghdr *msg);
+/* fd is about to be used through stdio (fdopen, or it became fd 0, 1 or 2): an
+ * upgraded connection goes back to plain TCP first (downgrade.c). */
+void smc_sock_before_stdio(int fd);
+/* Every upgraded connection of the process goes back to plain TCP (io_uring). */
+void smc_sock_downgrade_all(enum smc_reason why);
+/* Before fork(): the child may use any descriptor it inherits, and an RDMA connection
+ * cannot be used there (the QP is the parent's): those whose descriptor a new program
+ * would inherit (no FD_CLOEXEC: inetd-style servers, sshd, a backend per connection)
+ * go back to TCP first. */
+void smc_sock_before_fork(void);
+/* Closes, as the kernel closes a socket, the RDMA connections for which closing(c)
+ * holds, then waits (bounded) until no RDMA link has output pending: the process is
+ * about to lose its QPs (exit, exec). exit_drain.c. */
+void smc_sock_drain_rdma(bool (*closing)(const struct smc_conn *c));
+/* Finishes, blocking (bounded), the re-sends to peers gone back to TCP that the
+ * progress thread still had to send: it is about to end (exit, exec). */
+void smc_sock_finish_resends(void);
+
+/* fork handling is installed with pthread_atfork by the core's init (forklock.h). */
+/* Takes every fd stripe; false when one is busy. */
+bool sock_fork_lock(void);
+
+#endif

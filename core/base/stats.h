@@ -7,6 +7,7 @@
 #ifndef SMC_STATS_H
 #define SMC_STATS_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 

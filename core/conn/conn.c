@@ -23,6 +23,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "core/base/bell.h"
 #include "core/base/clock.h"
 #include "core/base/config.h"
 #include "core/base/fd_budget.h"
@@ -461,25 +462,6 @@ static inline int conn_state(struct smc_conn *c)
 	return __atomic_load_n(&c->state, __ATOMIC_ACQUIRE);
 }
 
-static void bell_ring(int fd)
-{
-	uint64_t one = 1;
-
-	if (fd < 0)
-		return;
-	/* EAGAIN means the counter is saturated: the bell is already ringing. */
-	(void)!REAL(write)(fd, &one, sizeof(one));
-	stats_count_wakeup();
-}
-
-static void bell_drain(int fd)
-{
-	uint64_t v;
-
-	if (fd >= 0)
-		(void)!REAL(read)(fd, &v, sizeof(v));
-}
-
 static size_t iov_total(const struct iovec *iov, int iovcnt)
 {
 	size_t t = 0;
@@ -704,6 +686,7 @@ static void pending_flush_tcp(struct smc_conn *c)
 ssize_t conn_send_pending(struct smc_conn *c, const struct iovec *iov, int iovcnt)
 {
 	size_t want = iov_total(iov, iovcnt), n;
+	bool full;
 
 	if (c->fork_orphan)
 		return -1; /* nothing may be staged: see conn_fork_child */
@@ -714,18 +697,22 @@ ssize_t conn_send_pending(struct smc_conn *c, const struct iovec *iov, int iovcn
 	}
 	if (!c->pend_buf)
 		c->pend_buf = malloc(CONN_PENDING_BUF);
-	n = CONN_PENDING_BUF - c->pend_len;
-	if (!c->pend_buf || n == 0) {
-		pthread_mutex_unlock(&c->tx_lock);
-		return -1;
-	}
+	n = c->pend_buf ? CONN_PENDING_BUF - c->pend_len : 0;
 	if (n > want)
 		n = want;
 	/* the staging buffer as a ring that never wraps: pend_len + n <= its size */
-	ring_copy_in_iov(c->pend_buf, CONN_PENDING_BUF, c->pend_len, iov, iovcnt, 0, n, false);
+	if (n)
+		ring_copy_in_iov(c->pend_buf, CONN_PENDING_BUF, c->pend_len, iov, iovcnt, 0, n,
+				 false);
 	c->pend_len += n;
+	/* the send waits for the handshake from here on: not for long (progress.h) */
+	full = (n < want || c->pend_len == CONN_PENDING_BUF) && !c->pend_full_told;
+	if (full)
+		c->pend_full_told = true;
 	pthread_mutex_unlock(&c->tx_lock);
-	return (ssize_t)n;
+	if (full)
+		progress_watch_staging_full(c);
+	return n ? (ssize_t)n : -1;
 }
 
 /* wake: ring our own bells so that every waiter re-evaluates (nobody waits on a
@@ -1643,8 +1630,8 @@ int conn_downgrade(struct smc_conn *c, enum smc_reason why, bool image_ends)
 			fork_unlock(c, 0);
 		}
 		/* the peer may sleep on either direction, or on an epoll set of both */
-		bell_ring(c->peer_rx_bell);
-		bell_ring(c->peer_tx_bell);
+		bell_ring_peer(c->peer_rx_bell);
+		bell_ring_peer(c->peer_tx_bell);
 		if (second)
 			down_leave_second(c, false);
 		else if (c->shut_wr)
@@ -2190,7 +2177,7 @@ static void ring_if_asleep(const uint32_t *sleepers, const uint32_t *seq, uint32
 
 		if (s != *rung) {
 			*rung = s;
-			bell_ring(bell);
+			bell_ring_peer(bell);
 		}
 	}
 }
@@ -2736,7 +2723,7 @@ int conn_shutdown(struct smc_conn *c, int how)
 		__atomic_fetch_or(&c->tx->wflags, SHM_W_DONE_WRITING, __ATOMIC_RELEASE);
 		if (c->ib)
 			conn_ib_shutdown_wr(c);
-		bell_ring(c->peer_rx_bell);
+		bell_ring_peer(c->peer_rx_bell);
 	}
 	conn_wake_local(c);
 	return 0;
@@ -2894,8 +2881,8 @@ void conn_release_fd(struct smc_conn *c)
 			}
 			if (c->ib) {
 				conn_ib_release(c, c->linger_on && c->linger_s == 0);
-				bell_ring(c->peer_rx_bell);
-				bell_ring(c->peer_tx_bell);
+				bell_ring_peer(c->peer_rx_bell);
+				bell_ring_peer(c->peer_tx_bell);
 			} else {
 				/* as for data: only a peer thread asleep on either direction
 				 * needs the syscall (every waiter counts as one, see

@@ -105,11 +105,14 @@ struct smc_conn {
 	uint64_t bytes_sent, bytes_received; /* for smcpstat / stats at close */
 
 	/* handshake (client side, while PENDING) */
+	bool clc_in_stream;         /* negotiated through the TCP option: the CLC messages
+				     * travel on the TCP stream (negotiate.h), set at connect() */
 	int rdv_listen_fd;          /* per-connection rendezvous listener, -1 when none */
 	int watch_fd;               /* the progress thread's descriptor of the socket while
 				     * it watches the handshake (progress.c), or -1 */
 	uint8_t *pend_buf;          /* sent while PENDING (under tx_lock) */
 	size_t pend_len;
+	bool pend_full_told;        /* a send found pend_buf full (under tx_lock) */
 	uint64_t policy_key;        /* destination for hs_policy.h; 0: not judged */
 	uint64_t born_ns;           /* connect() time, clock_now_ns */
 

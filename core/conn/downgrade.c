@@ -38,6 +38,34 @@ static bool fd_survives_exec(int fd)
 	return fl >= 0 && !(fl & FD_CLOEXEC);
 }
 
+/*
+ * A client handshake on the rendezvous ends here at once, as TCP: the connection leaves
+ * the rings right after anyway, and waiting for the handshake could mean waiting for a
+ * server program that accepts only once this one went on (vsftpd's active-mode data
+ * connection: its privileged process connects, passes the socket to the session
+ * process, which then announces it on the control connection; the client's FTP program
+ * accepts after that announcement). The server gets a Decline however far it got: the
+ * Confirm leaves only under c->lock while the connection is PENDING (handshake.c), and
+ * the watch ends at once (progress_watch_decided). In band the Proposal may be on the
+ * TCP stream already and the answer comes there: that handshake must end by itself.
+ */
+static bool client_decided_now(struct smc_conn *c, enum smc_reason why)
+{
+	bool decided = false;
+
+	if (c->side != CONN_CLIENT || c->clc_in_stream || c->fork_orphan)
+		return false;
+	pthread_mutex_lock(&c->lock);
+	if (__atomic_load_n(&c->state, __ATOMIC_ACQUIRE) == CONN_PENDING) {
+		conn_fallback(c, why); /* staged data goes out over TCP */
+		decided = true;
+	}
+	pthread_mutex_unlock(&c->lock);
+	if (decided)
+		progress_watch_decided(c);
+	return decided;
+}
+
 /* The connection of fd, if it is one, leaves the rings (a no-op for any other fd). */
 static void fd_leave_rings(int fd, enum smc_reason why, bool image_ends)
 {
@@ -46,7 +74,8 @@ static void fd_leave_rings(int fd, enum smc_reason why, bool image_ends)
 
 	if (!c)
 		return;
-	if (__atomic_load_n(&c->state, __ATOMIC_ACQUIRE) == CONN_PENDING)
+	if (__atomic_load_n(&c->state, __ATOMIC_ACQUIRE) == CONN_PENDING &&
+	    !client_decided_now(c, why))
 		conn_wait_pending(c, false, settle_ns);
 	pthread_mutex_lock(&c->lock);
 	if (__atomic_load_n(&c->state, __ATOMIC_ACQUIRE) == CONN_PENDING)

@@ -13,6 +13,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "core/base/bell.h"
 #include "core/base/clock.h"
 #include "core/base/config.h"
 #include "core/base/log.h"
@@ -47,13 +48,6 @@ struct conn_ib {
 
 /* ------------------------------------------------------------ wakeups */
 
-static void bell(int fd)
-{
-	uint64_t one = 1;
-
-	(void)!REAL(write)(fd, &one, sizeof(one));
-}
-
 /* Progress thread, link lock held: wake our own waiters (only sleepers: a busy
  * connection costs no syscall). The waiter counts itself, issues a full fence and then
  * reads the transport state under the link lock, so one of the two sees the other. */
@@ -72,14 +66,14 @@ static void on_ib_event(struct ib_conn *ic, unsigned ev, void *arg)
 		__atomic_add_fetch(&ci->hdr->dir[1].cons, 1, __ATOMIC_RELEASE);
 	__atomic_thread_fence(__ATOMIC_SEQ_CST);
 	if (ev & IB_EV_ERR) {
-		bell(c->rx_bell);
-		bell(c->tx_bell);
+		bell_ring(c->rx_bell);
+		bell_ring(c->tx_bell);
 		return;
 	}
 	if ((ev & IB_EV_RX) && __atomic_load_n(&ci->hdr->dir[0].r_sleepers, __ATOMIC_RELAXED))
-		bell(c->rx_bell);
+		bell_ring(c->rx_bell);
 	if ((ev & IB_EV_TX) && __atomic_load_n(&ci->hdr->dir[1].w_sleepers, __ATOMIC_RELAXED))
-		bell(c->tx_bell);
+		bell_ring(c->tx_bell);
 }
 
 static struct conn_ib *ci_new(struct smc_conn *c)

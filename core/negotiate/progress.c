@@ -753,6 +753,47 @@ void progress_watch_decided(struct smc_conn *c)
 		conn_put(c); /* the watch's next event finishes it */
 }
 
+/*
+ * The program filled the staging buffer of a connection still negotiating (conn.c,
+ * CONN_PENDING_BUF), and its next send waits. TCP would go on taking its bytes (a few
+ * MiB before the server's accept() on loopback), and the server program may accept
+ * only once this one went on: an FTP client in active mode accepts its data connection
+ * after the server's reply on the control connection, which the server sends when the
+ * data it writes is taken. So a handshake on the rendezvous not decided a tenth of the
+ * handshake timeout later ends as TCP (a Decline however far it got, the staged bytes
+ * over TCP first); a server that accepts at once has answered by then. In band our
+ * Proposal may be on the TCP stream already: that handshake runs its course.
+ */
+static void pending_full_expired(evutil_socket_t fd, short what, void *arg)
+{
+	struct smc_conn *c = arg;
+	struct pending *p;
+
+	(void)fd;
+	(void)what;
+	pthread_mutex_lock(&c->lock);
+	p = __atomic_load_n(&c->state, __ATOMIC_ACQUIRE) == CONN_PENDING ? c->bg_pending : NULL;
+	pthread_mutex_unlock(&c->lock);
+	/* p stays valid: only this thread finishes it (pending_finish) */
+	if (p && !p->inband) {
+		log_debug("fd %d: the program filled its staging buffer and the server has not "
+			  "answered: plain TCP", c->fd);
+		pending_give_up(p, SMC_REASON_HANDSHAKE);
+	}
+	conn_put(c);
+}
+
+void progress_watch_staging_full(struct smc_conn *c)
+{
+	unsigned ms = smc_cfg.handshake_timeout_ms / 10;
+
+	if (c->side != CONN_CLIENT || c->clc_in_stream)
+		return;
+	conn_get(c);
+	if (progress_call_after(pending_full_expired, c, ms ? ms : 1) < 0)
+		conn_put(c); /* the handshake timeout decides */
+}
+
 int progress_watch_pending(struct smc_conn *c)
 {
 	int r = watch_fd_open(c);

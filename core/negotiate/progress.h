@@ -37,6 +37,10 @@ void progress_watch_fd_drop(struct smc_conn *c);
 /* Not under c->lock: the program decided c (PENDING no more) while the thread watches
  * its client handshake: the watch ends soon, telling a waiting server (a Decline). */
 void progress_watch_decided(struct smc_conn *c);
+/* Not under any lock: the program filled c's staging buffer while its client handshake
+ * runs; a rendezvous handshake still undecided a tenth of the handshake timeout later
+ * ends as TCP (progress.c). */
+void progress_watch_staging_full(struct smc_conn *c);
 /* One step of a PENDING server connection's in-band negotiation, run on the thread each
  * time its TCP socket becomes readable and at every deadline tick
  * (SMC_HANDSHAKE_TIMEOUT_MS), with final set at the last one (progress.c: the client

@@ -10,6 +10,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "core/base/bell.h"
 #include "core/base/clock.h"
 #include "core/base/config.h"
 #include "core/base/fd_budget.h"
@@ -746,11 +747,8 @@ void pool_slot_abort(struct smc_pool *p, int slot)
 	pool_slot_conn(p, slot, &map, bells);
 	__atomic_fetch_or(&map.hdr->dir[0].rflags, SHM_R_ABORT, __ATOMIC_RELEASE);
 	__atomic_fetch_or(&map.hdr->dir[1].wflags, SHM_W_ABORT, __ATOMIC_RELEASE);
-	for (int b = 2; b < 4; b++) {
-		uint64_t one = 1;
-
-		(void)!REAL(write)(bells[b], &one, sizeof(one));
-	}
+	bell_ring_peer(bells[2]);
+	bell_ring_peer(bells[3]);
 	stats_count_abort();
 	pool_conn_done(p, slot);
 }

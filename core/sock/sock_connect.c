@@ -43,6 +43,21 @@ static uint16_t addr_port(const struct sockaddr *sa)
 	return ntohs(((const struct sockaddr_in6 *)sa)->sin6_port);
 }
 
+/* How long connections are not offered after a bind found the odd ports all taken
+ * (below): a second lets TIME_WAIT give some back, and costs a client one slow bind
+ * per second. */
+#define PORTS_SCARCE_NS 1000000000ull
+
+/* Until when (clock_now_ns) binding an ephemeral port is not tried (atomic). */
+static uint64_t ports_scarce_until;
+
+static void ports_scarce_mark(int fd, uint64_t now)
+{
+	__atomic_store_n(&ports_scarce_until, now + PORTS_SCARCE_NS, __ATOMIC_RELAXED);
+	log_debug("fd %d: no free odd ephemeral port (TIME_WAIT holds them): connections "
+		  "are not offered for %llu ms", fd, PORTS_SCARCE_NS / 1000000ull);
+}
+
 /* The client's half of the 4-tuple must be known before the TCP connection exists, so
  * that the server can find our rendezvous name the moment it accepts: bind an ephemeral
  * port on the address the kernel would pick for a local destination (the destination
@@ -50,11 +65,17 @@ static uint16_t addr_port(const struct sockaddr *sa)
  * client that opens plain connections at a high rate), the connection is not offered:
  * sharing a port with SO_REUSEADDR would make connect() fail whenever that port's
  * TIME_WAIT is with the same server, where the kernel's own choice in connect() finds a
- * usable 4-tuple. */
+ * usable 4-tuple.
+ * The kernel hands bind() odd ports and connect() even ones (inet_csk_find_open_port):
+ * a bind that comes back with an even port, or none, has scanned every odd port of the
+ * range in vain, milliseconds of CPU, where connect() reuses a TIME_WAIT port at once
+ * (tcp_tw_reuse, loopback). So for PORTS_SCARCE_NS after one, no socket is bound and
+ * connect() picks the port as without the library (reason "resources"). */
 static int bind_local_end(int fd, const struct sockaddr *dst, socklen_t dlen,
 			  struct sockaddr_storage *local)
 {
 	socklen_t len = sizeof(*local);
+	uint64_t now;
 
 	/* a socket the application never bound has no port yet: no need to ask */
 	if (!(fdtab_flags(fd) & FDF_BOUND))
@@ -74,18 +95,28 @@ static int bind_local_end(int fd, const struct sockaddr *dst, socklen_t dlen,
 		return 0;
 	}
 bind_now:
+	now = clock_now_ns();
+	if (now < __atomic_load_n(&ports_scarce_until, __ATOMIC_RELAXED))
+		return -EADDRNOTAVAIL;
 	memcpy(local, dst, dlen);
 	if (local->ss_family == AF_INET)
 		((struct sockaddr_in *)local)->sin_port = 0;
 	else
 		((struct sockaddr_in6 *)local)->sin6_port = 0;
-	if (REAL(bind)(fd, (struct sockaddr *)local, dlen) < 0)
-		return -errno;
+	if (REAL(bind)(fd, (struct sockaddr *)local, dlen) < 0) {
+		int e = errno;
+
+		if (e == EADDRINUSE || e == EADDRNOTAVAIL)
+			ports_scarce_mark(fd, now);
+		return -e;
+	}
 	/* bound now: a second connect() on this socket must ask (above) */
 	fdtab_flags_set(fd, FDF_BOUND);
 	len = sizeof(*local);
 	if (REAL(getsockname)(fd, (struct sockaddr *)local, &len) < 0)
 		return -errno;
+	if (!(addr_port((struct sockaddr *)local) & 1))
+		ports_scarce_mark(fd, now);
 	return 0;
 }
 
@@ -155,6 +186,7 @@ static struct smc_conn *connect_prepare_inband(int fd, enum smc_reason *why)
 		conn_put(c);
 		return NULL;
 	}
+	c->clc_in_stream = true;
 	fdtab_set(fd, FD_SMC, c);
 	return c;
 }

@@ -33,9 +33,12 @@
 #    undone);
 #  - connect-exec: 20 clients each exec /bin/sh on a socket whose nonblocking connect()
 #    was just made; sh writes a line and reads its echo back from a preloaded echo
-#    server: every line comes back, the server counts 20 upgraded connections, no abort
-#    and 20 peer downgrades (before, 1 in 8 was reset: the client's Confirm left after
-#    the connection turned active, and the exec closed its rendezvous socket first).
+#    server: every line comes back, no abort, no handshake waits out its timeout. With
+#    the option the server counts 20 upgraded connections and 20 peer downgrades (the
+#    Proposal is on the stream: the handshake runs its course; before, 1 in 8 was reset:
+#    the client's Confirm left after the connection turned active, and the exec closed
+#    its rendezvous socket first); on the rendezvous the exec ends the handshake, so a
+#    connection is TCP, or upgraded and downgraded where the handshake won the race.
 # With SMC_TEST_EXPECT=tcp nothing is upgraded and every byte arrives all the same.
 [ -n "${BASH_VERSION:-}" ] || exec bash "$0" "$@"
 . "$(dirname -- "$0")/lib.sh"
@@ -241,10 +244,30 @@ run_cases() { # run_cases PATH-LABEL
 	smc_wait_server_exit "echo-$path" 30
 	grep -qx "ECHOED $CONNECT_EXECS" "$(smc_server_log "echo-$path")" ||
 		smc_fail "connect-exec-$path: the echo server did not finish"
-	expect_all "$edir" "$CONNECT_EXECS" "connect-exec-$path echo server"
-	if [ "$SMC_TEST_EXPECT" = shm ]; then
+	if [ "$path" = tcpopt ] || [ "$SMC_TEST_EXPECT" = tcp ]; then
+		expect_all "$edir" "$CONNECT_EXECS" "connect-exec-$path echo server"
+	fi
+	if [ "$path" = tcpopt ] && [ "$SMC_TEST_EXPECT" = shm ]; then
 		smc_assert_eq "connect-exec-$path echo server: peer downgrades" \
 			"$(smc_stats "$edir" '.events.peer_downgrades')" "$CONNECT_EXECS"
+	elif [ "$SMC_TEST_EXPECT" = shm ]; then
+		# On the rendezvous the client's library ends the handshake at the exec
+		# (the connection would go back to TCP right after): a connection is TCP,
+		# told by a Decline or the closed name, or, where the handshake won the
+		# race, upgraded and then downgraded. None waits out its handshake.
+		local shm tcp
+		smc_require_stats "$edir"
+		smc_log "stats connect-exec-$path echo server: $(smc_stats_summary "$edir")"
+		shm=$(smc_stats "$edir" '.connections.shm')
+		tcp=$(smc_stats "$edir" '.connections.tcp')
+		smc_assert_eq "connect-exec-$path echo server: connections" \
+			"$((shm + tcp))" "$CONNECT_EXECS"
+		smc_assert_eq "connect-exec-$path echo server: peer downgrades" \
+			"$(smc_stats "$edir" '.events.peer_downgrades')" "$shm"
+		smc_assert_eq "connect-exec-$path echo server: handshakes timed out" \
+			"$(smc_stats "$edir" '.fallback["handshake-failed"] // 0')" 0
+		smc_assert_eq "connect-exec-$path echo server: aborts" \
+			"$(smc_stats "$edir" '.events.aborts')" 0
 	fi
 }
 

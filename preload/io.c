@@ -115,8 +115,13 @@ static ssize_t recvmsg_tracked(int fd, struct msghdr *msg, int flags)
 SMC_EXPORT ssize_t recvmsg(int fd, struct msghdr *msg, int flags)
 {
 	/* the error queue is the kernel socket's, with its ancillary data */
-	if (!kind_is_sock(fdtab_kind(fd)) || (flags & MSG_ERRQUEUE))
-		return REAL(recvmsg)(fd, msg, flags);
+	if (!kind_is_sock(fdtab_kind(fd)) || (flags & MSG_ERRQUEUE)) {
+		ssize_t r = REAL(recvmsg)(fd, msg, flags);
+		/* descriptors from another process: a listener among them is tracked */
+		if (r >= 0 && msg && msg->msg_controllen)
+			KEEP_ERRNO(smc_sock_after_fd_receive(msg));
+		return r;
+	}
 	return recvmsg_tracked(fd, msg, flags);
 }
 ssize_t smc_impl_recvmsg(int fd, struct msghdr *msg, int flags) SMC_INTERNAL_ALIAS(recvmsg);
@@ -180,8 +185,13 @@ static int recvmmsg_tracked(int fd, struct mmsghdr *vec, unsigned int vlen, int 
 SMC_EXPORT int recvmmsg(int fd, struct mmsghdr *vec, unsigned int vlen, int flags,
 			struct timespec *timeout)
 {
-	if (!kind_is_sock(fdtab_kind(fd)))
-		return REAL(recvmmsg)(fd, vec, vlen, flags, timeout);
+	if (!kind_is_sock(fdtab_kind(fd))) {
+		int n = REAL(recvmmsg)(fd, vec, vlen, flags, timeout);
+		for (int i = 0; vec && i < n; i++)
+			if (vec[i].msg_hdr.msg_controllen)
+				KEEP_ERRNO(smc_sock_after_fd_receive(&vec[i].msg_hdr));
+		return n;
+	}
 	return recvmmsg_tracked(fd, vec, vlen, flags, timeout);
 }
 int smc_impl_recvmmsg(int fd, struct mmsghdr *vec, unsigned int vlen, int flags,

@@ -41,6 +41,53 @@ static bool park_area(rlim_t *floor, rlim_t *limit)
  */
 #define FD_PARK_PREPARE_MAX 65536
 
+/* Below it select() sees descriptors, and programs pick numbers themselves. */
+#define FD_LOW_FILL_TOP 1024
+
+size_t fd_low_fill(int **fill)
+{
+	rlim_t floor, limit;
+	int top = FD_LOW_FILL_TOP, null, *v;
+	size_t n = 0;
+
+	*fill = NULL;
+	if (!park_area(&floor, &limit))
+		return 0; /* a limit under 256: there is no high place to land either */
+	if (floor < (rlim_t)top)
+		top = (int)floor;
+	null = open("/dev/null", O_RDONLY | O_CLOEXEC);
+	if (null < 0)
+		return 0;
+	v = malloc((size_t)top * sizeof(*v));
+	if (!v || null >= top) {
+		free(v);
+		REAL(close)(null);
+		return 0;
+	}
+	/* ours while they stand: a program closing "everything" meanwhile spares them */
+	v[n++] = fd_own(null);
+	for (;;) {
+		int f = REAL(fcntl)(null, F_DUPFD_CLOEXEC, 0);
+
+		if (f < 0)
+			break;
+		if (f >= top) {
+			REAL(close)(f);
+			break;
+		}
+		v[n++] = fd_own(f);
+	}
+	*fill = v;
+	return n;
+}
+
+void fd_low_unfill(int *fill, size_t n)
+{
+	for (size_t i = 0; i < n; i++)
+		fd_own_close(fill[i]);
+	free(fill);
+}
+
 void fd_park_prepare(void)
 {
 	rlim_t floor, limit;

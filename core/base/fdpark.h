@@ -43,6 +43,19 @@ static inline bool fd_is_own(int fd)
 	return fdtab_kind(fd) == FD_OWN;
 }
 /*
+ * The kernel gives a new descriptor the lowest free number, and programs count on it:
+ * a daemon that closed 0, 1 and 2 opens /dev/null three times to get them back;
+ * ucspi-tcp's tcpclient closes 6 and 7 and dups its socket onto them. A descriptor a
+ * library we call makes without our wrappers (libevent: core/base/evlib.c) would take
+ * such a number. fd_low_fill takes every free number below 1024 (or below the park
+ * area, when that starts lower) with a descriptor of /dev/null marked ours, so that the
+ * call lands above them; fd_low_unfill gives them back. *fill gets the numbers (the
+ * count is returned; 0 and nothing to give back when no memory or descriptor).
+ */
+size_t fd_low_fill(int **fill);
+void fd_low_unfill(int *fill, size_t n);
+
+/*
  * Descriptors a library we call makes without going through our wrappers (libevent,
  * loaded privately: core/base/evlib.c): the open fds before the call (fd_own_snapshot),
  * then those that appeared since, of the kinds such a library makes (epoll, eventfd,

@@ -2818,10 +2818,31 @@ static void conn_linger(struct smc_conn *c)
 		REAL(poll)(NULL, 0, 1);
 }
 
+/*
+ * A server that closes a connection still negotiating, with bytes staged (an inetd
+ * daytime service: accept, write a line, close): the bytes must reach the client the
+ * way it will read them. While the client can take a Decline it gets one and they go
+ * over TCP; once our Accept is out the client may be reading the rings already (its
+ * Confirm is on the way), so the close waits for the handshake to end, a handshake
+ * timeout at most (the client answers in microseconds), and they go into the ring.
+ * Falling back alone there left the client on the rings and the line on TCP, which the
+ * client takes for a broken peer (reset, the line lost).
+ */
+static void server_staged_settle(struct smc_conn *c)
+{
+	int r = progress_flow_refuse(c, SMC_REASON_HANDSHAKE);
+
+	if (r != 1)
+		conn_wait_pending(c, false, (int64_t)smc_cfg.handshake_timeout_ms * 1000000);
+}
+
 void conn_release_fd(struct smc_conn *c)
 {
 	int st;
 
+	if (c->side == CONN_SERVER && !c->fork_orphan && conn_state(c) == CONN_PENDING &&
+	    __atomic_load_n(&c->pend_len, __ATOMIC_RELAXED))
+		server_staged_settle(c);
 	/* one decision under the lock: the handshake may end concurrently */
 	pthread_mutex_lock(&c->lock);
 	st = conn_state(c);

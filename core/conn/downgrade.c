@@ -190,13 +190,16 @@ void smc_sock_before_fork(void)
  * multiprocessing.reduction.send_handle, Node's cluster and child.send(), a
  * pre-forked server's acceptor) arrives there as a bare kernel socket: that process
  * reads and writes TCP, and our close of the copy we keep would end the rings under
- * it. Each such connection goes back to TCP before the message leaves.
+ * it. Each such connection goes back to TCP before the message leaves. A listener
+ * passed on may accept in the other process too: its pools refuse from then on.
  */
 static void leave_passed(int fd, void *arg)
 {
 	(void)arg;
 	if (fdtab_kind(fd) == FD_SMC)
 		fd_leave_rings(fd, SMC_REASON_FD_PASSED, false);
+	else if (fdtab_kind(fd) == FD_LISTEN)
+		sock_listener_passed(fd);
 }
 
 void smc_sock_before_fd_pass(const struct msghdr *msg)

@@ -12,6 +12,7 @@
  */
 #include <arpa/inet.h>
 #include <errno.h>
+#include <poll.h>
 #include <fcntl.h>
 #include <limits.h>
 #include <netinet/in.h>
@@ -353,9 +354,20 @@ static void *statsrv_main(void *arg)
 
 	forklock_thread_started();
 	for (;;) {
-		int fd = REAL(accept4)(lfd, NULL, NULL, SOCK_CLOEXEC);
+		/* Waits in poll(), not in accept(): a blocked accept() holds the lowest free
+		 * descriptor number reserved until it returns (the kernel takes the number
+		 * first), and a program that closed 0 and opens /dev/null must get 0 back. */
+		struct pollfd pfd = { .fd = lfd, .events = POLLIN };
+		int fd;
 
+		if (REAL(poll)(&pfd, 1, -1) < 0 && errno == EINTR)
+			continue;
+		fd = REAL(accept4)(lfd, NULL, NULL, SOCK_CLOEXEC);
+		if (fd >= 0)
+			fd = fd_park(fd); /* held while answering: away from the program's numbers */
 		if (fd < 0) {
+			if (errno == EAGAIN || errno == EINTR || errno == ECONNABORTED)
+				continue;
 			if (errno == EBADF || errno == ENOTSOCK || errno == EINVAL ||
 			    errno == EOPNOTSUPP) {
 				log_debug("statsrv: listening socket lost (%s)", strerror(errno));
@@ -411,17 +423,21 @@ static int statsrv_listen(void)
 	int n = snprintf(sun.sun_path + 1, sizeof(sun.sun_path) - 1, "%s%ld",
 			 STATSRV_NAME_PREFIX, (long)getpid());
 	socklen_t len = (socklen_t)(offsetof(struct sockaddr_un, sun_path) + 1 + (size_t)n);
-	int fd = REAL(socket)(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+	/* nonblocking: the thread waits in poll() (statsrv_main) */
+	int fd = REAL(socket)(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
 
 	if (fd < 0)
 		return -1;
+	/* out of the application's numbers at once, as every fd we keep: another thread
+	 * of the program may be opening its next file (fdpark.h) */
+	fd = fd_park(fd);
 	if (REAL(bind)(fd, (struct sockaddr *)&sun, len) < 0 || REAL(listen)(fd, 8) < 0) {
 		/* EADDRINUSE: same pid in another pid namespace sharing our network one. */
 		log_debug("statsrv: cannot serve @%s: %s", sun.sun_path + 1, strerror(errno));
 		fd_own_close(fd);
 		return -1;
 	}
-	return fd_park(fd); /* out of the application's numbers, as every fd we keep */
+	return fd;
 }
 
 /* The thread with every signal blocked, so it never takes the application's. */

@@ -378,12 +378,18 @@ int hs_client_step(struct hs_flow *f, bool final)
 		return client_decline(f, diag, SMC_REASON_HANDSHAKE);
 	}
 	r = shm_attach(in[0], p->c2s_size, p->s2c_size, &map);
+	if (r == 0)
+		close_fds(in, 1); /* mapped: the number goes back before the program sees the
+				   * connection active and opens its next file */
 	if (r == -ENOMEM) /* no room to map it */
 		return client_decline(f, CLC_DECL_MEM, SMC_REASON_RESOURCES);
 	if (r < 0) {
 		log_warn("fd %d: server's RMB region rejected (%s)", c->fd, strerror(-r));
 		return client_decline(f, CLC_DECL_SH_FDS, SMC_REASON_HANDSHAKE);
 	}
+	/* before the program can see the connection active and open its next file: the
+	 * stats server's socket is made once, at a low number for a moment */
+	statsrv_ensure();
 	pthread_mutex_lock(&c->lock);
 	if (__atomic_load_n(&c->state, __ATOMIC_ACQUIRE) != CONN_PENDING) {
 		pthread_mutex_unlock(&c->lock);
@@ -405,8 +411,6 @@ int hs_client_step(struct hs_flow *f, bool final)
 	(void)hs_send(f->ufd, &conf, auth->by_key ? bells : NULL, auth->by_key ? 2 : 0);
 	conn_activate(c);
 	pthread_mutex_unlock(&c->lock);
-	statsrv_ensure();
-	close_fds(in, 1);
 	return 0;
 }
 

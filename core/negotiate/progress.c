@@ -294,6 +294,10 @@ static void on_rdv(evutil_socket_t fd, short what, void *arg)
 	int r;
 
 	(void)what;
+	/* up and away from the numbers the program gets next (fdpark.h): the handshake
+	 * keeps it a while, the connection may be active before it is closed */
+	if (ufd >= 0)
+		ufd = fd_park(ufd);
 	if (ufd < 0) {
 		if (errno == EAGAIN || errno == EINTR || errno == ECONNABORTED)
 			return;
@@ -587,10 +591,16 @@ static struct event_base *progress_start(void)
 	int fds[PROGRESS_BASE_FDS + 2];
 	size_t nfds;
 
+	int *fill;
+	size_t nfill;
+
 	fd_own_snapshot(&snap);
+	/* above the numbers programs pick themselves (fdpark.h) */
+	nfill = fd_low_fill(&fill);
 	smc_thread_internal = true;
 	base = event_base_new();
 	smc_thread_internal = false;
+	fd_low_unfill(fill, nfill);
 	nfds = fd_own_adopt(&snap, &base_fds, fds, base ? PROGRESS_BASE_FDS + 2 : 0);
 	if (!base)
 		goto out;

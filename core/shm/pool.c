@@ -687,12 +687,21 @@ refused:
 	return NULL;
 }
 
+/* Under set->lock: no new offers into the set's pools. They stay claimable for the
+ * connections already offered. */
+static void set_retire_pools(struct pool_set *set)
+{
+	for (struct smc_pool *p = set->pools; p; p = p->next)
+		__atomic_store_n(&((struct pool_hdr *)p->base)->retired, 1u, __ATOMIC_RELEASE);
+}
+
 void pool_set_refuse(struct pool_set *set)
 {
 	if (!set)
 		return;
 	pthread_mutex_lock(&set->lock);
 	set->refuses = true;
+	set_retire_pools(set);
 	pthread_mutex_unlock(&set->lock);
 }
 
@@ -789,14 +798,6 @@ int pool_set_claim(struct pool_set *set, const struct sockaddr *peer, int tcp_fd
 }
 
 /* ---------------------------------------------------------------- fork */
-
-/* Under set->lock: no new offers into the set's pools. They stay claimable for the
- * connections already offered. */
-static void set_retire_pools(struct pool_set *set)
-{
-	for (struct smc_pool *p = set->pools; p; p = p->next)
-		__atomic_store_n(&((struct pool_hdr *)p->base)->retired, 1u, __ATOMIC_RELEASE);
-}
 
 /* Under sets_lock: no new offers into the server's pools, no new pools. */
 static void server_retire_all_locked(void)

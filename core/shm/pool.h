@@ -80,9 +80,11 @@ bool pool_client_withdraw(struct smc_pool *p, int slot, bool server_gone);
 struct pool_set *pool_set_new(void);
 /* The listener closed: its pools are retired and dropped (their connections live on). */
 void pool_set_free(struct pool_set *set);
-/* Every setup request is refused from now on: the listener may be shared with
- * processes that this one does not know (one inherited across exec), and any of them
- * might accept a connection offered in a pool, with no handshake to tell. */
+/* Every setup request is refused from now on, and the set's pools take no new offers
+ * (those already offered stay claimable): the listener may be shared with processes
+ * that this one does not know (one inherited across exec, or passed over a unix
+ * socket), and any of them might accept a connection offered in a pool, with no
+ * handshake to tell. */
 void pool_set_refuse(struct pool_set *set);
 /* Reads and answers the setup requests waiting on the listener's rendezvous name
  * (name_fd, nonblocking) for listening socket lfd. */

@@ -34,6 +34,11 @@ int smc_sock_listen(int fd, int backlog);
  * application (preload/process.c calls it from the library's constructor). The same
  * walk notes an io_uring instance among them (io_uring_watch.h). */
 void smc_sock_adopt_inherited(void);
+/* After recvmsg() brought descriptors (SCM_RIGHTS): a TCP listener among them is
+ * tracked as an inherited one (sock_accept.c). */
+void smc_sock_after_fd_receive(const struct msghdr *msg);
+/* Listener fd is being passed to another process: its pools refuse from now on. */
+void sock_listener_passed(int fd);
 int smc_sock_accept(int fd, struct sockaddr *addr, socklen_t *len, int flags);
 /* Vectored receive/send behind read/readv/recv/recvfrom/recvmsg and write/writev/send/
  * sendto/sendmsg. flags are MSG_* flags. */

@@ -15,6 +15,7 @@
 
 #include "core/base/config.h"
 #include "core/base/fd_budget.h"
+#include "core/base/fd_pass.h"
 #include "core/base/fdpark.h"
 #include "core/base/log.h"
 #include "core/base/real.h"
@@ -189,6 +190,26 @@ static bool inherited_tcp_listener(int fd)
  * over the rendezvous only: with the option set up its clients take the missing option
  * for a peer without SMC.
  */
+static void adopt_listener(int fd, const char *how)
+{
+	bool opted_in;
+
+	if (fdtab_kind(fd) != FD_NONE || !inherited_tcp_listener(fd))
+		return;
+	/* an entry in the map: opted in before the exec (peer-sent is 0 on a listener).
+	 * One that was not cannot be now: the eBPF program prepares a listener for the
+	 * option when it starts listening. */
+	opted_in = tcpopt_available() && tcpopt_peer_sent(fd) >= 0;
+	/* the image before an exec withdrew it (core/sock/exec.c): this one negotiates */
+	if (opted_in)
+		(void)tcpopt_withdraw(fd, false);
+	log_debug("fd %d: %s listener tracked (%s)", fd, how,
+		  opted_in ? "SMC option" : "rendezvous only");
+	/* its history is not known: ask the kernel for its options */
+	fdtab_flags_reset(fd, FDF_SOCKOPTS | FDF_BOUND);
+	listener_track(fd, opted_in, true);
+}
+
 void smc_sock_adopt_inherited(void)
 {
 	DIR *d;
@@ -202,7 +223,6 @@ void smc_sock_adopt_inherited(void)
 	while ((de = readdir(d)) != NULL) {
 		char *end;
 		long fd = strtol(de->d_name, &end, 10);
-		bool opted_in;
 
 		if (*end || end == de->d_name || fd < 0 || fd == dirfd(d) || fd > INT32_MAX)
 			continue;
@@ -210,22 +230,44 @@ void smc_sock_adopt_inherited(void)
 			io_uring_note_setup();
 			continue;
 		}
-		if (fdtab_kind((int)fd) != FD_NONE || !inherited_tcp_listener((int)fd))
-			continue;
-		/* an entry in the map: opted in before the exec (peer-sent is 0 on a
-		 * listener). One that was not cannot be now: the eBPF program prepares a
-		 * listener for the option when it starts listening. */
-		opted_in = tcpopt_available() && tcpopt_peer_sent((int)fd) >= 0;
-		/* the image before the exec withdrew it (core/sock/exec.c): this one negotiates */
-		if (opted_in)
-			(void)tcpopt_withdraw((int)fd, false);
-		log_debug("fd %ld: inherited listener tracked (%s)", fd,
-			  opted_in ? "SMC option" : "rendezvous only");
-		/* its history is not known: ask the kernel for its options */
-		fdtab_flags_reset((int)fd, FDF_SOCKOPTS | FDF_BOUND);
-		listener_track((int)fd, opted_in, true);
+		adopt_listener((int)fd, "inherited");
 	}
 	closedir(d);
+}
+
+static void adopt_received(int fd, void *arg)
+{
+	(void)arg;
+	adopt_listener(fd, "received");
+}
+
+/*
+ * A listener received from another process over a unix socket (SCM_RIGHTS: Node's
+ * child.send('server', srv), a supervisor handing its listeners to workers) is tracked
+ * as an inherited one: its clients find the sender's rendezvous name and offer SMC,
+ * and this process, which accepts some of their connections, must answer their
+ * handshakes (untracked, each such client waited out its handshake timeout). Its pools
+ * refuse, as the sender's do from the moment it passed the listener
+ * (sock_listener_passed): a pooled connection belongs to the process that made the pool.
+ */
+void smc_sock_after_fd_receive(const struct msghdr *msg)
+{
+	if (smc_enabled())
+		fd_pass_each(msg, adopt_received, NULL);
+}
+
+void sock_listener_passed(int fd)
+{
+	struct fd_entry *e = fdtab_peek(fd);
+
+	if (!e)
+		return;
+	/* under the fd's stripe lock: a concurrent close frees the listener only after
+	 * clearing the entry */
+	pthread_mutex_lock(fd_lock(fd));
+	if (e->kind == FD_LISTEN)
+		pool_set_refuse(((struct smc_listener *)e->obj)->pools);
+	pthread_mutex_unlock(fd_lock(fd));
 }
 
 static void copy_addr_out(const struct sockaddr_storage *ss, socklen_t sslen,

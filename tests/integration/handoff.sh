@@ -91,6 +91,52 @@ else
 	smc_log "node not installed: its case skipped"
 fi
 
+# listener LABEL: a server serves 10 connections, then passes its listener to a child
+# over a unix socket (SCM_RIGHTS) and stops accepting; the child serves 30 more. The
+# child's library must take the received listener as its own (its clients found the
+# parent's rendezvous name: untracked, each waited out its handshake timeout), and the
+# parent's pools must take no more offers (a pooled connection the child accepts was
+# never answered).
+listener() {
+	local label=$1 upgraded=${2:-} sdir cdir out
+	smc_free_port port
+	sdir=$(smc_stats_dir "$label-server")
+	cdir=$(smc_stats_dir "$label-client")
+	smc_start_server "$label" "$sdir" python3 "$PROG" listener-server "$port" 10
+	smc_wait_port "$label" "$port"
+	out=$(smc_run "$cdir" python3 "$PROG" short-clients "$port" 40 2>&1)
+	smc_assert_eq "$label: client" "$out" "OK 40"
+	smc_wait_server_exit "$label" 30
+	grep -qx "SERVED C 30" "$(smc_server_log "$label")" ||
+		smc_fail "$label: the child did not serve 30: $(cat "$(smc_server_log "$label")")"
+	smc_require_stats "$cdir"
+	smc_require_stats "$sdir"
+	smc_log "stats $label client: $(smc_stats_summary "$cdir")"
+	smc_log "stats $label servers: $(smc_stats_summary "$sdir")"
+	smc_assert_eq "$label: client handshakes timed out" \
+		"$(smc_stats "$cdir" '.fallback["handshake-failed"] // 0')" 0
+	smc_assert_eq "$label: client aborts" "$(smc_stats "$cdir" '.events.aborts')" 0
+	smc_assert_eq "$label: server aborts" "$(smc_stats "$sdir" '.events.aborts')" 0
+	if [ -n "$upgraded" ] && [ "$SMC_TEST_EXPECT" = shm ]; then
+		smc_assert_eq "$label: upgraded client connections" \
+			"$(smc_stats "$cdir" '.connections.shm')" "$upgraded"
+		smc_assert_eq "$label: upgraded server connections (parent and child)" \
+			"$(smc_stats "$sdir" '.connections.shm')" "$upgraded"
+	fi
+}
+
+smc_log "---- listener passed: every connection with a handshake"
+listener listener 41 # the parent's 10 and the child's 31 (with the QUIT)
+smc_log "---- listener passed after the client got a pool (default short-connection policy)"
+unset SMC_SHORT_CONN_US
+listener listener-pool
+if [ "$SMC_TEST_EXPECT" = shm ]; then
+	# the case is only one if the parent's pool carried connections before the pass
+	smc_assert_ge "listener-pool: pooled client connections" \
+		"$(smc_stats "$SMC_TMP/stats-listener-pool-client" '.events.shm_pooled')" 1
+fi
+export SMC_SHORT_CONN_US=0
+
 smc_log "---- stdio: fdopen + fputs, bash /dev/tcp"
 smc_free_port port
 sdir=$(smc_stats_dir stdio-server)

@@ -11,6 +11,14 @@
 #                          came back in order, exits 1 otherwise
 #   stdio-client PORT      writes a line with fdopen() + fputs() + fflush() (C stdio)
 #                          and prints the echo it reads back
+#   listener-server PORT K serves K connections (a line, its echo), then passes its
+#                          listener to a child process over a unix socket pair
+#                          (socket.send_fds) and stops accepting: the child serves the
+#                          rest until a connection says QUIT; prints "SERVED P K" and
+#                          "SERVED C n" (the child's count)
+#   short-clients PORT N   N connections one after the other, each a line and its echo
+#                          (10 s at most each), then QUIT: prints "OK N", exits 1 on a
+#                          wrong or missing answer
 import multiprocessing as mp
 import os, socket, sys
 from multiprocessing import reduction
@@ -99,6 +107,76 @@ def stdio_client(port):
     print(got.decode().strip(), flush=True)
 
 
+def serve_one(c):
+    c.settimeout(30)
+    d = b""
+    while not d.endswith(b"\n"):
+        b = c.recv(100)
+        if not b:
+            break
+        d += b
+    c.sendall(d)
+    c.close()
+    return d
+
+
+def listener_server(port, k):
+    ls = socket.socket()
+    ls.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    ls.bind(("127.0.0.1", port))
+    ls.listen(64)
+    for _ in range(k - 1):
+        c, _ = ls.accept()
+        serve_one(c)
+    # the k-th is answered once the listener is passed: the client's next connection
+    # comes after the pass (one offered into a pool before it is a known problem)
+    last, _ = ls.accept()
+    a, b = socket.socketpair()
+    pid = os.fork()
+    if pid == 0:
+        a.close()
+        ls.close()
+        _, fds, _, _ = socket.recv_fds(b, 16, 1)
+        child_ls = socket.socket(fileno=fds[0])
+        n = 0
+        while True:
+            c, _ = child_ls.accept()
+            d = serve_one(c)
+            if d == b"QUIT\n":
+                break
+            n += 1
+        print("SERVED C %d" % n, flush=True)
+        sys.exit(0)  # exit(): the library writes the child's stats
+    b.close()
+    socket.send_fds(a, [b"L"], [ls.fileno()])
+    serve_one(last)
+    print("SERVED P %d" % k, flush=True)
+    os.waitpid(pid, 0)
+
+
+def short_clients(port, n):
+    for i in range(n + 1):
+        s = socket.create_connection(("127.0.0.1", port))
+        s.settimeout(10)
+        m = b"QUIT\n" if i == n else b"line-%d\n" % i
+        s.sendall(m)
+        got = b""
+        try:
+            while not got.endswith(b"\n"):
+                d = s.recv(100)
+                if not d:
+                    break
+                got += d
+        except socket.timeout:
+            print("TIMEOUT on connection %d" % i, flush=True)
+            sys.exit(1)
+        if got != m:
+            print("WRONG answer on connection %d: %r" % (i, got), flush=True)
+            sys.exit(1)
+        s.close()
+    print("OK %d" % n, flush=True)
+
+
 role = sys.argv[1]
 if role == "mp-server":
     mp_server(int(sys.argv[2]), int(sys.argv[3]))
@@ -106,5 +184,9 @@ elif role == "client":
     client(int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]))
 elif role == "stdio-client":
     stdio_client(int(sys.argv[2]))
+elif role == "listener-server":
+    listener_server(int(sys.argv[2]), int(sys.argv[3]))
+elif role == "short-clients":
+    short_clients(int(sys.argv[2]), int(sys.argv[3]))
 else:
-    sys.exit("usage: handoff.py mp-server|client|stdio-client ...")
+    sys.exit("usage: handoff.py mp-server|client|stdio-client|listener-server|short-clients ...")

@@ -1,0 +1,97 @@
+#!/bin/bash
+# SPDX-License-Identifier: GPL-2.0-only OR BSD-2-Clause
+#
+# The kernel gives a new descriptor the lowest free number, and programs count on it.
+# A preloaded client whose connection is upgraded makes the library start its
+# background threads and descriptors (libevent's epoll set, pipe and eventfd, the
+# stats server's socket, the handshake's sockets and memfd), none of which may take or
+# hold a low number:
+#   daemon: closes 0, 1 and 2, connects, exchanges a line, then opens /dev/null three
+#           times and must get 0, 1 and 2 (as a daemon that reopens its standard
+#           streams does), after write(2) failed with EBADF;
+#   dupfd:  ucspi-tcp's tcpclient: after connect(), close(6) and F_DUPFD(socket, 6)
+#           must give 6, then the same for 7.
+# Before, the first connection left libevent's descriptors at the lowest free numbers
+# (and the program's close() of them was ignored, as they are the library's), and the
+# stats server's thread held one reserved while blocked in accept().
+# Each case checks the line came back over shared memory. With SMC_TEST_EXPECT=tcp the
+# same over plain TCP.
+# Exit: 0 pass, 1 fail, 77 skip (python3 missing), 99 hard error.
+
+# shellcheck source=tests/integration/lib.sh
+. "$(cd -- "$(dirname -- "$0")" && pwd)/lib.sh"
+
+smc_require_cmd python3
+smc_init
+
+cat >"$SMC_TMP/server.py" <<'PY'
+import socket, sys
+ls = socket.socket()
+ls.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+ls.bind(("127.0.0.1", 0))
+ls.listen(8)
+print("port %d" % ls.getsockname()[1], flush=True)
+for _ in range(int(sys.argv[1])):
+    c, _ = ls.accept()
+    d = c.recv(100)
+    c.sendall(d)
+    c.recv(100)
+    c.close()
+PY
+
+cat >"$SMC_TMP/client.py" <<'PY'
+import errno, fcntl, os, socket, sys
+case, port = sys.argv[1], int(sys.argv[2])
+report = os.dup(1)
+def say(msg):
+    os.write(report, (msg + "\n").encode())
+s = socket.socket()
+if case == "daemon":
+    for fd in (0, 1, 2):
+        os.close(fd)
+s.connect(("127.0.0.1", port))
+s.sendall(b"line\n")
+if s.recv(100) != b"line\n":
+    say("no echo")
+    sys.exit(1)
+bad = 0
+if case == "daemon":
+    try:
+        os.write(2, b"x")
+        say("write(2) succeeded: fd 2 is open")
+        bad = 1
+    except OSError as e:
+        if e.errno != errno.EBADF:
+            say("write(2): %s" % e)
+            bad = 1
+    got = [os.open("/dev/null", os.O_RDWR) for _ in range(3)]
+    say("open /dev/null x3: %s" % got)
+    bad |= got != [0, 1, 2]
+else:
+    fd = s.fileno()
+    for want in (6, 7):
+        try:
+            os.close(want)
+        except OSError:
+            pass
+        got = fcntl.fcntl(fd, fcntl.F_DUPFD, want)
+        say("close(%d); F_DUPFD(%d) -> %d" % (want, want, got))
+        bad |= got != want
+s.close()
+sys.exit(bad)
+PY
+
+srv=$(smc_stats_dir server)
+smc_start_server server "$srv" python3 "$SMC_TMP/server.py" 2
+smc_wait_log server '^port '
+read -r _ port < <(grep -m1 '^port ' "$SMC_TMP/server.log")
+for case in daemon dupfd; do
+	cli=$(smc_stats_dir "client-$case")
+	out=$(smc_run "$cli" python3 "$SMC_TMP/client.py" "$case" "$port" 2>&1)
+	rc=$?
+	smc_log "$case: $out"
+	smc_assert_eq "$case: client exit status (1: a low number was taken)" "$rc" 0
+	smc_expect_connections "$cli" 1 "client $case"
+done
+smc_wait_server_exit server 10
+smc_pass

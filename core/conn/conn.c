@@ -106,6 +106,19 @@ struct conn_batch {
 	size_t n, cap;
 };
 
+/* Under conn_list_lock: a reference to c unless its last one is being dropped (its
+ * conn_free waits for the lock to unlink it; a reference taken now would free it a
+ * second time). */
+static bool conn_get_live(struct smc_conn *c)
+{
+	int refs = __atomic_load_n(&c->obj_refs, __ATOMIC_RELAXED);
+
+	while (refs > 0 && !__atomic_compare_exchange_n(&c->obj_refs, &refs, refs + 1, true,
+							__ATOMIC_ACQUIRE, __ATOMIC_RELAXED))
+		;
+	return refs > 0;
+}
+
 static void batch_add(struct conn_batch *b, struct smc_conn *c)
 {
 	if (b->n == b->cap) {
@@ -117,8 +130,8 @@ static void batch_add(struct conn_batch *b, struct smc_conn *c)
 		b->c = m;
 		b->cap = cap;
 	}
-	conn_get(c);
-	b->c[b->n++] = c;
+	if (conn_get_live(c))
+		b->c[b->n++] = c;
 }
 
 static void batch_take(struct smc_conn *c, void *arg)
@@ -313,15 +326,10 @@ static struct smc_conn *conn_pending_server_get(void)
 {
 	for (struct conn_node *n = conn_list; n; n = n->next) {
 		struct smc_conn *c = n->c;
-		int refs = __atomic_load_n(&c->obj_refs, __ATOMIC_RELAXED);
 
 		if (!c->deferred || __atomic_load_n(&c->state, __ATOMIC_ACQUIRE) != CONN_PENDING)
 			continue;
-		/* not one whose last reference is being dropped (conn_free waits for us) */
-		while (refs > 0 && !__atomic_compare_exchange_n(&c->obj_refs, &refs, refs + 1, true,
-								__ATOMIC_ACQUIRE, __ATOMIC_RELAXED))
-			;
-		if (refs > 0)
+		if (conn_get_live(c))
 			return c;
 	}
 	return NULL;

@@ -106,7 +106,8 @@ struct smc_conn {
 
 	/* handshake (client side, while PENDING) */
 	bool clc_in_stream;         /* negotiated through the TCP option: the CLC messages
-				     * travel on the TCP stream (negotiate.h), set at connect() */
+				     * travel on the TCP stream (negotiate.h), set at connect();
+				     * its watch's `inband` (progress.c) */
 	int rdv_listen_fd;          /* per-connection rendezvous listener, -1 when none */
 	int watch_fd;               /* the progress thread's descriptor of the socket while
 				     * it watches the handshake (progress.c), or -1 */

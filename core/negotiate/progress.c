@@ -700,8 +700,8 @@ static void pending_register(evutil_socket_t fd, short what, void *arg)
 		goto fail;
 	p->c = c;
 	p->nc.listen_fd = -1;
-	/* c->rdv_listen_fd < 0: in-band, the rendezvous comes after the TCP handshake */
-	p->inband = c->rdv_listen_fd < 0;
+	/* in band, the rendezvous comes after the TCP handshake (rdv_listen_fd still -1) */
+	p->inband = c->clc_in_stream;
 	if (p->inband) {
 		p->ev_tcp = event_new(base, c->watch_fd, EV_WRITE, on_connected, p);
 	} else {
@@ -784,8 +784,9 @@ static void pending_full_expired(evutil_socket_t fd, short what, void *arg)
 	pthread_mutex_lock(&c->lock);
 	p = __atomic_load_n(&c->state, __ATOMIC_ACQUIRE) == CONN_PENDING ? c->bg_pending : NULL;
 	pthread_mutex_unlock(&c->lock);
-	/* p stays valid: only this thread finishes it (pending_finish) */
-	if (p && !p->inband) {
+	/* p stays valid: only this thread finishes it (pending_finish); not in band
+	 * (progress_watch_staging_full) */
+	if (p) {
 		log_debug("fd %d: the program filled its staging buffer and the server has not "
 			  "answered: plain TCP", c->fd);
 		pending_give_up(p, SMC_REASON_HANDSHAKE);

@@ -29,6 +29,9 @@
 
 smc_require_cmd python3
 smc_init
+# the same-host rendezvous, even where the host (its boot unit, a concurrent test) has
+# the TCP option set up: its map is pinned under SMC_RDV_DIR too
+export SMC_BPF_DIR=/sys/fs/bpf/smc-accept-later-none-$$ SMC_RDV_DIR=$SMC_TMP/no-rdv-dir
 export SMC_HANDSHAKE_TIMEOUT_MS=20000 SMC_SHORT_CONN_US=0
 
 cat >"$SMC_TMP/server.py" <<'PY'

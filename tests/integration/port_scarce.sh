@@ -19,6 +19,9 @@
 
 smc_require_cmd python3 unshare ip
 smc_init
+# the same-host rendezvous, even where the host (its boot unit, a concurrent test) has
+# the TCP option set up: its map is pinned under SMC_RDV_DIR too
+export SMC_BPF_DIR=/sys/fs/bpf/smc-port-scarce-none-$$ SMC_RDV_DIR=$SMC_TMP/no-rdv-dir
 [ "$(id -u)" = 0 ] || smc_skip "needs root (a network namespace of its own)"
 unshare --net true 2>/dev/null || smc_skip "unshare --net is not possible here"
 

@@ -435,6 +435,7 @@ void conn_fork_child(void)
 		pthread_mutex_init(&c->tx_lock, NULL);
 		c->asleep_rx = c->asleep_tx = 0;
 		c->bytes_sent = c->bytes_received = 0;
+		c->exchanges = 0;
 		c->tx_rx_mark = 0;
 		c->policy_key = 0;
 		if (__atomic_load_n(&c->state, __ATOMIC_ACQUIRE) == CONN_PENDING) {
@@ -713,6 +714,8 @@ ssize_t conn_send_pending(struct smc_conn *c, const struct iovec *iov, int iovcn
 		ring_copy_in_iov(c->pend_buf, CONN_PENDING_BUF, c->pend_len, iov, iovcnt, 0, n,
 				 false);
 	c->pend_len += n;
+	if (n)
+		__atomic_store_n(&c->sent_last, true, __ATOMIC_RELAXED);
 	/* the send waits for the handshake from here on: not for long (progress.h) */
 	full = (n < want || c->pend_len == CONN_PENDING_BUF) && !c->pend_full_told;
 	if (full)
@@ -2499,6 +2502,10 @@ ssize_t conn_recv(struct smc_conn *c, const struct iovec *iov, int iovcnt, int f
 	}
 	if (got && !(flags & MSG_PEEK)) {
 		c->bytes_received += got;
+		if (__atomic_load_n(&c->sent_last, __ATOMIC_RELAXED)) {
+			__atomic_store_n(&c->sent_last, false, __ATOMIC_RELAXED);
+			__atomic_fetch_add(&c->exchanges, 1, __ATOMIC_RELAXED);
+		}
 		stats_bytes(c->ib ? SMC_MODE_IB : SMC_MODE_SHM, 0, got);
 	}
 	if (tcp_rest && (!got || ((flags & MSG_WAITALL) && !(flags & MSG_PEEK)))) {
@@ -2689,6 +2696,7 @@ ssize_t conn_send(struct smc_conn *c, const struct iovec *iov, int iovcnt, int f
 	pthread_mutex_unlock(&c->tx_lock);
 	if (sent) {
 		c->bytes_sent += sent;
+		__atomic_store_n(&c->sent_last, true, __ATOMIC_RELAXED);
 		stats_bytes(c->ib ? SMC_MODE_IB : SMC_MODE_SHM, sent, 0);
 	}
 	if (sent || tcp_sent) {
@@ -2870,9 +2878,12 @@ void conn_release_fd(struct smc_conn *c)
 		uint64_t moved = __atomic_load_n(&c->bytes_sent, __ATOMIC_RELAXED) +
 				 __atomic_load_n(&c->bytes_received, __ATOMIC_RELAXED);
 
-		log_debug("fd %d: closed after %llu us, %llu bytes moved", c->fd,
-			  (unsigned long long)((now - c->born_ns) / 1000), (unsigned long long)moved);
-		hs_policy_closed(c->policy_key, now - c->born_ns, moved, now,
+		uint32_t turns = __atomic_load_n(&c->exchanges, __ATOMIC_RELAXED);
+
+		log_debug("fd %d: closed after %llu us, %llu bytes moved in %u exchanges", c->fd,
+			  (unsigned long long)((now - c->born_ns) / 1000), (unsigned long long)moved,
+			  turns);
+		hs_policy_closed(c->policy_key, now - c->born_ns, moved, turns, now,
 				 (uint64_t)smc_cfg.short_conn_us * 1000);
 	}
 	if (st == CONN_ACTIVE && c->pool && c->side == CONN_CLIENT && c->pool_slot >= 0 &&

@@ -103,6 +103,10 @@ struct smc_conn {
 	bool wrote_past_close;      /* a send after the peer's close was taken (conn_send) */
 
 	uint64_t bytes_sent, bytes_received; /* for smcpstat / stats at close */
+	/* request/answer turns, for the client's policy (hs_policy.h): a receive that got
+	 * data after a send counts one (relaxed: an estimate) */
+	uint32_t exchanges;
+	bool sent_last;
 
 	/* handshake (client side, while PENDING) */
 	bool clc_in_stream;         /* negotiated through the TCP option: the CLC messages

@@ -7,11 +7,20 @@
  * project's 2-core machine. A connection that moves a few hundred bytes and closes
  * (HTTP/1.0, connect-per-request clients) never wins that back, so a stream of them is
  * slower under SMC than under TCP. The client learns it per destination (address and
- * port), as the kernel's SMC handshake BPF policies do: after HS_POLICY_SHORT_RUN SMC
- * connections in a row to one destination closed within SMC_SHORT_CONN_US having moved
- * less than HS_POLICY_LONG_BYTES, new connections to it stay plain TCP (fallback reason
- * "short-lived"), except one probe per HS_POLICY_PROBE_NS that tries SMC again: one that
- * lives long (or moves much) gives the destination back to SMC.
+ * port), as the kernel's SMC handshake BPF policies do: after HS_POLICY_SHORT_RUN short
+ * SMC connections in a row to one destination, new connections to it stay plain TCP
+ * (fallback reason "short-lived"), except one probe per HS_POLICY_PROBE_NS that tries
+ * SMC again: one that is not short gives the destination back to SMC.
+ *
+ * Short: less than HS_POLICY_LONG_BYTES moved and closed within SMC_SHORT_CONN_US. A
+ * probe is short also when it made at most HS_POLICY_FEW_EXCHANGES request/answer
+ * turns, however long it took: a loaded server answers one request in more than
+ * SMC_SHORT_CONN_US (ab -c 50 against Apache: ~8 ms a request over TCP), and by time
+ * alone its probes would give the destination back to full handshakes, which load it
+ * further. What a connection saves over TCP grows with its turns (~10-20 us each here,
+ * against the handshake's ~270 us), not with the time it waits for them. A destination
+ * still on SMC is judged by time alone: its connections may be idle ones of a program
+ * that talks on them later.
  *
  * Only the client decides: it simply does not offer SMC, and the server sees a client
  * that does not run the library. The table is per process, small and lossy (a slot
@@ -28,6 +37,7 @@
 #define HS_POLICY_SHORT_RUN   4                     /* short SMC connections in a row */
 #define HS_POLICY_LONG_BYTES  (512u * 1024)         /* moved more: worth it, however short */
 #define HS_POLICY_PROBE_NS    1000000000ull         /* one SMC probe per second */
+#define HS_POLICY_FEW_EXCHANGES 2                   /* a request, a redirect or a TLS setup */
 
 /* Nonzero key of destination dst (IPv4-mapped IPv6 equals IPv4); 0 when it has none. */
 uint64_t hs_policy_key(const struct sockaddr *dst);
@@ -36,10 +46,10 @@ uint64_t hs_policy_key(const struct sockaddr *dst);
  * SMC, false to stay TCP. short_ns 0 disables the policy (always true). */
 bool hs_policy_admit(uint64_t key, uint64_t now_ns, uint64_t short_ns);
 
-/* An SMC connection to `key`, open for lifetime_ns, moved `bytes` (both directions)
- * and closed at now_ns. */
-void hs_policy_closed(uint64_t key, uint64_t lifetime_ns, uint64_t bytes, uint64_t now_ns,
-		      uint64_t short_ns);
+/* An SMC connection to `key`, open for lifetime_ns, moved `bytes` (both directions) in
+ * `exchanges` request/answer turns and closed at now_ns. */
+void hs_policy_closed(uint64_t key, uint64_t lifetime_ns, uint64_t bytes, uint32_t exchanges,
+		      uint64_t now_ns, uint64_t short_ns);
 
 /* Forgets every destination (tests). */
 void hs_policy_reset(void);

@@ -5,10 +5,12 @@
 #  1. One python process, SMC_SHORT_CONN_US=200000 (headroom for slow machines): six
 #     short requests (4 upgraded; the fifth asks for a connection pool, core/shm/pool.h, and
 #     so is upgraded too, but nginx's worker refuses it: it was forked after the listener
-#     was opened; the sixth stays TCP), a pause past the probe interval, one connection
-#     held open 0.5 s (the probe: upgraded, and long), then two short ones, upgraded again
-#     because the long one gave the destination back to SMC. Exactly 8 shm and 1
-#     short-lived connections, none pooled, every response complete.
+#     was opened; the sixth stays TCP), a pause past the probe interval, one request held
+#     open 0.5 s (the probe: upgraded, and short however long, for it made one exchange),
+#     so one more short request at once stays TCP, another pause, one connection with three requests in turn held 0.5 s (the next
+#     probe: upgraded, and long), then two short ones, upgraded again because the long one gave
+#     the destination back to SMC. Exactly 9 shm and 2 short-lived connections, none
+#     pooled, every response complete.
 #  2. wrk with "Connection: close" under the default settings: every request answered
 #     (2xx, no socket error); wrk upgraded its first connections (payload over shm) and
 #     then left its connections TCP, fallback reason "short-lived", which nginx counts
@@ -49,22 +51,52 @@ def get(hold=0.0):
     if not head.startswith(b"HTTP/1.1 200") or body != want:
         sys.exit("bad response: %r" % data[:200])
 
+def talk(turns, hold):
+    # keep-alive requests, each answer read whole before the next request: `turns`
+    # request/answer exchanges on one connection
+    s = socket.create_connection(("127.0.0.1", port))
+    f = s.makefile("rb")
+    for i in range(turns):
+        last = i == turns - 1
+        s.sendall(b"GET /small.txt HTTP/1.1\r\nHost: t\r\n" +
+                  (b"Connection: close\r\n" if last else b"") + b"\r\n")
+        status = f.readline()
+        length = None
+        while True:
+            line = f.readline()
+            if line in (b"\r\n", b""):
+                break
+            k, _, v = line.partition(b":")
+            if k.strip().lower() == b"content-length":
+                length = int(v)
+        body = f.read(length)
+        if not status.startswith(b"HTTP/1.1 200") or body != want:
+            sys.exit("bad response %d: %r" % (i, status))
+        time.sleep(hold / turns)
+    f.close()
+    s.close()
+
 for _ in range(6):
     get()
 time.sleep(1.3)
+# one slow answer alone is short (hs_policy.h): the probe that gives the destination
+# back talks, three turns, and lives long
 get(hold=0.5)
+get()
+time.sleep(1.1)
+talk(3, 0.5)
 for _ in range(2):
     get()
 print("OK")
 PY
-smc_log "python: 6 short, pause, 1 long, 2 short"
+smc_log "python: 6 short, pause, 1 slow, 1 short, pause, 1 with 3 turns, 2 short"
 out=$(SMC_SHORT_CONN_US=200000 smc_run "$pydir" python3 "$SMC_TMP/client.py" "$port" "$www/small.txt" 2>&1) ||
 	smc_fail "python client failed (exit $?): $out"
 smc_log "stats python: $(smc_stats_summary "$pydir")"
-smc_assert_eq "python: shm connections (4 + pool request + probe + 2)" \
-	"$(smc_stats "$pydir" '.connections.shm')" 8
-smc_assert_eq "python: short-lived connections" "$(smc_stats "$pydir" '.fallback["short-lived"] // 0')" 1
-smc_assert_eq "python: tcp connections" "$(smc_stats "$pydir" '.connections.tcp')" 1
+smc_assert_eq "python: shm connections (4 + pool request + 2 probes + 2)" \
+	"$(smc_stats "$pydir" '.connections.shm')" 9
+smc_assert_eq "python: short-lived connections" "$(smc_stats "$pydir" '.fallback["short-lived"] // 0')" 2
+smc_assert_eq "python: tcp connections" "$(smc_stats "$pydir" '.connections.tcp')" 2
 smc_assert_eq "python: pooled connections (nginx forks: no pool)" \
 	"$(smc_stats "$pydir" '.events.shm_pooled')" 0
 
@@ -87,8 +119,8 @@ smc_log "stats wrk: $(smc_stats_summary "$wrkdir")"
 shm=$(smc_stats "$wrkdir" '.connections.shm')
 short=$(smc_stats "$wrkdir" '.fallback["short-lived"] // 0')
 tcp=$(smc_stats "$wrkdir" '.connections.tcp')
-# the first 4, those already connecting meanwhile, a probe per second of the run, and
-# again 4 each time one of them took longer than 10 ms (a loaded machine): few in all
+# the first 4, those already connecting meanwhile and a probe per second of the run
+# (one exchange each: short however slow a loaded machine answers them)
 smc_assert_ge "wrk: shm connections (the first ones)" "$shm" 4
 smc_assert "wrk: $shm shm connections for $tcp short-lived: not under 1 in 10" \
 	"$((shm * 10))" -le "$tcp"

@@ -27,14 +27,18 @@ static uint64_t key6(const char *ip, uint16_t port)
 	return hs_policy_key((struct sockaddr *)&in6);
 }
 
-/* n SMC connections to k, each `life` long and moving `bytes`, closed one after the
- * other from *now on; each must have been admitted. */
-static void run_conns(uint64_t k, int n, uint64_t life, uint64_t bytes, uint64_t *now)
+/* Request/answer turns of a connection that talks (a keep-alive client). */
+#define TURNS 10
+
+/* n SMC connections to k, each `life` long and moving `bytes` in `turns` exchanges,
+ * closed one after the other from *now on; each must have been admitted. */
+static void run_conns(uint64_t k, int n, uint64_t life, uint64_t bytes, uint32_t turns,
+		      uint64_t *now)
 {
 	for (int i = 0; i < n; i++) {
 		ck_assert_msg(hs_policy_admit(k, *now, SHORT_NS), "connection %d not admitted", i);
 		*now += life;
-		hs_policy_closed(k, life, bytes, *now, SHORT_NS);
+		hs_policy_closed(k, life, bytes, turns, *now, SHORT_NS);
 	}
 }
 
@@ -58,7 +62,7 @@ START_TEST(short_run_then_tcp)
 	uint64_t k = key4("127.0.0.1", 6379), now = 5000 * MS;
 
 	hs_policy_reset();
-	run_conns(k, HS_POLICY_SHORT_RUN, 1 * MS, 64, &now);
+	run_conns(k, HS_POLICY_SHORT_RUN, 1 * MS, 64, TURNS, &now);
 	/* now TCP, and stays so until the probe interval passed */
 	ck_assert(!hs_policy_admit(k, now, SHORT_NS));
 	ck_assert(!hs_policy_admit(k, now + HS_POLICY_PROBE_NS - 1, SHORT_NS));
@@ -73,13 +77,41 @@ START_TEST(one_long_breaks_the_run)
 	uint64_t k = key4("10.0.0.1", 80), now = 0;
 
 	hs_policy_reset();
-	run_conns(k, HS_POLICY_SHORT_RUN - 1, 1 * MS, 64, &now);
-	run_conns(k, 1, SHORT_NS, 64, &now);          /* lived long enough */
-	run_conns(k, HS_POLICY_SHORT_RUN - 1, 1 * MS, 64, &now);
+	run_conns(k, HS_POLICY_SHORT_RUN - 1, 1 * MS, 64, TURNS, &now);
+	run_conns(k, 1, SHORT_NS, 64, TURNS, &now);          /* lived long enough */
+	run_conns(k, HS_POLICY_SHORT_RUN - 1, 1 * MS, 64, TURNS, &now);
 	ck_assert(hs_policy_admit(k, now, SHORT_NS));
-	run_conns(k, 1, 1 * MS, HS_POLICY_LONG_BYTES, &now); /* short, but moved much */
-	run_conns(k, HS_POLICY_SHORT_RUN - 1, 1 * MS, HS_POLICY_LONG_BYTES - 1, &now);
+	run_conns(k, 1, 1 * MS, HS_POLICY_LONG_BYTES, TURNS, &now); /* short, but moved much */
+	run_conns(k, HS_POLICY_SHORT_RUN - 1, 1 * MS, HS_POLICY_LONG_BYTES - 1, TURNS, &now);
 	ck_assert(hs_policy_admit(k, now, SHORT_NS));
+}
+END_TEST
+
+/* A loaded server answers slowly: a probe with one request and its answer stays short
+ * however long it took, and does not give the destination back; a third turn makes it
+ * long. On a destination still on SMC a slow connection is long whatever its turns. */
+START_TEST(few_turns_are_short_however_slow)
+{
+	uint64_t k = key4("127.0.0.1", 8080), now = 0;
+
+	hs_policy_reset();
+	run_conns(k, HS_POLICY_SHORT_RUN - 1, 1 * MS, 1500, 1, &now);
+	run_conns(k, 1, 50 * MS, 1500, 1, &now); /* slow: breaks the run */
+	run_conns(k, HS_POLICY_SHORT_RUN - 1, 1 * MS, 1500, 1, &now);
+	ck_assert(hs_policy_admit(k, now, SHORT_NS));
+	run_conns(k, 1, 1 * MS, 1500, 1, &now);
+	ck_assert(!hs_policy_admit(k, now, SHORT_NS));
+	now += HS_POLICY_PROBE_NS;
+	ck_assert(hs_policy_admit(k, now, SHORT_NS)); /* the probe, slow too */
+	hs_policy_closed(k, 80 * MS, 1500, HS_POLICY_FEW_EXCHANGES, now + 80 * MS, SHORT_NS);
+	ck_assert(!hs_policy_admit(k, now + 81 * MS, SHORT_NS));
+	now += HS_POLICY_PROBE_NS;
+	ck_assert(hs_policy_admit(k, now, SHORT_NS));
+	hs_policy_closed(k, 80 * MS, 1500, HS_POLICY_FEW_EXCHANGES + 1, now + 80 * MS, SHORT_NS);
+	ck_assert(hs_policy_admit(k, now + 81 * MS, SHORT_NS));
+	/* quick ones are short whatever their turns */
+	run_conns(k, HS_POLICY_SHORT_RUN, 1 * MS, 1500, 100, &now);
+	ck_assert(!hs_policy_admit(k, now, SHORT_NS));
 }
 END_TEST
 
@@ -88,18 +120,18 @@ START_TEST(probe_once_per_interval)
 	uint64_t k = key4("127.0.0.1", 11211), now = 1000 * MS, t;
 
 	hs_policy_reset();
-	run_conns(k, HS_POLICY_SHORT_RUN, 1 * MS, 10, &now);
+	run_conns(k, HS_POLICY_SHORT_RUN, 1 * MS, 10, TURNS, &now);
 	t = now + HS_POLICY_PROBE_NS;
 	ck_assert(hs_policy_admit(k, t, SHORT_NS));    /* the probe */
 	ck_assert(!hs_policy_admit(k, t, SHORT_NS));   /* and only one */
 	ck_assert(!hs_policy_admit(k, t + HS_POLICY_PROBE_NS - 1, SHORT_NS));
 	/* a short probe keeps TCP; the next probe comes an interval after this one */
-	hs_policy_closed(k, 1 * MS, 10, t + 1 * MS, SHORT_NS);
+	hs_policy_closed(k, 1 * MS, 10, TURNS, t + 1 * MS, SHORT_NS);
 	ck_assert(!hs_policy_admit(k, t + 2 * MS, SHORT_NS));
 	t += HS_POLICY_PROBE_NS;
 	ck_assert(hs_policy_admit(k, t, SHORT_NS));
 	/* a long probe gives the destination back to SMC */
-	hs_policy_closed(k, 50 * MS, 10, t + 50 * MS, SHORT_NS);
+	hs_policy_closed(k, 50 * MS, 10, TURNS, t + 50 * MS, SHORT_NS);
 	for (int i = 0; i < 10; i++)
 		ck_assert(hs_policy_admit(k, t + 51 * MS, SHORT_NS));
 }
@@ -112,7 +144,7 @@ START_TEST(disabled)
 	hs_policy_reset();
 	for (int i = 0; i < 3 * HS_POLICY_SHORT_RUN; i++) {
 		ck_assert(hs_policy_admit(k, now, 0));
-		hs_policy_closed(k, 1, 1, now, 0);
+		hs_policy_closed(k, 1, 1, TURNS, now, 0);
 	}
 	ck_assert(hs_policy_admit(k, now, SHORT_NS));
 }
@@ -123,7 +155,7 @@ START_TEST(slot_taken_by_another_destination)
 	uint64_t a = key4("127.0.0.1", 7000), b = 0, now = 0;
 
 	hs_policy_reset();
-	run_conns(a, HS_POLICY_SHORT_RUN, 1 * MS, 1, &now);
+	run_conns(a, HS_POLICY_SHORT_RUN, 1 * MS, 1, TURNS, &now);
 	ck_assert(!hs_policy_admit(a, now, SHORT_NS));
 	/* find a destination that shares a's slot (256 slots) */
 	for (uint16_t port = 1; port && !b; port++) {
@@ -133,14 +165,14 @@ START_TEST(slot_taken_by_another_destination)
 			b = k;
 	}
 	ck_assert_uint_ne(b, 0);
-	run_conns(b, 1, 1 * MS, 1, &now);
+	run_conns(b, 1, 1 * MS, 1, TURNS, &now);
 	/* a is forgotten, so it tries SMC again: lossy, never wrong about b */
 	ck_assert(hs_policy_admit(a, now, SHORT_NS));
 	ck_assert(hs_policy_admit(b, now, SHORT_NS));
 	/* a long connection to an unknown destination does not evict anybody */
-	run_conns(b, HS_POLICY_SHORT_RUN - 1, 1 * MS, 1, &now);
+	run_conns(b, HS_POLICY_SHORT_RUN - 1, 1 * MS, 1, TURNS, &now);
 	ck_assert(!hs_policy_admit(b, now, SHORT_NS));
-	hs_policy_closed(a, 20 * MS, 1, now, SHORT_NS);
+	hs_policy_closed(a, 20 * MS, 1, TURNS, now, SHORT_NS);
 	ck_assert(!hs_policy_admit(b, now, SHORT_NS));
 }
 END_TEST
@@ -153,6 +185,7 @@ static Suite *hs_policy_suite(void)
 	tcase_add_test(tc, keys);
 	tcase_add_test(tc, short_run_then_tcp);
 	tcase_add_test(tc, one_long_breaks_the_run);
+	tcase_add_test(tc, few_turns_are_short_however_slow);
 	tcase_add_test(tc, probe_once_per_interval);
 	tcase_add_test(tc, disabled);
 	tcase_add_test(tc, slot_taken_by_another_destination);

@@ -52,6 +52,8 @@ PACKAGES+=(nghttp2-client)
 # socat EXEC, with and without nofork (tests/integration/exec.sh);
 # systemd-socket-activate (exec_listener.sh); ncat --exec (exec.sh)
 PACKAGES+=(socat systemd ncat)
+# libfaketime preloaded beside the library (tests/integration/faketime.sh)
+PACKAGES+=(libfaketime)
 # an FTP server whose sessions come from the raw clone system call (tests/integration/vsftpd.sh)
 PACKAGES+=(vsftpd)
 # libFuzzer's runtime for tests/fuzz (only a Recommends of clang, which is not installed)

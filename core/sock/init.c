@@ -2,6 +2,7 @@
 #include <pthread.h>
 #include <stdlib.h>
 
+#include "core/base/clock.h"
 #include "core/base/config.h"
 #include "core/base/fdpark.h"
 #include "core/base/fdtab.h"
@@ -86,6 +87,7 @@ static void fork_child(void)
 static void init_run(void)
 {
 	real_init();
+	(void)clock_resolve(); /* before any deadline, and outside any signal handler */
 	config_load(NULL);
 	log_init();
 	progress_load();

@@ -1892,6 +1892,16 @@ void conn_tcp_event(struct smc_conn *c)
 	}
 	if (r == 0) {
 		c->tcp_eof = true;
+		/* A FIN with no close flag in the rings: the peer's process ended without
+		 * closing (SIGKILL, _exit), and its kernel closed the socket. TCP resets
+		 * when such a close leaves received bytes unread; ours were in the ring, so
+		 * its kernel saw none: the reset is ours to report (redis-benchmark says
+		 * "Connection reset by peer" for a killed server, not "Server closed").
+		 * Only once the peer's own bytes are all read: a reset here is reported at
+		 * once, where TCP still hands out what arrived before it. */
+		if (!c->ib && !(peer_wflags(c) & (SHM_W_CLOSED | SHM_W_DONE_WRITING | SHM_W_TCP)) &&
+		    tx_free_peek(c) < c->tx_size && rx_used_peek(c) == 0)
+			c->aborted = true;
 	} else if (r > 0) {
 		/* over RDMA the leaver's first TCP bytes may overtake its CDC_WENT_TCP (two
 		 * paths): they wait; the link tells what they are */

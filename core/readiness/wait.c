@@ -38,6 +38,16 @@
 #define WAIT_STACK_ENTRIES 32
 /* conn_wait_fds() fills at most this many pollfds. */
 #define WAIT_FDS_PER_CONN 3
+/*
+ * How often a call that does not sleep still asks the kernel about its upgraded
+ * connections' TCP sockets. A peer killed by a signal leaves no flag in the rings, only
+ * its socket's FIN or reset; a sleeping call hears that (the socket is one of its wait
+ * fds), but one whose set always has something ready never sleeps (iperf3's server in
+ * select() with a data socket at EOF never saw its control connection's client die).
+ * Per thread, so the cost is one more ppoll per interval at most.
+ */
+#define WAIT_TCP_CHECK_NS (10 * 1000000ull)
+static __thread uint64_t tcp_checked_ns __attribute__((tls_model("initial-exec")));
 
 /* ------------------------------------------------------------------ shared helpers */
 
@@ -215,6 +225,7 @@ struct poll_call {
 	nfds_t *owner;           /* appended wait fd -> entry index */
 	unsigned *tag;           /* appended wait fd -> CONN_BELL_* / CONN_WAIT_TCP */
 	nfds_t nkernel;          /* entries the kernel must look at (kernel + epoll) */
+	nfds_t nsmc;             /* upgraded connections */
 	const sigset_t *mask;
 };
 
@@ -241,6 +252,7 @@ static void entry_to_kernel(struct poll_call *pc, nfds_t i)
 	e->c = NULL;
 	e->kind = ENTRY_KERNEL;
 	pc->nkernel++;
+	pc->nsmc--;
 }
 
 /* What poll reports for an SMC entry whose connection mask is m. */
@@ -294,8 +306,9 @@ static int count_ready(struct poll_call *pc)
 }
 
 /* Builds the kernel view of the set: kernel and epoll entries as they are, SMC entries
- * disabled (fd -1) and, when sleeping, their wait fds appended. Returns the length. */
-static nfds_t build_work(struct poll_call *pc, bool sleeping)
+ * disabled (fd -1) and, when sleeping, their wait fds appended; when not sleeping, only
+ * their TCP sockets, and only when `tcp`. Returns the length. */
+static nfds_t build_work(struct poll_call *pc, bool sleeping, bool tcp)
 {
 	nfds_t len = pc->n;
 
@@ -305,13 +318,15 @@ static nfds_t build_work(struct poll_call *pc, bool sleeping)
 		if (pc->ent[i].kind != ENTRY_SMC)
 			continue;
 		pc->work[i].fd = -1;
-		if (!sleeping)
+		if (!sleeping && !tcp)
 			continue;
 		struct pollfd wf[WAIT_FDS_PER_CONN];
 		unsigned tags[WAIT_FDS_PER_CONN];
 		int k = conn_wait_fds(pc->ent[i].c, poll_interest(pc->fds[i].events), wf, tags);
 
 		for (int j = 0; j < k && j < WAIT_FDS_PER_CONN; j++) {
+			if (!sleeping && tags[j] != CONN_WAIT_TCP)
+				continue;
 			pc->work[len] = wf[j];
 			pc->work[len].revents = 0;
 			pc->owner[len - pc->n] = i;
@@ -350,12 +365,21 @@ static void absorb_work(struct poll_call *pc, nfds_t len)
 static int eval_kernel(struct poll_call *pc, bool sleeping, const struct timespec *timeout)
 {
 	static const struct timespec zero = { 0, 0 };
+	bool tcp = false;
 	nfds_t len;
 	int r;
 
-	if (!sleeping && pc->nkernel == 0)
+	if (!sleeping && pc->nsmc) {
+		uint64_t now = clock_now_ns();
+
+		if (now - tcp_checked_ns >= WAIT_TCP_CHECK_NS) {
+			tcp_checked_ns = now;
+			tcp = true;
+		}
+	}
+	if (!sleeping && pc->nkernel == 0 && !tcp)
 		return 0;
-	len = build_work(pc, sleeping);
+	len = build_work(pc, sleeping, tcp);
 	r = sandbox_ppoll(pc->work, len, sleeping ? timeout : &zero, pc->mask);
 	if (r < 0)
 		return -1;
@@ -539,6 +563,7 @@ static int wait_poll_masked(struct pollfd *fds, nfds_t n, const struct timespec 
 		if (c && !(wait_conn_mask(c) & CONN_MASK_FALLBACK)) {
 			e->kind = ENTRY_SMC;
 			e->c = c; /* sock_fd_conn's reference, dropped at the end of the call */
+			pc.nsmc++;
 		} else {
 			if (c)
 				conn_put(c);

@@ -71,7 +71,7 @@ struct smc_stats_snapshot {
 	uint64_t aborts;        /* connections aborted because of bad peer data */
 	uint64_t wakeups_sent;  /* doorbells rung towards peers */
 	uint64_t stream_bytes;  /* shm payload stored with non-temporal stores */
-	uint64_t rewinds;       /* shm messages started at a ring's beginning (conn.c) */
+	uint64_t rewinds;       /* shm messages started at a ring's beginning (conn_data.c) */
 	uint64_t pooled;        /* shm connections that ran on a pool slot (pool.h) */
 	uint64_t pool_pending;  /* short-lived TCP connections made while their pool was set up */
 	uint64_t pool_full;     /* short-lived TCP connections made while every slot was taken */

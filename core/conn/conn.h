@@ -30,7 +30,7 @@
 enum conn_state { CONN_PENDING = 0, CONN_ACTIVE, CONN_FALLBACK, CONN_CLOSED };
 enum conn_side { CONN_CLIENT = 0, CONN_SERVER = 1 };
 /* How far the progress thread has taken a PENDING connection's handshake: only for the
- * report of a wait that never saw a decision (conn.c, the watchdog). */
+ * report of a wait that never saw a decision (conn_wait.c, the watchdog). */
 enum conn_hs_watch { HS_WATCH_NONE = 0, HS_WATCH_QUEUED, HS_WATCH_ARMED, HS_WATCH_DONE };
 
 struct smc_ep_reg;
@@ -63,7 +63,7 @@ struct smc_conn {
 	uint32_t rx_size, tx_size;
 	size_t reserved;            /* bytes counted against SMC_MEM_CAP (atomic) */
 	uint32_t rx_touched;        /* our RMB's pages the peer has written, counted in
-				     * `reserved` (shm, conn.c rx_count_touched; atomic) */
+				     * `reserved` (shm, conn_data.c rx_count_touched; atomic) */
 	struct conn_ib *ib;         /* SMC-R transport (conn_ib.h); NULL for shared memory */
 	struct smc_pool *pool;      /* the pool whose slot carries it (pool.h), or NULL: */
 	int pool_slot;              /* then map and bells are the slot's; -1 once returned */
@@ -92,7 +92,7 @@ struct smc_conn {
 	bool fork_shared;           /* another process may drive this side too (fork) */
 	unsigned fork_held;         /* the fork (number) that counted a child's holder */
 	bool fork_orphan;           /* forked child: PENDING at the fork, decided by the parent */
-	bool side_rest_waited;      /* conn.c, side_rest_wait: done once */
+	bool side_rest_waited;      /* conn_down.c, side_rest_wait: done once */
 	bool deferred;              /* server, PENDING: negotiated on the progress thread */
 	uint8_t hs_watch;           /* enum conn_hs_watch, atomic stores */
 	struct hs_flow *bg_flow;    /* server, PENDING: the progress thread's flow that
@@ -122,9 +122,9 @@ struct smc_conn {
 	uint64_t born_ns;           /* connect() time, clock_now_ns */
 
 	struct smc_ep_reg *regs;    /* epoll registrations of this connection */
-	struct conn_node *reg_node; /* its entry in the process's registry (conn.c) */
+	struct conn_node *reg_node; /* its entry in the process's registry (conn_registry.c) */
 
-	/* the peer went back to TCP (conn.c, "Downgrade") */
+	/* the peer went back to TCP (conn_down.c) */
 	bool peer_tcp;              /* its SHM_W_TCP was seen (atomic) */
 	bool resend_taken;          /* what it did not read is fixed: [resend_at, _end) */
 	bool resend_done;           /* and is all on TCP (atomic) */
@@ -166,7 +166,7 @@ void conn_activate(struct smc_conn *c);
 void conn_fallback(struct smc_conn *c, enum smc_reason why);
 /* Waits while the handshake runs: -EAGAIN when nonblock or after timeo_ns (the socket's
  * SO_RCVTIMEO/SO_SNDTIMEO; 0 = none), -EINTR on a signal. A handshake left undecided
- * far past its deadline resets the connection (conn.c: the watchdog). */
+ * far past its deadline resets the connection (conn_wait.c: the watchdog). */
 int conn_wait_pending(struct smc_conn *c, bool nonblock, int64_t timeo_ns);
 /* fork(), in this order (core/sock/init.c, forklock.h):
  *  - conn_fork_settle, holding no lock: decides the server handshakes the progress
@@ -241,7 +241,7 @@ bool conn_reset_take(struct smc_conn *c);
 int conn_rx_available(struct smc_conn *c);
 int conn_tx_queued(struct smc_conn *c);
 
-/* Sleeping (used by conn.c's blocking paths and by the poll/select/epoll emulation).
+/* Sleeping (used by conn_wait.c's blocking paths and by the poll/select/epoll emulation).
  * events are POLLIN/POLLOUT interest bits. Protocol for a waiter:
  *   1. m = conn_poll_mask(c); if (m & (events|POLLERR|POLLHUP)) -> ready, do not sleep
  *   2. m = conn_prepare_sleep(c, events, drained_bells); if ready -> do not sleep

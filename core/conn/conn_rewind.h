@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: GPL-2.0-only OR BSD-2-Clause */
 /*
- * The cursor arithmetic of ring rewinds (conn.c, "Rewinds"): what a reader makes of a
+ * The cursor arithmetic of ring rewinds (conn_data.c, the rewinds): what a reader makes of a
  * writer's rewind announced in the shared control block, and what a writer counts its
  * room from while one is pending. Pure functions of cursors, so that everything a peer
  * can write into the block (skip_at, skip_seq, prod, cons) is checked by code the fuzz

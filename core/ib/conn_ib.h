@@ -40,7 +40,7 @@ struct smc_conn;
 struct conn_ib;
 struct ib_link;
 
-/* ------------------------------------------------------------ data path (conn.c) */
+/* ------------------------------------------------------------ data path (conn_data.c) */
 
 /* ACTIVE: points c's rings, sizes and control blocks at the transport's. */
 void conn_ib_activate(struct smc_conn *c);
@@ -51,7 +51,7 @@ int64_t conn_ib_tx_free(struct smc_conn *c);
 /* Bytes we wrote that are not yet in the peer's RMB (not posted, or the WRITE not
  * completed): what SIOCOUTQ reports over RDMA. */
 int conn_ib_tx_unwritten(struct smc_conn *c);
-/* conn.c moved c->rx_cons / c->tx_prod: tell the transport. */
+/* conn_data.c moved c->rx_cons / c->tx_prod: tell the transport. */
 void conn_ib_rx_published(struct smc_conn *c);
 void conn_ib_tx_published(struct smc_conn *c);
 /* The writer found no room and is about to wait (or return EAGAIN). */

@@ -670,7 +670,7 @@ static void conn_on_cdc(struct ib_link *l, struct ib_conn *c, const struct cdc_m
 	c->peer_flags |= newflags;
 	if (newflags & CDC_WENT_TCP) {
 		/* the peer reads no more of its RMB: what we produced and did not post goes
-		 * over TCP with the rest of the re-send (conn.c); if our own flag is not out,
+		 * over TCP with the rest of the re-send (conn_down.c); if our own flag is not out,
 		 * it is not coming, and the peer waits to hear that */
 		c->tx_prod = c->tx_sent;
 		if (!(c->my_flags & CDC_WENT_TCP))

@@ -191,7 +191,7 @@ bool ib_conn_aborted(struct ib_conn *c);
 /* shutdown(SHUT_WR): CDC_DONE_WRITING after the data already produced. */
 void ib_conn_shutdown_wr(struct ib_conn *c);
 /*
- * Downgrade (conn.c, "Downgrade"): the owner goes back to plain TCP. IB_TCP_ANNOUNCED:
+ * Downgrade (conn_down.c): the owner goes back to plain TCP. IB_TCP_ANNOUNCED:
  * what it produced is posted, then a CDC with CDC_WENT_TCP and its consumer cursor
  * (the peer reads its RMB up to that CDC's producer cursor, then TCP, and re-sends
  * over TCP what it wrote from our cursor on); wait for the answer with

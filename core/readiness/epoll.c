@@ -18,7 +18,7 @@
  * the kernel. So the kernel's own ready list is the "dirty list":
  *   - each watch holds its sleeper counts for as long as it has enabled registrations
  *     (not only while a thread sleeps), so the peer rings our doorbell after a change;
- *     the peer rings at most once per sequence number (conn.c ring_if_asleep), and we
+ *     the peer rings at most once per sequence number (conn_data.c, conn_ring_if_asleep), and we
  *     bump the sequence (conn_rearm) only when a watch leaves our ready list, so a
  *     connection costs at most one ring per "became ready" transition, like a TCP
  *     wakeup, and nothing while it stays ready;

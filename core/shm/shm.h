@@ -24,7 +24,7 @@
 #define SHM_W_DONE_WRITING 0x1u /* shutdown(SHUT_WR): EOF after the ring drains */
 #define SHM_W_CLOSED       0x2u /* writer side closed */
 #define SHM_W_ABORT        0x4u /* connection aborted (SO_LINGER 0, protocol error) */
-/* The writer's side went back to plain TCP (conn.c, "Downgrade"): its stream goes on
+/* The writer's side went back to plain TCP (conn_down.c): its stream goes on
  * over the TCP socket after prod, and it stopped reading the other direction at that
  * direction's cons, from where the reader of this one re-sends over TCP. */
 #define SHM_W_TCP          0x8u
@@ -40,7 +40,7 @@ struct shm_dir_ctl {
 	uint32_t wflags;
 	uint32_t w_sleepers;  /* writer threads asleep waiting for room */
 	uint32_t w_seq;       /* bumped each time one goes to sleep */
-	uint32_t skip_seq;    /* bumped at each rewind (conn.c, tx_rewind) */
+	uint32_t skip_seq;    /* bumped at each rewind (conn_data.c, tx_rewind) */
 	uint64_t skip_at;     /* cursor at which the latest rewind left its lap */
 	/* written by the reader */
 	_Alignas(64) uint64_t cons;
@@ -61,7 +61,7 @@ struct shm_hdr {
 	} side_cpu[2];
 	_Alignas(64) struct shm_dir_ctl dir[2]; /* dir[0]: client->server, dir[1]: server->client */
 	/* The processes of one side after a fork copy out of and into the rings under
-	 * these, and a downgrade moves the side to TCP under both (conn.c, fork_lock):
+	 * these, and a downgrade moves the side to TCP under both (conn_data.c, conn_fork_lock):
 	 * [side][0: receive, 1: send], the holder's pid or 0. The peer never touches them. */
 	_Alignas(64) uint32_t fork_lock[2][2];
 };
@@ -95,7 +95,7 @@ void shm_detach(struct shm_map *m);
 
 /* Process-wide RMB memory accounting against SMC_MEM_CAP: memory in use. A same-host
  * connection is admitted for its control page and counts its RMB's pages as the peer
- * writes into them (conn.c, rx_count_touched); an RDMA connection reserves its
+ * writes into them (conn_data.c, rx_count_touched); an RDMA connection reserves its
  * registered RMB whole (it is pinned). */
 int shm_reserve(size_t bytes);   /* 0, or -ENOMEM past the cap */
 void shm_charge(size_t bytes);   /* counted without a check: memory already in use */

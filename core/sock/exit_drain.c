@@ -11,7 +11,7 @@
  * stopped reading: as TCP's zero-window probing would, bounded) or, over RDMA, MAX_NS
  * in all.
  *
- * The same holds for a re-send to a peer that went back to TCP (conn.c, "Downgrade"):
+ * The same holds for a re-send to a peer that went back to TCP (conn_down.c):
  * the progress thread that finishes it ends with the process, so exit finishes it
  * first (same bound).
  *

@@ -32,11 +32,11 @@ static pthread_once_t init_once = PTHREAD_ONCE_INIT;
  * The order in which fork's prepare handler takes the library's locks (each module's
  * fork_lock function takes its own; why trying them in this order cannot deadlock:
  * base/forklock.c):
- *   1. the connection registry (conn.c: conn_list_lock)
+ *   1. the connection registry (conn_registry.c: conn_list_lock)
  *   2. the epoll emulation: its list of sets, then every set (epoll_set.c)
  *   3. the fd stripes (sock.c)
  *   4. the pools: destinations, the list of sets, every set (pool.c)
- *   5. every connection's lock, walking the registry (conn.c: c->lock)
+ *   5. every connection's lock, walking the registry (conn_registry.c: c->lock)
  *   6. the progress thread's start (progress.c)
  *   7. leaves that nest nothing: the handshake policy table (hs_policy.c), the path
  *      rendezvous exit list (negotiate.c), the local address cache (rendezvous.c), the

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: GPL-2.0-only OR BSD-2-Clause */
 /*
- * Unit tests for a call waiting on a handshake decision (conn_wait_pending, core/conn/conn.c):
+ * Unit tests for a call waiting on a handshake decision (conn_wait_pending, core/conn/conn_wait.c):
  * the socket's timeouts, non-blocking sockets, and the watchdog that resets a
  * connection whose decision never comes. A connection that was never handed to the
  * progress thread is exactly one whose decision never comes, so the watchdog can be

@@ -25,38 +25,38 @@ static int exec_returned(int r)
 
 SMC_EXPORT int execve(const char *path, char *const argv[], char *const envp[])
 {
-	KEEP_ERRNO(smc_sock_before_exec(true));
+	KEEP_ERRNO(smc_sock_before_exec(true, path, envp));
 	return exec_returned(CALL_REAL(execve, path, argv, envp));
 }
 
 SMC_EXPORT int execveat(int dirfd, const char *path, char *const argv[], char *const envp[],
 			int flags)
 {
-	KEEP_ERRNO(smc_sock_before_exec(true));
+	KEEP_ERRNO(smc_sock_before_exec(true, path[0] == '/' ? path : NULL, envp));
 	return exec_returned(CALL_REAL(execveat, dirfd, path, argv, envp, flags));
 }
 
 SMC_EXPORT int fexecve(int fd, char *const argv[], char *const envp[])
 {
-	KEEP_ERRNO(smc_sock_before_exec(true));
+	KEEP_ERRNO(smc_sock_before_exec(true, NULL, envp));
 	return exec_returned(CALL_REAL(fexecve, fd, argv, envp));
 }
 
 SMC_EXPORT int execv(const char *path, char *const argv[])
 {
-	KEEP_ERRNO(smc_sock_before_exec(true));
+	KEEP_ERRNO(smc_sock_before_exec(true, path, environ));
 	return exec_returned(CALL_REAL(execv, path, argv));
 }
 
 SMC_EXPORT int execvp(const char *file, char *const argv[])
 {
-	KEEP_ERRNO(smc_sock_before_exec(true));
+	KEEP_ERRNO(smc_sock_before_exec(true, file, environ));
 	return exec_returned(CALL_REAL(execvp, file, argv));
 }
 
 SMC_EXPORT int execvpe(const char *file, char *const argv[], char *const envp[])
 {
-	KEEP_ERRNO(smc_sock_before_exec(true));
+	KEEP_ERRNO(smc_sock_before_exec(true, file, envp));
 	return exec_returned(CALL_REAL(execvpe, file, argv, envp));
 }
 
@@ -85,7 +85,7 @@ SMC_EXPORT int execl(const char *path, const char *arg, ...)
 
 	EXECL_ARGV(arg, argv, unused);
 	(void)unused;
-	KEEP_ERRNO(smc_sock_before_exec(true));
+	KEEP_ERRNO(smc_sock_before_exec(true, path, environ));
 	return exec_returned(CALL_REAL(execve, path, argv, environ));
 }
 
@@ -95,7 +95,7 @@ SMC_EXPORT int execlp(const char *file, const char *arg, ...)
 
 	EXECL_ARGV(arg, argv, unused);
 	(void)unused;
-	KEEP_ERRNO(smc_sock_before_exec(true));
+	KEEP_ERRNO(smc_sock_before_exec(true, file, environ));
 	return exec_returned(CALL_REAL(execvp, file, argv));
 }
 
@@ -104,7 +104,7 @@ SMC_EXPORT int execle(const char *path, const char *arg, ...)
 	char **argv, **envp;
 
 	EXECL_ARGV(arg, argv, envp);
-	KEEP_ERRNO(smc_sock_before_exec(true));
+	KEEP_ERRNO(smc_sock_before_exec(true, path, envp));
 	return exec_returned(CALL_REAL(execve, path, argv, envp));
 }
 
@@ -113,7 +113,7 @@ SMC_EXPORT int posix_spawn(pid_t *pid, const char *path, const posix_spawn_file_
 {
 	int r;
 
-	KEEP_ERRNO(smc_sock_before_exec(false));
+	KEEP_ERRNO(smc_sock_before_exec(false, path, envp));
 	r = REAL(posix_spawn) ? REAL(posix_spawn)(pid, path, fa, attr, argv, envp) : ENOSYS;
 	if (r != 0) /* no child: the listeners answer again */
 		KEEP_ERRNO(smc_sock_exec_failed());
@@ -125,7 +125,7 @@ SMC_EXPORT int posix_spawnp(pid_t *pid, const char *file, const posix_spawn_file
 {
 	int r;
 
-	KEEP_ERRNO(smc_sock_before_exec(false));
+	KEEP_ERRNO(smc_sock_before_exec(false, file, envp));
 	r = REAL(posix_spawnp) ? REAL(posix_spawnp)(pid, file, fa, attr, argv, envp) : ENOSYS;
 	if (r != 0)
 		KEEP_ERRNO(smc_sock_exec_failed());
@@ -142,13 +142,13 @@ SMC_EXPORT int posix_spawn_file_actions_adddup2(posix_spawn_file_actions_t *fa, 
 SMC_EXPORT int system(const char *cmd)
 {
 	if (cmd)
-		KEEP_ERRNO(smc_sock_before_exec(false));
+		KEEP_ERRNO(smc_sock_before_exec(false, NULL, environ));
 	return CALL_REAL(system, cmd);
 }
 
 SMC_EXPORT FILE *popen(const char *cmd, const char *mode)
 {
-	KEEP_ERRNO(smc_sock_before_exec(false));
+	KEEP_ERRNO(smc_sock_before_exec(false, NULL, environ));
 	if (!REAL(popen)) {
 		errno = ENOSYS;
 		return NULL;

@@ -92,12 +92,12 @@ static bool closed_by_exec(const struct smc_conn *c)
 	return c->ib && !fd_survives_exec(c->fd);
 }
 
-void smc_sock_before_exec(bool image_replaced)
+void smc_sock_before_exec(bool image_replaced, const char *path, char *const envp[])
 {
 	for (int fd = fdtab_next_tracked(0); fd >= 0; fd = fdtab_next_tracked(fd + 1))
 		if (fdtab_kind(fd) == FD_SMC && fd_survives_exec(fd))
 			fd_leave_rings(fd, SMC_REASON_EXEC, true);
-	exec_listeners_withdraw();
+	exec_listeners_withdraw(path, envp);
 	if (image_replaced) {
 		conn_orphans_settle(CONN_ORPHAN_END_IDLE_NS, false);
 		smc_sock_finish_resends();

@@ -187,11 +187,26 @@ int rdv_listener_register(int lfd)
 	return fd_park(fd);
 }
 
+void rdv_listener_shut(int name_fd)
+{
+	if (name_fd >= 0)
+		(void)REAL(shutdown)(name_fd, SHUT_RD);
+}
+
+/*
+ * Whether a listener's name is bound and still answers. A listener handed by exec to a
+ * program without the library has its name shut down for reading (rdv_listener_shut),
+ * which every process holding the name shares: a send to it then fails with EPIPE,
+ * where connect() still succeeds. The empty datagram is dropped by whoever reads the
+ * name (pool.c); a full queue (EAGAIN: nobody reads it) still answers.
+ */
 static bool name_bound(int probe, const struct rdv_endpoint *ep, struct sockaddr_un *un,
 		       socklen_t *ulen)
 {
 	*ulen = rdv_name(un, 'l', ep, NULL);
-	return REAL(connect)(probe, (struct sockaddr *)un, *ulen) == 0;
+	if (REAL(connect)(probe, (struct sockaddr *)un, *ulen) < 0)
+		return false;
+	return REAL(send)(probe, "", 0, MSG_DONTWAIT | MSG_NOSIGNAL) == 0 || errno != EPIPE;
 }
 
 /* The name of the listener behind dst, exact or wildcard, in *un: false when none. */

@@ -36,6 +36,9 @@ bool rdv_fork_lock(void);
 /* Listener side: registers the name of listening socket lfd; returns the fd that holds
  * the name (close it to unregister) or -errno. */
 int rdv_listener_register(int lfd);
+/* The name held by name_fd stops answering, for every process that holds it (forked
+ * siblings share the socket): clients of the listener stay TCP from then on. */
+void rdv_listener_shut(int name_fd);
 /* Client side: is a preloaded listener behind dst (exact address, or a wildcard one)? */
 bool rdv_listener_present(const struct sockaddr *dst);
 

@@ -726,6 +726,8 @@ void pool_set_serve(struct pool_set *set, int name_fd, int lfd)
 
 		if (r < 0 && r != -EPROTO)
 			break;
+		if (r == 0 && nfds == 0)
+			continue; /* a client's look whether the name still answers (rendezvous.c) */
 		if (pool_req_decode(&raw, r, nfds, &req) < 0) {
 			log_info("pool: malformed setup request ignored (%zd bytes, %d fds)", r, nfds);
 			close_fds(fds, nfds);

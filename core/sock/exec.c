@@ -33,11 +33,16 @@
 #include <sys/socket.h>
 #include <sys/stat.h>
 
+#include <dlfcn.h>
+#include <stdlib.h>
+
 #include "core/base/fdtab.h"
 #include "core/base/log.h"
 #include "core/base/real.h"
+#include "core/negotiate/rendezvous.h"
 #include "core/negotiate/tcpopt.h"
 #include "core/sock/sock.h"
+#include "core/sock/sock_int.h"
 
 static bool survives_exec(int fd)
 {
@@ -67,9 +72,90 @@ static void withdraw_all(bool withdraw)
 	}
 }
 
-void exec_listeners_withdraw(void)
+/* This library's file, once: what an LD_PRELOAD entry must name. */
+static bool self_file(struct stat *out)
+{
+	static struct stat self;
+	static int known; /* 0: not looked yet, 1: known, -1: unknown */
+	Dl_info info;
+
+	if (__atomic_load_n(&known, __ATOMIC_ACQUIRE) == 0) {
+		int k = -1;
+
+		if (dladdr((void *)self_file, &info) && info.dli_fname &&
+		    stat(info.dli_fname, &self) == 0)
+			k = 1;
+		__atomic_store_n(&known, k, __ATOMIC_RELEASE);
+	}
+	*out = self;
+	return __atomic_load_n(&known, __ATOMIC_ACQUIRE) == 1;
+}
+
+/*
+ * Whether the program an exec starts will load this library: its environment's
+ * LD_PRELOAD names our file (entries split at spaces and colons, as ld.so does), and
+ * the file it runs is not set-user-ID or set-group-ID (ld.so then ignores a preload
+ * named by a path). Unknown counts as no: the cost of a wrong no is TCP, of a wrong yes
+ * a client waiting for a handshake nobody answers.
+ */
+static bool new_image_loads_library(const char *path, char *const envp[])
+{
+	struct stat self, st;
+	const char *v = NULL;
+	char *list, *save = NULL;
+	bool found = false;
+
+	if (!envp || !self_file(&self))
+		return false;
+	for (char *const *e = envp; *e; e++)
+		if (strncmp(*e, "LD_PRELOAD=", 11) == 0)
+			v = *e + 11;
+	if (!v || !(list = strdup(v)))
+		return false;
+	for (char *t = strtok_r(list, " :", &save); t && !found; t = strtok_r(NULL, " :", &save))
+		found = stat(t, &st) == 0 && st.st_dev == self.st_dev && st.st_ino == self.st_ino;
+	free(list);
+	if (found && path && strchr(path, '/') && stat(path, &st) == 0 &&
+	    (st.st_mode & (S_ISUID | S_ISGID)))
+		found = false;
+	return found;
+}
+
+/*
+ * On the same-host rendezvous a client offers SMC to a port whose listener's name is
+ * bound, and then waits for the process that accepts to answer. A listener handed to a
+ * program without the library would accept and never answer: every such client would
+ * wait out its handshake timeout (nginx's binary upgrade: the new master gets only the
+ * environment nginx lets through, without LD_PRELOAD). Its name is shut down instead,
+ * for every process holding it (rdv_listener_shut): their clients of that port go
+ * plain TCP at once, for as long as the name lives.
+ */
+static void shut_names(void)
+{
+	for (int fd = fdtab_next_tracked(0); fd >= 0; fd = fdtab_next_tracked(fd + 1)) {
+		struct fd_entry *e;
+
+		if (fdtab_kind(fd) != FD_LISTEN || !survives_exec(fd) || !(e = fdtab_peek(fd)))
+			continue;
+		pthread_mutex_lock(fd_lock(fd));
+		if (e->kind == FD_LISTEN) {
+			struct smc_listener *l = e->obj;
+
+			if (l->name_fd >= 0) {
+				log_info("fd %d: the listener goes to a program without the library: "
+					 "its clients stay TCP", fd);
+				rdv_listener_shut(l->name_fd);
+			}
+		}
+		pthread_mutex_unlock(fd_lock(fd));
+	}
+}
+
+void exec_listeners_withdraw(const char *path, char *const envp[])
 {
 	withdraw_all(true);
+	if (!new_image_loads_library(path, envp))
+		shut_names();
 }
 
 void smc_sock_exec_failed(void)

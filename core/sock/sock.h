@@ -84,14 +84,15 @@ struct smc_conn *sock_fd_conn(int fd);
 
 /* Before a new program starts with our descriptors (core/sock/exec.c): image_replaced for
  * the exec family (our own image ends), false for posix_spawn, system and popen (a
- * child runs it). Every upgraded connection it inherits goes back to plain TCP. */
-void smc_sock_before_exec(bool image_replaced);
+ * child runs it). Every upgraded connection it inherits goes back to plain TCP. path
+ * (may be NULL) and envp: the file and environment the program starts with. */
+void smc_sock_before_exec(bool image_replaced, const char *path, char *const envp[]);
 /* The exec that smc_sock_before_exec(true) prepared for failed: this image goes on with
  * its listeners as before (core/sock/exec.c). */
 void smc_sock_exec_failed(void);
 /* core/sock/exec.c, for smc_sock_before_exec and smc_sock_before_spawn_dup: the opted-in
  * listeners a new program inherits stop answering the SMC TCP option. */
-void exec_listeners_withdraw(void);
+void exec_listeners_withdraw(const char *path, char *const envp[]);
 void exec_listener_spawn_dup(int fd);
 /* core/sock/exec.c: an opted-in listener of ours started listening on fd. */
 void exec_listener_listening(int fd);

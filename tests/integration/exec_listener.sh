@@ -26,8 +26,10 @@
 #    the exec: before, its SYN-ACKs still answered it and the program without the library
 #    read the clients' Proposals as data);
 #  - fork-exec: the server forks, the child execs a program without the library on the
-#    listener and both accept on it: every answer right and no abort (with the option
-#    set up all plain TCP, peer-not-smc: the child withdrew the listener);
+#    listener and both accept on it: every answer right, no abort, all plain TCP,
+#    peer-not-smc: the child withdrew the listener from the option, and on the
+#    rendezvous shut its name down, which the parent shares (before, a client that the
+#    child accepted waited out its handshake timeout: handshake-failed);
 #  - exec-fail (option set up): the server's exec of a program that does not exist
 #    fails (ENOENT) and it serves the clients itself: all upgraded (the withdrawal is
 #    undone);
@@ -226,8 +228,10 @@ run_cases() { # run_cases PATH-LABEL
 	smc_require_stats "$fdir"
 	smc_log "stats fork-exec-$path client: $(smc_stats_summary "$fdir")"
 	smc_assert_eq "fork-exec-$path client: aborts" "$(smc_stats "$fdir" '.events.aborts')" 0
-	if [ "$path" = tcpopt ] && [ "$SMC_TEST_EXPECT" = shm ]; then
+	if [ "$SMC_TEST_EXPECT" = shm ]; then
 		smc_expect_fallback "$fdir" peer-not-smc "$((2 * N))" "fork-exec-$path client"
+		smc_assert_eq "fork-exec-$path client: peer-not-smc" \
+			"$(smc_stats "$fdir" '.fallback["peer-not-smc"] // 0')" "$((2 * N))"
 	fi
 
 	smc_log "---- $path: connect-exec ($CONNECT_EXECS clients exec right after connect)"

@@ -17,13 +17,19 @@
 #include "core/base/log.h"
 #include "core/base/real.h"
 
-/* The park area for the current limit: [*floor, *limit); false when there is none. */
+/* Below this limit there is no park area: a quarter of it would not hold one
+ * connection's descriptors. */
+#define FD_PARK_MIN_LIMIT 32
+
+/* The park area for the current limit: [*floor, *limit); false when there is none. A
+ * program may lower its limit (to 64, say): the area moves down with it, so that the
+ * library's descriptors still leave the lowest numbers to the program. */
 static bool park_area(rlim_t *floor, rlim_t *limit)
 {
 	struct rlimit rl;
 
 	if (getrlimit(RLIMIT_NOFILE, &rl) < 0 || rl.rlim_cur == RLIM_INFINITY ||
-	    rl.rlim_cur < 256)
+	    rl.rlim_cur < FD_PARK_MIN_LIMIT)
 		return false;
 	*limit = rl.rlim_cur;
 	*floor = rl.rlim_cur - rl.rlim_cur / 4;
@@ -52,7 +58,7 @@ size_t fd_low_fill(int **fill)
 
 	*fill = NULL;
 	if (!park_area(&floor, &limit))
-		return 0; /* a limit under 256: there is no high place to land either */
+		return 0; /* a limit this low: there is no high place to land either */
 	if (floor < (rlim_t)top)
 		top = (int)floor;
 	null = open("/dev/null", O_RDONLY | O_CLOEXEC);

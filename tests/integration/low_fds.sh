@@ -10,12 +10,16 @@
 #           times and must get 0, 1 and 2 (as a daemon that reopens its standard
 #           streams does), after write(2) failed with EBADF;
 #   dupfd:  ucspi-tcp's tcpclient: after connect(), close(6) and F_DUPFD(socket, 6)
-#           must give 6, then the same for 7.
+#           must give 6, then the same for 7;
+#   lowlimit: a program that lowers RLIMIT_NOFILE to 64, then listens, connects to
+#           itself, accepts and opens a file: four numbers in a row, as over TCP (the
+#           listener's rendezvous name took the next one: the library's descriptors had
+#           no high place below a limit of 256). Its connection stays TCP (fd-limit).
 # Before, the first connection left libevent's descriptors at the lowest free numbers
 # (and the program's close() of them was ignored, as they are the library's), and the
 # stats server's thread held one reserved while blocked in accept().
-# Each case checks the line came back over shared memory. With SMC_TEST_EXPECT=tcp the
-# same over plain TCP.
+# daemon and dupfd check the line came back over shared memory. With SMC_TEST_EXPECT=tcp
+# the same over plain TCP.
 # Exit: 0 pass, 1 fail, 77 skip (python3 missing), 99 hard error.
 
 # shellcheck source=tests/integration/lib.sh
@@ -81,6 +85,20 @@ s.close()
 sys.exit(bad)
 PY
 
+cat >"$SMC_TMP/lowlimit.py" <<'PY'
+import os, resource, socket, sys
+resource.setrlimit(resource.RLIMIT_NOFILE, (64, 64))
+ls = socket.socket()
+ls.bind(("127.0.0.1", 0))
+ls.listen(4)
+c = socket.create_connection(ls.getsockname())
+s, _ = ls.accept()
+f = os.open("/dev/null", os.O_RDONLY)
+got = [ls.fileno(), c.fileno(), s.fileno(), f]
+print("listen, connect, accept, open: %s" % got)
+sys.exit(got != list(range(got[0], got[0] + 4)))
+PY
+
 srv=$(smc_stats_dir server)
 smc_start_server server "$srv" python3 "$SMC_TMP/server.py" 2
 smc_wait_log server '^port '
@@ -94,4 +112,13 @@ for case in daemon dupfd; do
 	smc_expect_connections "$cli" 1 "client $case"
 done
 smc_wait_server_exit server 10
+cli=$(smc_stats_dir client-lowlimit)
+out=$(smc_run "$cli" python3 "$SMC_TMP/lowlimit.py" 2>&1)
+rc=$?
+smc_log "lowlimit: $out"
+smc_assert_eq "lowlimit: exit status (1: numbers not in a row)" "$rc" 0
+if [ "$SMC_TEST_EXPECT" = shm ]; then
+	smc_require_stats "$cli"
+	smc_assert_ge "lowlimit: fallback fd-limit" "$(smc_stats "$cli" '.fallback["fd-limit"] // 0')" 1
+fi
 smc_pass

@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: GPL-2.0-only OR BSD-2-Clause */
 /*
  * Listeners that a new program inherits by exec (no FD_CLOEXEC), or that a spawned child
- * gets (posix_spawn, system, popen, a spawn's dup2 file action).
+ * gets (posix_spawn, system, popen, a spawn's dup2 file action). For the same-host
+ * rendezvous see shut_names below; the rest of this header is the TCP option's.
  *
  * A listener opted in to the SMC TCP option keeps its header-option callbacks for its
  * life: only listen() turns them on. Its SYN-ACKs would go on answering the option in a
@@ -26,15 +27,14 @@
  * the connection when no CLC answer comes (docs/design.md, "Listeners across exec").
  */
 #include <arpa/inet.h>
+#include <dlfcn.h>
 #include <fcntl.h>
 #include <netinet/in.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
-
-#include <dlfcn.h>
-#include <stdlib.h>
 
 #include "core/base/fdtab.h"
 #include "core/base/log.h"

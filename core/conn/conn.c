@@ -387,12 +387,22 @@ void conn_fallback(struct smc_conn *c, enum smc_reason why)
 void conn_abort_protocol(struct smc_conn *c, const char *what)
 {
 	bool first = !c->aborted;
+	struct shm_dir_ctl *tx = __atomic_load_n(&c->tx, __ATOMIC_ACQUIRE);
+	struct shm_dir_ctl *rx = __atomic_load_n(&c->rx, __ATOMIC_ACQUIRE);
 
 	if (first) {
 		log_warn("fd %d: peer sent an invalid %s: connection aborted", c->fd, what);
 		stats_count_abort();
 	}
 	c->aborted = true;
+	/* the peer learns it as from TCP's reset: its reads and writes fail, where it
+	 * would wait for ever on a side that stopped reading and writing */
+	if (first && !c->ib && tx && rx) {
+		__atomic_fetch_or(&tx->wflags, SHM_W_ABORT, __ATOMIC_RELEASE);
+		__atomic_fetch_or(&rx->rflags, SHM_R_ABORT, __ATOMIC_RELEASE);
+		bell_ring_peer(c->peer_rx_bell);
+		bell_ring_peer(c->peer_tx_bell);
+	}
 	/* readiness hook: epoll sets learn about changes only from the bells */
 	if (first)
 		conn_wake_local(c);

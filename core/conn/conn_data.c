@@ -15,6 +15,7 @@
 #include "core/base/bell.h"
 #include "core/base/clock.h"
 #include "core/base/config.h"
+#include "core/base/log.h"
 #include "core/base/sandbox.h"
 #include "core/conn/conn_int.h"
 #include "core/conn/conn_rewind.h"
@@ -36,13 +37,19 @@ static int rx_take_rewind(struct smc_conn *c, smc_cursor prod)
 		return 0;
 	at = __atomic_load_n(&c->rx->skip_at, __ATOMIC_RELAXED);
 	if (conn_rewind_check(at, c->rx_cons, c->rx_prod_seen, prod, c->rx_size, &next) < 0) {
+		log_debug("fd %d: rewind at %#llx, our cursor %#llx, producer seen %#llx, now %#llx",
+			  c->fd, (unsigned long long)at, (unsigned long long)c->rx_cons,
+			  (unsigned long long)c->rx_prod_seen, (unsigned long long)prod);
 		conn_abort_protocol(c, "ring rewind");
 		return -1;
 	}
 	__atomic_store_n(&c->rx_cons, next, __ATOMIC_RELAXED);
 	c->rx_prod_seen = next;
-	__atomic_store_n(&c->rx->skip_done, seq, __ATOMIC_RELAXED);
-	rx_publish(c, true); /* the writer's view of its room no longer needs the rewind */
+	/* our cursor at the lap start first, then the rewind marked taken: a writer that
+	 * sees it taken sees the cursor too (conn_tx_cons_base), never our old one, which
+	 * would leave the skipped end of the lap counted as unread */
+	rx_publish(c, true);
+	__atomic_store_n(&c->rx->skip_done, seq, __ATOMIC_RELEASE);
 	return 0;
 }
 
@@ -99,29 +106,31 @@ int64_t conn_rx_used(struct smc_conn *c)
 	return ring_used(c->rx_prod_seen, c->rx_cons, c->rx_size);
 }
 
-/* The cursor our room counts from, given the reader's cons: while the reader has not
+/* The reader's cons, and the cursor our room counts from: while the reader has not
  * jumped our latest rewind, the lap start it moved to (the skipped rest of the lap holds
  * nothing, so it is room as soon as the rewind is published, reader or not). Lockless:
  * everything here is in the shared block. */
-smc_cursor conn_tx_room_base(struct smc_conn *c, smc_cursor cons)
+smc_cursor conn_tx_cons_base(struct smc_conn *c, smc_cursor *cons)
 {
-	/* skip_at is loaded only while a rewind is pending, as before the check moved */
-	if (__atomic_load_n(&c->tx->skip_seq, __ATOMIC_RELAXED) ==
-	    __atomic_load_n(&c->tx->skip_done, __ATOMIC_RELAXED))
-		return cons;
-	return conn_rewind_room_base(true, __atomic_load_n(&c->tx->skip_at, __ATOMIC_RELAXED),
-				     cons, c->tx_size);
+	/* whether our rewind is pending, before the cursor: the reader publishes its
+	 * cursor, then marks the rewind taken (rx_take_rewind) */
+	bool pending = __atomic_load_n(&c->tx->skip_seq, __ATOMIC_RELAXED) !=
+		       __atomic_load_n(&c->tx->skip_done, __ATOMIC_ACQUIRE);
+	smc_cursor at = pending ? __atomic_load_n(&c->tx->skip_at, __ATOMIC_RELAXED) : 0;
+
+	*cons = __atomic_load_n(&c->tx->cons, __ATOMIC_ACQUIRE);
+	return conn_rewind_room_base(pending, at, *cons, c->tx_size);
 }
 
 /* Peer's consumer cursor, validated. Returns free bytes (>= 0) or -1 when aborted. */
 int64_t conn_tx_free(struct smc_conn *c)
 {
-	smc_cursor cons;
+	smc_cursor cons, base;
 	int64_t room;
 
 	if (c->ib)
 		return conn_ib_tx_free(c);
-	cons = __atomic_load_n(&c->tx->cons, __ATOMIC_ACQUIRE);
+	base = conn_tx_cons_base(c, &cons);
 
 	/* Checked against itself, not the last one seen (last_cons = cons): a reader that
 	 * jumped a rewind and then read a whole lap moved more than a lap since we last
@@ -134,7 +143,7 @@ int64_t conn_tx_free(struct smc_conn *c)
 		}
 		c->tx_cons_seen = cons;
 	}
-	room = ring_free(c->tx_prod, conn_tx_room_base(c, c->tx_cons_seen), c->tx_size);
+	room = ring_free(c->tx_prod, base, c->tx_size);
 	if (room < 0) {
 		/* Our rewind is pending at the reader's cursor, yet its lap start lies
 		 * beyond what we wrote: no rewind of ours left it so (we name the cursor we
@@ -208,7 +217,7 @@ void conn_rx_resync(struct smc_conn *c)
 
 void conn_tx_resync(struct smc_conn *c)
 {
-	smc_cursor prod, cons;
+	smc_cursor prod, cons, base;
 	int64_t used;
 
 	/* not even a load otherwise: cons sits on the reader's line, which every read of
@@ -216,10 +225,10 @@ void conn_tx_resync(struct smc_conn *c)
 	if (!c->fork_shared)
 		return;
 	prod = __atomic_load_n(&c->tx->prod, __ATOMIC_ACQUIRE);
-	cons = __atomic_load_n(&c->tx->cons, __ATOMIC_ACQUIRE);
+	base = conn_tx_cons_base(c, &cons);
 	if (prod == c->tx_prod)
 		return;
-	used = cursor_diff(prod, conn_tx_room_base(c, cons), c->tx_size);
+	used = cursor_diff(prod, base, c->tx_size);
 	if (!cursor_valid(prod, c->tx_size) || used < 0 || used > c->tx_size) {
 		conn_abort_protocol(c, "producer cursor"); /* the caller meets c->aborted */
 		return;
@@ -242,10 +251,9 @@ int64_t conn_rx_used_peek(struct smc_conn *c)
 
 int64_t conn_tx_free_peek(struct smc_conn *c)
 {
-	smc_cursor cons = __atomic_load_n(&c->tx->cons, __ATOMIC_ACQUIRE);
-	smc_cursor prod = __atomic_load_n(&c->tx_prod, __ATOMIC_RELAXED);
+	smc_cursor cons, prod = __atomic_load_n(&c->tx_prod, __ATOMIC_RELAXED);
 	int64_t d = c->ib ? c->tx_size - conn_ib_tx_free(c)
-			  : cursor_diff(prod, conn_tx_room_base(c, cons), c->tx_size);
+			  : cursor_diff(prod, conn_tx_cons_base(c, &cons), c->tx_size);
 
 	return d < 0 || d > c->tx_size ? 1 : c->tx_size - d;
 }
@@ -373,7 +381,7 @@ static void rx_publish(struct smc_conn *c, bool last)
  * instead: we name the cursor we leave (skip_at, then skip_seq bumped) and publish our
  * producer cursor as usual; the reader's cursor jumps the empty rest of the lap when it
  * next looks (rx_take_rewind). Until then our room counts from the lap start we moved
- * to (conn_tx_room_base), so a rewind never shrinks the buffer a program may rely on. A
+ * to (conn_tx_cons_base), so a rewind never shrinks the buffer a program may rely on. A
  * ring's warm part stays within CONN_REWIND_MIN plus twice a message; twice, so that a
  * writer streaming messages of half the ring or more, which finds the ring empty only
  * because the reader is faster, keeps going round (a jump costs the reader one more

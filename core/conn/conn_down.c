@@ -143,8 +143,7 @@ static int resend_take(struct smc_conn *c)
 		base = cons;
 	} else {
 		/* stored before the SHM_W_TCP that conn_peer_went_tcp loaded with acquire */
-		cons = __atomic_load_n(&c->tx->cons, __ATOMIC_ACQUIRE);
-		base = conn_tx_room_base(c, cons);
+		base = conn_tx_cons_base(c, &cons);
 	}
 	used = cursor_diff(c->tx_prod, base, c->tx_size);
 	if (cdc_validate_peer_cons(cons, cons, c->tx_prod, c->tx_size) < 0 || used < 0 ||

@@ -55,7 +55,9 @@ void conn_list_del(struct smc_conn *c);
 
 /* conn_data.c */
 int64_t conn_rx_used(struct smc_conn *c);
-smc_cursor conn_tx_room_base(struct smc_conn *c, smc_cursor cons);
+/* The reader's consumer cursor (*cons) and the cursor our room counts from (a pending
+ * rewind's lap start, conn_rewind.h). */
+smc_cursor conn_tx_cons_base(struct smc_conn *c, smc_cursor *cons);
 int64_t conn_tx_free(struct smc_conn *c);
 void conn_fork_lock(struct smc_conn *c, int dir);
 void conn_fork_unlock(struct smc_conn *c, int dir);

@@ -149,7 +149,14 @@ while read -r name want_aborts want; do
 	smc_require_stats "$cli"
 	aborts=$(smc_stats "$srv" '.events.aborts')
 	smc_log "$name: victim $(smc_stats_summary "$srv")"
-	smc_assert_eq "$name: victim aborts" "$aborts" "$want_aborts"
+	# A zeroed header is invalid for the forger's own library too: whichever side
+	# notices first aborts and tells the other (conn_abort_protocol), which then ends
+	# on that reset without an abort of its own.
+	if [ "$name" = punch-hdr ] && [ "$aborts" = 0 ] && grep -q "^OUTCOME $name ended how=reset" "$out"; then
+		smc_log "$name: the forger's library aborted first; the victim took its reset"
+	else
+		smc_assert_eq "$name: victim aborts" "$aborts" "$want_aborts"
+	fi
 	smc_assert_eq "$name: victim shm connections" "$(smc_stats "$srv" '.connections.shm')" 3
 	# the warm-up's plain connection (the library bypassed in the forger)
 	smc_assert_eq "$name: victim tcp connections" "$(smc_stats "$srv" '.connections.tcp')" 1

@@ -42,7 +42,7 @@
  *                                     go back within a ring (it only costs room)
  *   dir[1].rflags                     CLOSED: EPIPE; ABORT: ECONNRESET
  *   dir[1].skip_done (+ its own skip_seq, skip_at, which we can write too): whether its
- *                                     own rewind is still pending (tx_room_base)
+ *                                     own rewind is still pending (conn_tx_cons_base)
  *   sleeper counts and sequences, side_cpu, side_refs[1]: when to ring, whether to
  *                                     spin, whether its close is the last holder's
  *   magic, version, ring_size         never read (informational)
@@ -329,7 +329,7 @@ static bool f_skip_done(struct target *t, char *b, size_t n)
 	uint32_t seq = __atomic_load_n(&d->skip_seq, __ATOMIC_RELAXED);
 
 	if (cursor_count(c) == 0) {
-		/* a rewind is never at a lap's start (conn.c tx_room_base) */
+		/* a rewind is never at a lap's start (conn_data.c, conn_tx_cons_base) */
 		snprintf(b, n, "our cons %#" PRIx64 " is at a lap's start", c);
 		return false;
 	}

@@ -526,7 +526,7 @@ ssize_t conn_recv(struct smc_conn *c, const struct iovec *iov, int iovcnt, int f
 
 	if (conn_side_went_tcp(c)) {
 		conn_side_rest_wait(c, nonblock);
-		return conn_tcp_recv_tail(c, iov, iovcnt, 0, flags);
+		return conn_tcp_tail(c, iov, iovcnt, 0, flags, false);
 	}
 	if (flags & MSG_OOB) {
 		/* urgent data has no place in the rings: the connection goes back to TCP
@@ -534,7 +534,7 @@ ssize_t conn_recv(struct smc_conn *c, const struct iovec *iov, int iovcnt, int f
 		 * what is left in our ring */
 		if (!conn_oob_tcp(c))
 			return errno = EINVAL, -1;
-		return conn_tcp_recv_tail(c, iov, iovcnt, 0, flags);
+		return conn_tcp_tail(c, iov, iovcnt, 0, flags, false);
 	}
 	if (want == 0)
 		return 0;
@@ -646,8 +646,7 @@ ssize_t conn_recv(struct smc_conn *c, const struct iovec *iov, int iovcnt, int f
 		 * progress thread finishes what the socket does not take at once */
 		if (__atomic_load_n(&c->peer_tcp, __ATOMIC_ACQUIRE))
 			(void)conn_down_step(c, false);
-		r = conn_tcp_recv_tail(c, iov, iovcnt, got,
-				       flags | (nonblock ? MSG_DONTWAIT : 0));
+		r = conn_tcp_tail(c, iov, iovcnt, got, flags | (nonblock ? MSG_DONTWAIT : 0), false);
 
 		if (r < 0 && !got)
 			err = errno;
@@ -705,13 +704,13 @@ ssize_t conn_send(struct smc_conn *c, const struct iovec *iov, int iovcnt, int f
 	int err = 0;
 
 	if (conn_side_went_tcp(c))
-		return conn_tcp_send_tail(c, iov, iovcnt, 0, flags);
+		return conn_tcp_tail(c, iov, iovcnt, 0, flags, true);
 	/* urgent data has no place in the rings: the connection goes back to TCP
 	 * (conn_oob_tcp); the peer gone back already, it follows our re-send (conn_down_send) */
 	if ((flags & MSG_OOB) && !conn_peer_went_tcp(c)) {
 		if (!conn_oob_tcp(c))
 			return errno = EOPNOTSUPP, -1;
-		return conn_tcp_send_tail(c, iov, iovcnt, 0, flags);
+		return conn_tcp_tail(c, iov, iovcnt, 0, flags, true);
 	}
 	pthread_mutex_lock(&c->tx_lock);
 	received = __atomic_load_n(&c->bytes_received, __ATOMIC_RELAXED);
@@ -735,7 +734,7 @@ ssize_t conn_send(struct smc_conn *c, const struct iovec *iov, int iovcnt, int f
 		if ((conn_state(c) == CONN_FALLBACK || side_left) && sent < want) {
 			/* we went back to TCP while this call slept (conn_downgrade), or a
 			 * process of our side did (fork) */
-			tcp_sent = conn_tcp_send_tail(c, iov, iovcnt, sent, flags);
+			tcp_sent = conn_tcp_tail(c, iov, iovcnt, sent, flags, true);
 			if (tcp_sent < 0) {
 				err = sent ? 0 : errno;
 				tcp_failed = true;

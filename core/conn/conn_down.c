@@ -366,9 +366,10 @@ uint32_t conn_down_poll_mask(struct smc_conn *c)
 	return m;
 }
 
-/* Over the TCP socket, as sock.c's plain calls do it (under a sandbox: read/write). */
-ssize_t conn_tcp_recv_tail(struct smc_conn *c, const struct iovec *iov, int iovcnt,
-			   size_t skip, int flags)
+/* The rest of iov past skip over the TCP socket, as sock.c's plain calls do it (under a
+ * sandbox: readv, writev); `send` says which way. */
+ssize_t conn_tcp_tail(struct smc_conn *c, const struct iovec *iov, int iovcnt, size_t skip,
+		      int flags, bool send)
 {
 	struct iovec rest[iovcnt > 0 ? iovcnt : 1];
 	int n = iov_tail(iov, iovcnt, skip, rest);
@@ -378,30 +379,13 @@ ssize_t conn_tcp_recv_tail(struct smc_conn *c, const struct iovec *iov, int iovc
 	if (n == 0)
 		return 0;
 	if (flags == 0 && sandbox_active())
-		r = REAL(readv)(c->fd, rest, n);
+		r = send ? REAL(writev)(c->fd, rest, n) : REAL(readv)(c->fd, rest, n);
 	else
-		r = REAL(recvmsg)(c->fd, &m, flags);
-	if (r > 0 && !(flags & MSG_PEEK))
-		stats_bytes(SMC_MODE_TCP, 0, (size_t)r);
-	return r;
-}
-
-ssize_t conn_tcp_send_tail(struct smc_conn *c, const struct iovec *iov, int iovcnt,
-			   size_t skip, int flags)
-{
-	struct iovec rest[iovcnt > 0 ? iovcnt : 1];
-	int n = iov_tail(iov, iovcnt, skip, rest);
-	struct msghdr m = { .msg_iov = rest, .msg_iovlen = (size_t)n };
-	ssize_t r;
-
-	if (n == 0)
-		return 0;
-	if (flags == 0 && sandbox_active())
-		r = REAL(writev)(c->fd, rest, n);
-	else
-		r = REAL(sendmsg)(c->fd, &m, flags);
-	if (r > 0)
+		r = send ? REAL(sendmsg)(c->fd, &m, flags) : REAL(recvmsg)(c->fd, &m, flags);
+	if (r > 0 && send)
 		stats_bytes(SMC_MODE_TCP, (size_t)r, 0);
+	else if (r > 0 && !(flags & MSG_PEEK))
+		stats_bytes(SMC_MODE_TCP, 0, (size_t)r);
 	return r;
 }
 
@@ -434,7 +418,7 @@ ssize_t conn_down_send(struct smc_conn *c, const struct iovec *iov, int iovcnt, 
 		if (REAL(poll)(&p, 1, ms) < 0 && errno == EINTR && !conn_eintr_restarts(c->sndtimeo_ns))
 			return -1;
 	}
-	r = conn_tcp_send_tail(c, iov, iovcnt, skip, flags | (nonblock ? MSG_DONTWAIT : 0));
+	r = conn_tcp_tail(c, iov, iovcnt, skip, flags | (nonblock ? MSG_DONTWAIT : 0), true);
 	if (r < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
 		resend_watch(c); /* rings our bells when the socket takes more */
 	return r;

@@ -79,10 +79,8 @@ bool conn_down_finish(struct smc_conn *c);
 bool conn_down_step(struct smc_conn *c, bool tx_locked);
 uint32_t conn_aborted_mask(struct smc_conn *c);
 uint32_t conn_down_poll_mask(struct smc_conn *c);
-ssize_t conn_tcp_recv_tail(struct smc_conn *c, const struct iovec *iov, int iovcnt,
-			   size_t skip, int flags);
-ssize_t conn_tcp_send_tail(struct smc_conn *c, const struct iovec *iov, int iovcnt,
-			   size_t skip, int flags);
+ssize_t conn_tcp_tail(struct smc_conn *c, const struct iovec *iov, int iovcnt, size_t skip,
+		      int flags, bool send);
 ssize_t conn_down_send(struct smc_conn *c, const struct iovec *iov, int iovcnt, size_t skip,
 		       int flags, bool nonblock, uint64_t deadline);
 bool conn_oob_tcp(struct smc_conn *c);

@@ -83,8 +83,8 @@ bool hs_policy_admit(uint64_t key, uint64_t now_ns, uint64_t short_ns)
 void hs_policy_closed(uint64_t key, uint64_t lifetime_ns, uint64_t bytes, uint32_t exchanges,
 		      uint64_t now_ns, uint64_t short_ns)
 {
-	bool is_short = bytes < HS_POLICY_LONG_BYTES && lifetime_ns < short_ns;
-	bool few = bytes < HS_POLICY_LONG_BYTES && exchanges <= HS_POLICY_FEW_EXCHANGES;
+	bool small = bytes < HS_POLICY_LONG_BYTES;
+	bool is_short = small && lifetime_ns < short_ns;
 	struct dest *d;
 
 	if (short_ns == 0 || key == 0)
@@ -93,7 +93,8 @@ void hs_policy_closed(uint64_t key, uint64_t lifetime_ns, uint64_t bytes, uint32
 	d = slot_of(key);
 	/* a probe (the destination runs TCP) that made few exchanges stays short however
 	 * long it waited for them */
-	if (d->key == key && d->short_run >= HS_POLICY_SHORT_RUN && few)
+	if (small && exchanges <= HS_POLICY_FEW_EXCHANGES && d->key == key &&
+	    d->short_run >= HS_POLICY_SHORT_RUN)
 		is_short = true;
 	if (d->key != key) {
 		if (!is_short) {

@@ -39,10 +39,8 @@
 #include "core/base/fdtab.h"
 #include "core/base/log.h"
 #include "core/base/real.h"
-#include "core/negotiate/rendezvous.h"
 #include "core/negotiate/tcpopt.h"
 #include "core/sock/sock.h"
-#include "core/sock/sock_int.h"
 
 static bool survives_exec(int fd)
 {
@@ -72,25 +70,6 @@ static void withdraw_all(bool withdraw)
 	}
 }
 
-/* This library's file, once: what an LD_PRELOAD entry must name. */
-static bool self_file(struct stat *out)
-{
-	static struct stat self;
-	static int known; /* 0: not looked yet, 1: known, -1: unknown */
-	Dl_info info;
-
-	if (__atomic_load_n(&known, __ATOMIC_ACQUIRE) == 0) {
-		int k = -1;
-
-		if (dladdr((void *)self_file, &info) && info.dli_fname &&
-		    stat(info.dli_fname, &self) == 0)
-			k = 1;
-		__atomic_store_n(&known, k, __ATOMIC_RELEASE);
-	}
-	*out = self;
-	return __atomic_load_n(&known, __ATOMIC_ACQUIRE) == 1;
-}
-
 /*
  * Whether the program an exec starts will load this library: its environment's
  * LD_PRELOAD names our file (entries split at spaces and colons, as ld.so does), and
@@ -104,8 +83,11 @@ static bool new_image_loads_library(const char *path, char *const envp[])
 	const char *v = NULL;
 	char *list, *save = NULL;
 	bool found = false;
+	Dl_info info;
 
-	if (!envp || !self_file(&self))
+	/* this library's file (an exec is rare: looked up each time) */
+	if (!envp || !dladdr((void *)new_image_loads_library, &info) || !info.dli_fname ||
+	    stat(info.dli_fname, &self) < 0)
 		return false;
 	for (char *const *e = envp; *e; e++)
 		if (strncmp(*e, "LD_PRELOAD=", 11) == 0)
@@ -127,28 +109,14 @@ static bool new_image_loads_library(const char *path, char *const envp[])
  * program without the library would accept and never answer: every such client would
  * wait out its handshake timeout (nginx's binary upgrade: the new master gets only the
  * environment nginx lets through, without LD_PRELOAD). Its name is shut down instead,
- * for every process holding it (rdv_listener_shut): their clients of that port go
+ * for every process holding it (sock_listener_shut_name): their clients of that port go
  * plain TCP at once, for as long as the name lives.
  */
 static void shut_names(void)
 {
-	for (int fd = fdtab_next_tracked(0); fd >= 0; fd = fdtab_next_tracked(fd + 1)) {
-		struct fd_entry *e;
-
-		if (fdtab_kind(fd) != FD_LISTEN || !survives_exec(fd) || !(e = fdtab_peek(fd)))
-			continue;
-		pthread_mutex_lock(fd_lock(fd));
-		if (e->kind == FD_LISTEN) {
-			struct smc_listener *l = e->obj;
-
-			if (l->name_fd >= 0) {
-				log_info("fd %d: the listener goes to a program without the library: "
-					 "its clients stay TCP", fd);
-				rdv_listener_shut(l->name_fd);
-			}
-		}
-		pthread_mutex_unlock(fd_lock(fd));
-	}
+	for (int fd = fdtab_next_tracked(0); fd >= 0; fd = fdtab_next_tracked(fd + 1))
+		if (fdtab_kind(fd) == FD_LISTEN && survives_exec(fd))
+			sock_listener_shut_name(fd);
 }
 
 void exec_listeners_withdraw(const char *path, char *const envp[])

@@ -94,6 +94,9 @@ void smc_sock_exec_failed(void);
  * listeners a new program inherits stop answering the SMC TCP option. */
 void exec_listeners_withdraw(const char *path, char *const envp[]);
 void exec_listener_spawn_dup(int fd);
+/* Listener fd goes to a program without the library: its rendezvous name stops
+ * answering, for every process that holds it (rdv_listener_shut). */
+void sock_listener_shut_name(int fd);
 /* core/sock/exec.c: an opted-in listener of ours started listening on fd. */
 void exec_listener_listening(int fd);
 /* Whether listening socket fd of ours answers the SMC TCP option (tcpopt.h). */

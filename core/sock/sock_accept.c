@@ -270,6 +270,21 @@ void sock_listener_passed(int fd)
 	pthread_mutex_unlock(fd_lock(fd));
 }
 
+void sock_listener_shut_name(int fd)
+{
+	struct fd_entry *e = fdtab_peek(fd);
+
+	if (!e)
+		return;
+	pthread_mutex_lock(fd_lock(fd)); /* as in sock_listener_passed */
+	if (e->kind == FD_LISTEN && ((struct smc_listener *)e->obj)->name_fd >= 0) {
+		log_info("fd %d: the listener goes to a program without the library: its "
+			 "clients stay TCP", fd);
+		rdv_listener_shut(((struct smc_listener *)e->obj)->name_fd);
+	}
+	pthread_mutex_unlock(fd_lock(fd));
+}
+
 static void copy_addr_out(const struct sockaddr_storage *ss, socklen_t sslen,
 			  struct sockaddr *addr, socklen_t *len)
 {

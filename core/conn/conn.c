@@ -21,7 +21,7 @@
 #include "core/base/log.h"
 #include "core/conn/conn_int.h"
 #include "core/conn/conn_orphan.h"
-#include "core/ib/conn_ib.h"
+#include "core/conn/transport.h"
 #include "core/negotiate/hs_policy.h"
 #include "core/negotiate/progress.h"
 #include "core/shm/pool.h"
@@ -49,6 +49,7 @@ static struct smc_conn *conn_alloc(int fd, enum conn_side side)
 	c->side = side;
 	c->state = CONN_PENDING;
 	c->mode = SMC_MODE_SHM;
+	c->tp = &conn_transport_shm; /* until SMC-R is chosen (conn_ib.c) */
 	c->rdv_listen_fd = -1;
 	c->watch_fd = -1;
 	c->pool_slot = -1;
@@ -159,8 +160,7 @@ void conn_free(struct smc_conn *c)
 		fd_own_close(c->resend_fd);
 		fd_budget_give(1);
 	}
-	if (c->ib)
-		conn_ib_free(c);
+	c->tp->free(c);
 	shm_detach(&c->map);
 	free(c->pend_buf);
 	if (__atomic_load_n(&c->reserved, __ATOMIC_RELAXED))
@@ -204,14 +204,10 @@ static void pending_flush_shm(struct smc_conn *c)
 	}
 	c->tx_prod = ring_copy_in(c->tx_ring, c->tx_size, c->tx_prod, c->pend_buf, n);
 	__atomic_store_n(&c->tx->prod, c->tx_prod, __ATOMIC_RELEASE);
-	if (c->ib)
-		conn_ib_tx_published(c);
-	else
-		/* the peer may be active and asleep in its read already: a client's
-		 * Confirm leaves before it turns active, and a server finishing in the
-		 * background turns active after its client */
-		conn_ring_if_asleep(&c->tx->r_sleepers, &c->tx->r_seq, &c->rung_rx_seq,
-				    c->peer_rx_bell);
+	/* the end of a copy (true): the peer may be active and asleep in its read
+	 * already, as a client's Confirm leaves before it turns active, and a server
+	 * finishing in the background turns active after its client */
+	c->tp->tx_published(c, true);
 	c->bytes_sent += n;
 	stats_bytes(c->mode, n, 0);
 	pending_drop(c);
@@ -279,20 +275,7 @@ ssize_t conn_send_pending(struct smc_conn *c, const struct iovec *iov, int iovcn
  * connection that is ACTIVE from its first moment) */
 static void conn_go_active(struct smc_conn *c, bool wake)
 {
-	int rxd = c->side == CONN_CLIENT ? 1 : 0; /* dir[0] is client->server */
-	int txd = 1 - rxd;
-
-	if (c->ib) {
-		conn_ib_activate(c); /* sets mode */
-	} else {
-		c->rx = &c->map.hdr->dir[rxd];
-		c->tx = &c->map.hdr->dir[txd];
-		c->rx_ring = c->map.ring[rxd];
-		c->tx_ring = c->map.ring[txd];
-		c->rx_size = c->map.size[rxd];
-		c->tx_size = c->map.size[txd];
-		c->mode = SMC_MODE_SHM;
-	}
+	c->tp->activate(c);
 	c->rx_cons = c->rx_prod_seen = 0;
 	c->tx_prod = c->tx_cons_seen = 0;
 	pthread_mutex_lock(&c->tx_lock);
@@ -387,22 +370,14 @@ void conn_fallback(struct smc_conn *c, enum smc_reason why)
 void conn_abort_protocol(struct smc_conn *c, const char *what)
 {
 	bool first = !c->aborted;
-	struct shm_dir_ctl *tx = __atomic_load_n(&c->tx, __ATOMIC_ACQUIRE);
-	struct shm_dir_ctl *rx = __atomic_load_n(&c->rx, __ATOMIC_ACQUIRE);
 
 	if (first) {
 		log_warn("fd %d: peer sent an invalid %s: connection aborted", c->fd, what);
 		stats_count_abort();
 	}
 	c->aborted = true;
-	/* the peer learns it as from TCP's reset: its reads and writes fail, where it
-	 * would wait for ever on a side that stopped reading and writing */
-	if (first && !c->ib && tx && rx) {
-		__atomic_fetch_or(&tx->wflags, SHM_W_ABORT, __ATOMIC_RELEASE);
-		__atomic_fetch_or(&rx->rflags, SHM_R_ABORT, __ATOMIC_RELEASE);
-		bell_ring_peer(c->peer_rx_bell);
-		bell_ring_peer(c->peer_tx_bell);
-	}
+	if (first)
+		c->tp->abort(c);
 	/* readiness hook: epoll sets learn about changes only from the bells */
 	if (first)
 		conn_wake_local(c);
@@ -552,37 +527,20 @@ void conn_release_fd(struct smc_conn *c)
 				__atomic_fetch_or(&c->tx->wflags, SHM_W_CLOSED, __ATOMIC_RELEASE);
 				__atomic_fetch_or(&c->rx->rflags, SHM_R_CLOSED, __ATOMIC_RELEASE);
 			}
-			if (c->ib) {
-				conn_ib_release(c, c->linger_on && c->linger_s == 0);
-				bell_ring_peer(c->peer_rx_bell);
-				bell_ring_peer(c->peer_tx_bell);
-			} else {
-				/* as for data: only a peer thread asleep on either direction
-				 * needs the syscall (every waiter counts as one, see
-				 * conn_prepare_sleep) */
-				conn_ring_if_asleep(&c->tx->r_sleepers, &c->tx->r_seq, &c->rung_rx_seq,
-						    c->peer_rx_bell);
-				conn_ring_if_asleep(&c->rx->w_sleepers, &c->rx->w_seq, &c->rung_tx_seq,
-						    c->peer_tx_bell);
-			}
+			c->tp->closed(c, c->linger_on && c->linger_s == 0);
 			/* The TCP channel carried no payload: close it with a reset, so neither
 			 * side keeps it in TIME_WAIT (a churning client would run out of the
 			 * ports it binds before connect). The peer knows from the flags above
 			 * that this is a close, not an abort. Unless the peer has not read all
 			 * we wrote: then the socket stays ours until it has (conn_orphan.h). */
-			if (c->ib || c->pool || (c->linger_on && c->linger_s == 0) ||
+			if (!c->tp->orphans || c->pool || (c->linger_on && c->linger_s == 0) ||
 			    !conn_orphan_adopt(c))
 				conn_linger_reset(c->fd);
 		}
 	}
-	if (st == CONN_ACTIVE && !c->ib) {
-		/* our own threads still waiting on the connection (another dup of the fd) */
-		__atomic_thread_fence(__ATOMIC_SEQ_CST);
-		if (__atomic_load_n(&c->asleep_rx, __ATOMIC_RELAXED))
-			bell_ring(c->rx_bell);
-		if (__atomic_load_n(&c->asleep_tx, __ATOMIC_RELAXED))
-			bell_ring(c->tx_bell);
-	} else {
+	/* our own threads still waiting on the connection (another dup of the fd) */
+	if (st == CONN_ACTIVE)
+		c->tp->wake_own(c);
+	else
 		conn_wake_local(c);
-	}
 }

@@ -37,6 +37,7 @@ struct smc_ep_reg;
 struct conn_node;
 struct smc_pool;
 struct conn_ib;
+struct conn_transport;
 struct hs_flow;
 
 struct smc_conn {
@@ -64,6 +65,7 @@ struct smc_conn {
 	size_t reserved;            /* bytes counted against SMC_MEM_CAP (atomic) */
 	uint32_t rx_touched;        /* our RMB's pages the peer has written, counted in
 				     * `reserved` (shm, conn_data.c rx_count_touched; atomic) */
+	const struct conn_transport *tp; /* how the bytes move once ACTIVE (transport.h) */
 	struct conn_ib *ib;         /* SMC-R transport (conn_ib.h); NULL for shared memory */
 	struct smc_pool *pool;      /* the pool whose slot carries it (pool.h), or NULL: */
 	int pool_slot;              /* then map and bells are the slot's; -1 once returned */

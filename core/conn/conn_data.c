@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: GPL-2.0-only OR BSD-2-Clause */
 /*
- * The data path of an ACTIVE connection: its cursors into the shared rings, validated
- * before they move a byte, and send and receive with TCP's semantics on top.
+ * The data path of an ACTIVE connection: send and receive with TCP's semantics, copying
+ * between the program's buffers and the rings, whose cursors the transport validates and
+ * publishes (transport.h: transport_shm.c, or SMC-R's conn_ib.c).
  *
  * Memory ordering: the writer copies payload, then publishes its producer cursor with a
  * release store; the reader loads it with acquire before copying out, then publishes its
@@ -15,151 +16,41 @@
 #include "core/base/bell.h"
 #include "core/base/clock.h"
 #include "core/base/config.h"
-#include "core/base/log.h"
 #include "core/base/sandbox.h"
 #include "core/conn/conn_int.h"
-#include "core/conn/conn_rewind.h"
-#include "core/ib/conn_ib.h"
-#include "core/wire/cdc.h"
+#include "core/conn/transport.h"
 
-static void rx_publish(struct smc_conn *c, bool last);
-
-/* Before a new producer cursor is validated: when the writer rewound (tx_rewind) at our
- * cursor, ours jumps to the lap start it moved to, and the new cursor counts from there.
- * 0, or -1 (aborted) for a rewind that cannot be: anywhere but at our cursor with
- * everything before it read, or a producer cursor that does not cover the jump. */
-static int rx_take_rewind(struct smc_conn *c, smc_cursor prod)
-{
-	uint32_t seq = __atomic_load_n(&c->rx->skip_seq, __ATOMIC_ACQUIRE);
-	smc_cursor at, next;
-
-	if (seq == __atomic_load_n(&c->rx->skip_done, __ATOMIC_RELAXED))
-		return 0;
-	at = __atomic_load_n(&c->rx->skip_at, __ATOMIC_RELAXED);
-	if (conn_rewind_check(at, c->rx_cons, c->rx_prod_seen, prod, c->rx_size, &next) < 0) {
-		log_debug("fd %d: rewind at %#llx, our cursor %#llx, producer seen %#llx, now %#llx",
-			  c->fd, (unsigned long long)at, (unsigned long long)c->rx_cons,
-			  (unsigned long long)c->rx_prod_seen, (unsigned long long)prod);
-		conn_abort_protocol(c, "ring rewind");
-		return -1;
-	}
-	__atomic_store_n(&c->rx_cons, next, __ATOMIC_RELAXED);
-	c->rx_prod_seen = next;
-	/* our cursor at the lap start first, then the rewind marked taken: a writer that
-	 * sees it taken sees the cursor too (conn_tx_cons_base), never our old one, which
-	 * would leave the skipped end of the lap counted as unread */
-	rx_publish(c, true);
-	__atomic_store_n(&c->rx->skip_done, seq, __ATOMIC_RELEASE);
-	return 0;
-}
-
-/*
- * SMC_MEM_CAP counts memory that is used: a connection is admitted for its control
- * page (handshake.c), and its RMB's pages count once the peer has written into them.
- * The writer fills a ring from its start and a rewind goes back to the start, so what
- * it has touched is always a prefix of the ring, up to the furthest producer cursor
- * seen; a new cursor [from, +n) that runs past the end has touched the whole ring.
- * Counted, not checked: the connection is admitted already and its peer may fill its
- * ring as TCP's peer may fill a receive buffer (the cap decides the next admissions).
- * Several threads may look at once: the prefix only grows, by compare-and-swap.
- */
-static void rx_count_touched(struct smc_conn *c, smc_cursor from, uint32_t n)
-{
-	uint64_t end = (uint64_t)cursor_count(from) + n;
-	uint32_t want, cur;
-
-	if (c->pool)
-		return; /* the pool's region, counted by nobody (pool.h) */
-	end = (end + SHM_PAGE - 1) & ~(uint64_t)(SHM_PAGE - 1);
-	want = end >= c->rx_size ? c->rx_size : (uint32_t)end;
-	cur = __atomic_load_n(&c->rx_touched, __ATOMIC_RELAXED);
-	while (want > cur) {
-		if (__atomic_compare_exchange_n(&c->rx_touched, &cur, want, true,
-						__ATOMIC_RELAXED, __ATOMIC_RELAXED)) {
-			shm_charge(want - cur);
-			__atomic_add_fetch(&c->reserved, (size_t)(want - cur), __ATOMIC_RELAXED);
-			return;
-		}
-	}
-}
-
-/* Peer's producer cursor, validated. Returns readable bytes (>= 0) or -1 when aborted. */
+/* The transport's cursors (transport.h), for the rest of conn/ and readiness. */
 int64_t conn_rx_used(struct smc_conn *c)
 {
-	smc_cursor prod;
-
-	if (c->ib)
-		return conn_ib_rx_used(c);
-	prod = __atomic_load_n(&c->rx->prod, __ATOMIC_ACQUIRE);
-
-	if (prod != c->rx_prod_seen) {
-		if (rx_take_rewind(c, prod) < 0)
-			return -1;
-		if (cdc_validate_peer_prod(prod, c->rx_prod_seen, c->rx_cons, c->rx_size) < 0) {
-			conn_abort_protocol(c, "producer cursor");
-			return -1;
-		}
-		rx_count_touched(c, c->rx_prod_seen,
-				 (uint32_t)cursor_diff(prod, c->rx_prod_seen, c->rx_size));
-		c->rx_prod_seen = prod;
-	}
-	return ring_used(c->rx_prod_seen, c->rx_cons, c->rx_size);
+	return c->tp->rx_used(c);
 }
 
-/* The reader's cons, and the cursor our room counts from: while the reader has not
- * jumped our latest rewind, the lap start it moved to (the skipped rest of the lap holds
- * nothing, so it is room as soon as the rewind is published, reader or not). Lockless:
- * everything here is in the shared block. */
-smc_cursor conn_tx_cons_base(struct smc_conn *c, smc_cursor *cons)
-{
-	/* whether our rewind is pending, before the cursor: the reader publishes its
-	 * cursor, then marks the rewind taken (rx_take_rewind) */
-	bool pending = __atomic_load_n(&c->tx->skip_seq, __ATOMIC_RELAXED) !=
-		       __atomic_load_n(&c->tx->skip_done, __ATOMIC_ACQUIRE);
-	smc_cursor at = pending ? __atomic_load_n(&c->tx->skip_at, __ATOMIC_RELAXED) : 0;
-
-	*cons = __atomic_load_n(&c->tx->cons, __ATOMIC_ACQUIRE);
-	return conn_rewind_room_base(pending, at, *cons, c->tx_size);
-}
-
-/* Peer's consumer cursor, validated. Returns free bytes (>= 0) or -1 when aborted. */
 int64_t conn_tx_free(struct smc_conn *c)
 {
-	smc_cursor cons, base;
-	int64_t room;
-
-	if (c->ib)
-		return conn_ib_tx_free(c);
-	base = conn_tx_cons_base(c, &cons);
-
-	/* Checked against itself, not the last one seen (last_cons = cons): a reader that
-	 * jumped a rewind and then read a whole lap moved more than a lap since we last
-	 * looked. Going backwards would only cost it room; it must stay within what we
-	 * wrote. */
-	if (cons != c->tx_cons_seen) {
-		if (cdc_validate_peer_cons(cons, cons, c->tx_prod, c->tx_size) < 0) {
-			conn_abort_protocol(c, "consumer cursor");
-			return -1;
-		}
-		c->tx_cons_seen = cons;
-	}
-	room = ring_free(c->tx_prod, base, c->tx_size);
-	if (room < 0) {
-		/* Our rewind is pending at the reader's cursor, yet its lap start lies
-		 * beyond what we wrote: no rewind of ours left it so (we name the cursor we
-		 * leave and write from that lap start on), so the reader forged skip_done
-		 * or our skip fields. Reporting "no room" instead would never end: the
-		 * readiness peek takes the impossible cursor for "writable" so that we meet
-		 * it, and pollers and blocking sends would spin on it. */
-		conn_abort_protocol(c, "ring rewind");
-		return -1;
-	}
-	return room;
+	return c->tp->tx_free(c);
 }
 
-static inline uint32_t peer_rflags(struct smc_conn *c)
+int64_t conn_rx_used_peek(struct smc_conn *c)
 {
-	return __atomic_load_n(&c->tx->rflags, __ATOMIC_ACQUIRE);
+	return c->tp->rx_used_peek(c);
+}
+
+int64_t conn_tx_free_peek(struct smc_conn *c)
+{
+	return c->tp->tx_free_peek(c);
+}
+
+/* No more data will ever arrive once the ring is drained. */
+bool conn_rx_eof(struct smc_conn *c)
+{
+	return c->tp->rx_eof(c);
+}
+
+/* Nothing we write can ever be read. */
+bool conn_tx_dead(struct smc_conn *c)
+{
+	return c->tp->tx_dead(c);
 }
 
 /*
@@ -237,49 +128,6 @@ void conn_tx_resync(struct smc_conn *c)
 	c->tx_cons_seen = cons;
 }
 
-/* Readiness checks from any thread, without the reader's or writer's lock: they never
- * abort, an impossible cursor reads as "ready" so that the reader or writer, which
- * validates under its lock, meets it and aborts the connection. */
-int64_t conn_rx_used_peek(struct smc_conn *c)
-{
-	smc_cursor prod = __atomic_load_n(&c->rx->prod, __ATOMIC_ACQUIRE);
-	smc_cursor cons = __atomic_load_n(&c->rx_cons, __ATOMIC_RELAXED);
-	int64_t d = c->ib ? conn_ib_rx_used(c) : cursor_diff(prod, cons, c->rx_size);
-
-	return d < 0 || d > c->rx_size ? 1 : d;
-}
-
-int64_t conn_tx_free_peek(struct smc_conn *c)
-{
-	smc_cursor cons, prod = __atomic_load_n(&c->tx_prod, __ATOMIC_RELAXED);
-	int64_t d = c->ib ? c->tx_size - conn_ib_tx_free(c)
-			  : cursor_diff(prod, conn_tx_cons_base(c, &cons), c->tx_size);
-
-	return d < 0 || d > c->tx_size ? 1 : c->tx_size - d;
-}
-
-/* No more data will ever arrive once the ring is drained. */
-bool conn_rx_eof(struct smc_conn *c)
-{
-	/* over RDMA the TCP channel's end may overtake the last data: the CDCs decide */
-	if (c->ib)
-		return conn_ib_rx_eof(c);
-	if (conn_peer_wflags(c) & (SHM_W_ABORT)) {
-		c->aborted = true;
-		return true;
-	}
-	return c->tcp_eof || (conn_peer_wflags(c) & (SHM_W_DONE_WRITING | SHM_W_CLOSED));
-}
-
-/* Nothing we write can ever be read. */
-bool conn_tx_dead(struct smc_conn *c)
-{
-	if (c->ib)
-		return conn_ib_tx_dead(c);
-	if (peer_rflags(c) & SHM_R_ABORT)
-		c->aborted = true;
-	return c->tcp_eof || (peer_rflags(c) & (SHM_R_CLOSED | SHM_R_ABORT));
-}
 
 /* ------------------------------------------------------------------ data path */
 
@@ -320,110 +168,8 @@ void conn_ring_if_asleep(const uint32_t *sleepers, const uint32_t *seq, uint32_t
 	}
 }
 
-/*
- * Publishing in chunks. A copy larger than a chunk publishes its cursor after every
- * chunk, so the peer starts on the first chunk while we still copy the rest: without it
- * a writer that fills the whole free space (writes >= the RMB) and a reader that drains
- * the whole ring (reads >= the RMB) take turns instead of copying at the same time.
- * Measured with bench/msgsize, 64 KiB RMB, reader and writer pinned to the two cores:
- * 7.5 GB/s at 16 KiB writes but 5.7 at 64 KiB, 256 KiB and 4 MiB before; 7.0-8.2 at all
- * four sizes with 16 KiB chunks. 16 KiB: half of a core's L1d, so the reader finds each
- * chunk still in the writer's caches; it beat 8 and 32 KiB chunks for 64 KiB and 1 MiB
- * RMBs in A/B runs on the project's 2-core VM. A cursor store per 16 KiB costs the peer
- * one cache-line transfer.
- */
-#define CONN_PUBLISH_CHUNK (16u * 1024)
 
-/* Over RDMA: a quarter of the ring, the window policy's period (cdc.h). */
-static size_t ib_publish_chunk(uint32_t ring_size)
-{
-	size_t q = ring_size / 4;
 
-	return q > CONN_PUBLISH_CHUNK ? q : CONN_PUBLISH_CHUNK;
-}
-
-/*
- * Doorbells during a chunked copy. A peer that sleeps on another CPU is rung at the first
- * chunk, so it runs in parallel with the rest of our copy. A peer that last ran on our
- * CPU is rung only at the end of the copy: woken earlier, it would preempt us to copy one
- * chunk and sleep again, one context switch pair per chunk (64 KiB RMB, both processes
- * pinned to one CPU, 64 KiB to 4 MiB writes: 2.3-3.2 GB/s with a bell per chunk, 4.2-4.3
- * without chunks, 3.8-5.1 with this rule). The end of a copy always checks, with the full
- * barrier of the sleep protocol; the checks between chunks are hints (a relaxed load of
- * the sleeper count).
- */
-static bool ring_now(struct smc_conn *c, const uint32_t *sleepers, bool last)
-{
-	return last || (__atomic_load_n(sleepers, __ATOMIC_RELAXED) && !conn_peer_on_my_cpu(c));
-}
-
-static void rx_publish(struct smc_conn *c, bool last)
-{
-	if (c->ib) {
-		conn_ib_rx_published(c); /* the transport tells the peer (window policy) */
-		return;
-	}
-	__atomic_store_n(&c->rx->cons, c->rx_cons, __ATOMIC_RELEASE);
-	if (ring_now(c, &c->rx->w_sleepers, last))
-		conn_ring_if_asleep(&c->rx->w_sleepers, &c->rx->w_seq, &c->rung_tx_seq,
-				    c->peer_tx_bell);
-}
-
-/*
- * Rewinds. The cursors go round the ring lap after lap, so a request/response connection
- * on a 1 MiB ring touches a new 1 MiB of memory every lap even when each message is
- * 1 KiB: redis-benchmark -c 50 -P 16 wrote, and redis-server read, 50 MiB of rings that
- * were never in a cache, where TCP recycles the same warm buffers (ring_memcpy was 17.5%
- * of redis-server's CPU, most of it in the loads; the kernel's copy 6.2% under TCP). So
- * when we have read from the peer since our last send (request/response traffic), the
- * reader has taken every byte (the ring is empty) and our cursor is at least
- * CONN_REWIND_MIN and twice the message into its lap, the message starts the next lap
- * instead: we name the cursor we leave (skip_at, then skip_seq bumped) and publish our
- * producer cursor as usual; the reader's cursor jumps the empty rest of the lap when it
- * next looks (rx_take_rewind). Until then our room counts from the lap start we moved
- * to (conn_tx_cons_base), so a rewind never shrinks the buffer a program may rely on. A
- * ring's warm part stays within CONN_REWIND_MIN plus twice a message; twice, so that a
- * writer streaming messages of half the ring or more, which finds the ring empty only
- * because the reader is faster, keeps going round (a jump costs the reader one more
- * cursor publish). redis-benchmark -c 50 -d 1024 -P 16, pinned, 9 rounds: GET
- * 1.64-1.84 -> 2.15-2.37 M requests/s, SET 1.58-1.81 -> 1.71-2.00 M; 4 KiB and 64 KiB
- * minimums did as well as 16. Not in a one-way stream (no read between our sends): a
- * reader that keeps up empties the ring there too, and a rewind then puts our stores on
- * lines its CPU still holds, dearer than the cold lines further round (~1 KiB messages
- * into a 1 MiB ring read 3/4 at a time: 5.7 -> 4.8 GB/s when every empty ring rewound).
- * Shared memory only (over RDMA the ring follows SMC-R's cursor rules); both peers must
- * speak CLC_SAMEHOST_PROTO 2 or later.
- */
-#define CONN_REWIND_MIN (16u * 1024)
-
-/* Before writing n bytes into our empty ring, under tx_lock. */
-static void tx_rewind(struct smc_conn *c, size_t n)
-{
-	uint32_t off = cursor_count(c->tx_prod);
-	uint32_t seq = __atomic_load_n(&c->tx->skip_seq, __ATOMIC_RELAXED);
-
-	if (off < CONN_REWIND_MIN || off / 2 < n ||
-	    seq != __atomic_load_n(&c->tx->skip_done, __ATOMIC_RELAXED))
-		return;
-	/* the reader sees both through the release store of prod that follows */
-	__atomic_store_n(&c->tx->skip_at, c->tx_prod, __ATOMIC_RELAXED);
-	__atomic_store_n(&c->tx->skip_seq, seq + 1, __ATOMIC_RELAXED);
-	__atomic_store_n(&c->tx_prod, conn_rewind_lap_after(c->tx_prod, c->tx_size),
-			 __ATOMIC_RELAXED);
-	stats_count_rewind();
-}
-
-static void tx_publish(struct smc_conn *c, bool last)
-{
-	if (c->ib) {
-		conn_ib_tx_published(c); /* RDMA WRITE(s) + CDC */
-		return;
-	}
-	__atomic_store_n(&c->tx->prod, c->tx_prod, __ATOMIC_RELEASE);
-	if (ring_now(c, &c->tx->r_sleepers, last))
-		conn_ring_if_asleep(&c->tx->r_sleepers, &c->tx->r_seq, &c->rung_rx_seq,
-				    c->peer_rx_bell);
-}
 
 /* Copies n readable bytes out of the ring into the iovecs (from `skip` bytes on),
  * publishing the consumer cursor chunk by chunk. */
@@ -433,7 +179,7 @@ static void rx_copy_publish(struct smc_conn *c, const struct iovec *iov, int iov
 	/* over RDMA the window policy turns publishes into CDCs (every quarter RMB): a
 	 * reader copying a whole RMB publishes as it goes, so the writer refills the
 	 * first quarters while it copies the rest instead of both taking turns */
-	size_t chunk = c->ib ? ib_publish_chunk(c->rx_size) : CONN_PUBLISH_CHUNK;
+	size_t chunk = c->tp->publish_chunk(c->rx_size);
 
 	while (n) {
 		size_t k = n < chunk ? n : chunk;
@@ -442,7 +188,7 @@ static void rx_copy_publish(struct smc_conn *c, const struct iovec *iov, int iov
 			ring_copy_out_iov(c->rx_ring, c->rx_size, c->rx_cons, iov, iovcnt, skip, k);
 		__atomic_store_n(&c->rx_cons, cursor_add(c->rx_cons, (uint32_t)k, c->rx_size),
 				 __ATOMIC_RELAXED);
-		rx_publish(c, k == n);
+		c->tp->rx_published(c, k == n);
 		skip += k;
 		n -= k;
 	}
@@ -453,7 +199,7 @@ static void rx_copy_publish(struct smc_conn *c, const struct iovec *iov, int iov
 static void tx_copy_in(struct smc_conn *c, const struct iovec *iov, int iovcnt, size_t skip,
 		       size_t k)
 {
-	enum copy_store kind = c->ib ? COPY_CACHED
+	enum copy_store kind = !c->tp->store_kinds ? COPY_CACHED
 				     : copy_adapt_kind(&c->tx_copy, k, smc_cfg.copy_store);
 
 	ring_copy_in_iov(c->tx_ring, c->tx_size, c->tx_prod, iov, iovcnt, skip, k,
@@ -472,7 +218,7 @@ static void tx_copy_publish(struct smc_conn *c, const struct iovec *iov, int iov
 {
 	/* over RDMA a publish is a WRITE and a CDC message: at most one per quarter RMB,
 	 * so the reader starts on the first quarter while we copy the rest */
-	size_t chunk = c->ib ? ib_publish_chunk(c->tx_size) : CONN_PUBLISH_CHUNK;
+	size_t chunk = c->tp->publish_chunk(c->tx_size);
 
 	while (n) {
 		size_t k = n < chunk ? n : chunk;
@@ -480,7 +226,7 @@ static void tx_copy_publish(struct smc_conn *c, const struct iovec *iov, int iov
 		tx_copy_in(c, iov, iovcnt, skip, k);
 		__atomic_store_n(&c->tx_prod, cursor_add(c->tx_prod, (uint32_t)k, c->tx_size),
 				 __ATOMIC_RELAXED);
-		tx_publish(c, k == n);
+		c->tp->tx_published(c, k == n);
 		skip += k;
 		n -= k;
 	}
@@ -545,7 +291,7 @@ ssize_t conn_recv(struct smc_conn *c, const struct iovec *iov, int iovcnt, int f
 		int64_t used;
 
 		/* over RDMA what arrived before a reset stays readable (ib_conn_rx_used) */
-		if (c->aborted && !(c->ib && conn_rx_used(c) > 0)) {
+		if (c->aborted && !(c->tp->reads_after_abort && conn_rx_used(c) > 0)) {
 			/* what this call read is returned first; the reset stays pending for
 			 * the next call, as tcp_recvmsg() leaves sk_err when it copied any */
 			if (!got)
@@ -633,7 +379,7 @@ ssize_t conn_recv(struct smc_conn *c, const struct iovec *iov, int iovcnt, int f
 			__atomic_store_n(&c->sent_last, false, __ATOMIC_RELAXED);
 			__atomic_fetch_add(&c->exchanges, 1, __ATOMIC_RELAXED);
 		}
-		stats_bytes(c->ib ? SMC_MODE_IB : SMC_MODE_SHM, 0, got);
+		stats_bytes(c->tp->mode, 0, got);
 	}
 	if (tcp_rest && (!got || ((flags & MSG_WAITALL) && !(flags & MSG_PEEK)))) {
 		/* still under rx_lock: a second reader must not pass the ring's rest */
@@ -694,9 +440,9 @@ ssize_t conn_send(struct smc_conn *c, const struct iovec *iov, int iovcnt, int f
 	bool nonblock = c->nonblock || (flags & MSG_DONTWAIT), full = false;
 	uint64_t deadline = conn_deadline_from(c->sndtimeo_ns);
 	/* copy_adapt times the shm pipeline when it chooses the store kind itself */
-	bool adapt = !c->ib && smc_cfg.copy_store < 0;
+	bool adapt = c->tp->store_kinds && smc_cfg.copy_store < 0;
 	uint64_t t_in = 0, received;
-	bool answered; /* we read from the peer since our last send: see tx_rewind */
+	bool answered; /* we read from the peer since our last send: see the transport's tx_rewind */
 	ssize_t tcp_sent = 0; /* after a downgrade, over TCP */
 	size_t dropped = 0; /* the first send after the peer's close */
 	bool tcp_failed = false;
@@ -793,8 +539,8 @@ ssize_t conn_send(struct smc_conn *c, const struct iovec *iov, int iovcnt, int f
 				}
 				n = (size_t)room < want - sent ? (size_t)room : want - sent;
 			}
-			if (!c->ib && room == c->tx_size && answered)
-				tx_rewind(c, n);
+			if (c->tp->tx_rewind && room == c->tx_size && answered)
+				c->tp->tx_rewind(c, n);
 			tx_copy_publish(c, iov, iovcnt, sent, n);
 			if (c->fork_shared)
 				conn_fork_unlock(c, 1);
@@ -808,8 +554,7 @@ ssize_t conn_send(struct smc_conn *c, const struct iovec *iov, int iovcnt, int f
 			full = true;
 			break;
 		}
-		if (c->ib)
-			conn_ib_tx_blocked(c);
+		c->tp->tx_blocked(c);
 		err = -conn_wait(c, POLLOUT, false, deadline, &c->tx_lock);
 		if (err == EINTR && conn_eintr_restarts(c->sndtimeo_ns))
 			err = 0;
@@ -823,7 +568,7 @@ ssize_t conn_send(struct smc_conn *c, const struct iovec *iov, int iovcnt, int f
 	if (sent) {
 		c->bytes_sent += sent;
 		__atomic_store_n(&c->sent_last, true, __ATOMIC_RELAXED);
-		stats_bytes(c->ib ? SMC_MODE_IB : SMC_MODE_SHM, sent, 0);
+		stats_bytes(c->tp->mode, sent, 0);
 	}
 	if (sent || tcp_sent) {
 		if (tcp_sent)
@@ -863,8 +608,7 @@ int conn_shutdown(struct smc_conn *c, int how)
 	if (how != SHUT_RD && !c->shut_wr) {
 		c->shut_wr = true;
 		__atomic_fetch_or(&c->tx->wflags, SHM_W_DONE_WRITING, __ATOMIC_RELEASE);
-		if (c->ib)
-			conn_ib_shutdown_wr(c);
+		c->tp->shutdown_wr(c);
 		bell_ring_peer(c->peer_rx_bell);
 	}
 	conn_wake_local(c);
@@ -896,7 +640,7 @@ int conn_rx_available(struct smc_conn *c)
  * into the peer's RMB. */
 int conn_tx_queued(struct smc_conn *c)
 {
-	if (conn_state(c) != CONN_ACTIVE || !c->ib)
+	if (conn_state(c) != CONN_ACTIVE)
 		return 0;
-	return conn_ib_tx_unwritten(c);
+	return c->tp->tx_unwritten(c);
 }

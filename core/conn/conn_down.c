@@ -33,36 +33,22 @@
 #include "core/base/log.h"
 #include "core/base/sandbox.h"
 #include "core/conn/conn_int.h"
-#include "core/ib/conn_ib.h"
+#include "core/conn/transport.h"
 #include "core/negotiate/progress.h"
 #include "core/wire/cdc.h"
 
 
 #define DOWN_RETRY_MS 20          /* the progress thread looks at least this often */
 #define DOWN_SECOND_NS 1000000000ull /* the second of two leavers: its re-send's bound */
-#define DOWN_ANSWER_NS 3000000000ull /* over RDMA: the peer's answer to our flag */
 
 bool conn_peer_went_tcp(struct smc_conn *c)
 {
 	bool no = false;
 
-	uint32_t wf;
-
 	if (__atomic_load_n(&c->peer_tcp, __ATOMIC_ACQUIRE))
 		return true;
-	if (c->ib) {
-		smc_cursor cons;
-
-		/* over RDMA the leaver's close follows its flag (conn_downgrade) */
-		if (!conn_ib_peer_went_tcp(c, &cons))
-			return false;
-	} else {
-		/* a leaver closes and aborts nothing on the rings after its flag: with
-		 * either, the close or abort is what counts */
-		wf = conn_peer_wflags(c);
-		if ((wf & (SHM_W_TCP | SHM_W_CLOSED | SHM_W_ABORT)) != SHM_W_TCP)
-			return false;
-	}
+	if (!c->tp->peer_went_tcp(c))
+		return false;
 	if (__atomic_compare_exchange_n(&c->peer_tcp, &no, true, false, __ATOMIC_ACQ_REL,
 					__ATOMIC_ACQUIRE)) {
 		stats_count_downgrade(true);
@@ -77,7 +63,8 @@ bool conn_side_went_tcp(struct smc_conn *c)
 {
 	int st = CONN_ACTIVE;
 
-	if (!c->fork_shared || c->ib || __atomic_load_n(&c->resend_taken, __ATOMIC_ACQUIRE) ||
+	if (!c->fork_shared || c->tp->process_bound ||
+	    __atomic_load_n(&c->resend_taken, __ATOMIC_ACQUIRE) ||
 	    !(__atomic_load_n(&c->tx->wflags, __ATOMIC_ACQUIRE) & SHM_W_TCP))
 		return false;
 	if (__atomic_compare_exchange_n(&c->state, &st, CONN_FALLBACK, false, __ATOMIC_ACQ_REL,
@@ -105,7 +92,7 @@ void conn_side_rest_wait(struct smc_conn *c, bool nonblock)
 	struct pollfd p = { .fd = c->fd, .events = POLLIN | POLLRDHUP };
 	smc_cursor prod, cons;
 
-	if (!nonblock || c->ib || c->side_rest_waited)
+	if (!nonblock || c->tp->process_bound || c->side_rest_waited)
 		return;
 	c->side_rest_waited = true;
 	prod = __atomic_load_n(&c->rx->prod, __ATOMIC_ACQUIRE);
@@ -136,15 +123,8 @@ static int resend_take(struct smc_conn *c)
 
 	if (c->resend_taken)
 		return c->aborted ? -1 : 0;
-	if (c->ib) {
-		/* the CDC_WENT_TCP's cursor; over RDMA there are no rewinds */
-		if (!conn_ib_peer_went_tcp(c, &cons))
-			return -1;
-		base = cons;
-	} else {
-		/* stored before the SHM_W_TCP that conn_peer_went_tcp loaded with acquire */
-		base = conn_tx_cons_base(c, &cons);
-	}
+	if (!c->tp->resend_from(c, &cons, &base))
+		return -1;
 	used = cursor_diff(c->tx_prod, base, c->tx_size);
 	if (cdc_validate_peer_cons(cons, cons, c->tx_prod, c->tx_size) < 0 || used < 0 ||
 	    used > c->tx_size) {
@@ -153,8 +133,10 @@ static int resend_take(struct smc_conn *c)
 	}
 	c->resend_at = base;
 	c->resend_end = c->tx_prod;
-	/* over RDMA no other process holds our side (a forked child's copy is dead) */
-	had = c->ib ? 0 : __atomic_fetch_or(&c->tx->wflags, SHM_W_TCP, __ATOMIC_ACQ_REL);
+	/* no other process holds a process-bound side (a forked child's copy is dead) */
+	had = c->tp->process_bound
+		      ? 0
+		      : __atomic_fetch_or(&c->tx->wflags, SHM_W_TCP, __ATOMIC_ACQ_REL);
 	if (had & SHM_W_TCP)
 		c->resend_at = c->resend_end; /* another process of our side claimed it */
 	__atomic_store_n(&c->resend_taken, true, __ATOMIC_RELEASE);
@@ -221,8 +203,7 @@ bool conn_down_finish(struct smc_conn *c)
 	c->reason = SMC_REASON_PEER_DOWNGRADE;
 	c->mode = SMC_MODE_TCP;
 	log_debug("fd %d: plain TCP (%s)", c->fd, stats_reason_name(c->reason));
-	if (c->ib)
-		conn_ib_release(c, false); /* CDC_CONN_CLOSED: the leaver may free its RMB */
+	c->tp->release(c, false); /* over RDMA: the leaver may free its RMB */
 	conn_wake_local(c);
 	return true;
 }
@@ -458,39 +439,38 @@ static bool lock_briefly(pthread_mutex_t *m)
 	return false;
 }
 
-/* The leaver's side over RDMA, under both data locks: a CDC carries our cursors and
- * CDC_WENT_TCP (whatever we produced goes in the RMB first), and the peer answers
- * (bounded: DOWN_ANSWER_NS; its progress thread answers, whatever its program does),
- * so that both ends know which of them re-sends. */
-static void down_leave_ib(struct smc_conn *c)
+/* Our side leaves, under both data locks: the transport announces our cursors and the
+ * end of our stream (over RDMA the peer answers, bounded, so that both ends know which
+ * of them re-sends), then what is owed goes out over TCP. */
+static void down_leave(struct smc_conn *c)
 {
 	struct sockaddr sa = { .sa_family = AF_UNSPEC };
-	enum conn_ib_leave how = conn_ib_go_tcp(c, DOWN_ANSWER_NS);
+	enum conn_leave how = c->tp->leave(c);
 
 	switch (how) {
-	case CONN_IB_LEFT:
+	case CONN_LEFT:
 		if (c->shut_wr)
 			REAL(shutdown)(c->fd, SHUT_WR);
 		break;
-	case CONN_IB_SECOND:
-	case CONN_IB_CROSSED:
+	case CONN_SECOND:
+	case CONN_CROSSED:
 		/* we re-send the peer's part from its cursor; crossed, it re-sends ours */
 		(void)conn_peer_went_tcp(c); /* counts the peer's downgrade */
-		down_leave_second(c, how == CONN_IB_CROSSED);
+		down_leave_second(c, how == CONN_CROSSED);
 		break;
-	case CONN_IB_GONE:
+	case CONN_GONE:
 		/* the peer cannot learn where our stream ends, or did not answer with our
 		 * bytes unread: TCP must not carry on without them */
-		log_warn("fd %d: RDMA connection lost while going back to TCP: reset", c->fd);
+		log_warn("fd %d: connection lost while going back to TCP: reset", c->fd);
 		REAL(connect)(c->fd, &sa, sizeof(sa));
 		break;
 	}
-	conn_ib_release(c, false);
+	c->tp->release(c, false);
 }
 
 int conn_downgrade(struct smc_conn *c, enum smc_reason why, bool image_ends)
 {
-	bool rx_locked, tx_locked, second = false;
+	bool rx_locked, tx_locked;
 
 	pthread_mutex_lock(&c->lock);
 	if (conn_state(c) != CONN_ACTIVE) {
@@ -507,35 +487,7 @@ int conn_downgrade(struct smc_conn *c, enum smc_reason why, bool image_ends)
 		pthread_mutex_unlock(&c->lock);
 		return -EBUSY;
 	}
-	if (c->ib) {
-		down_leave_ib(c);
-	} else {
-		/* another process of our side (fork) may have read or written since we
-		 * last did: the cursors we leave at are the shared block's */
-		if (c->fork_shared) {
-			conn_fork_lock(c, 0);
-			conn_fork_lock(c, 1);
-		}
-		conn_rx_resync(c);
-		conn_tx_resync(c);
-		second = conn_peer_went_tcp(c);
-		__atomic_store_n(&c->rx->cons, __atomic_load_n(&c->rx_cons, __ATOMIC_RELAXED),
-				 __ATOMIC_RELEASE);
-		__atomic_store_n(&c->tx->prod, __atomic_load_n(&c->tx_prod, __ATOMIC_RELAXED),
-				 __ATOMIC_RELEASE);
-		__atomic_fetch_or(&c->tx->wflags, SHM_W_TCP, __ATOMIC_SEQ_CST);
-		if (c->fork_shared) {
-			conn_fork_unlock(c, 1);
-			conn_fork_unlock(c, 0);
-		}
-		/* the peer may sleep on either direction, or on an epoll set of both */
-		bell_ring_peer(c->peer_rx_bell);
-		bell_ring_peer(c->peer_tx_bell);
-		if (second)
-			down_leave_second(c, false);
-		else if (c->shut_wr)
-			REAL(shutdown)(c->fd, SHUT_WR);
-	}
+	down_leave(c);
 	c->reason = why;
 	c->mode = SMC_MODE_TCP;
 	__atomic_store_n(&c->state, CONN_FALLBACK, __ATOMIC_RELEASE);

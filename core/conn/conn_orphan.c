@@ -20,6 +20,7 @@
 #include "core/base/sandbox.h"
 #include "core/conn/conn.h"
 #include "core/conn/conn_orphan.h"
+#include "core/conn/transport.h"
 #include "core/negotiate/progress.h"
 
 /* How often the progress thread looks: a peer that goes back to TCP waits at most this
@@ -92,7 +93,7 @@ bool conn_orphan_adopt(struct smc_conn *c)
 
 static bool shm_unpooled(const struct smc_conn *c)
 {
-	return !c->ib && !c->pool;
+	return c->tp->orphans && !c->pool;
 }
 
 /* Connections still open when the image ends are closed by the kernel: a FIN, which

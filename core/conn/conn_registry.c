@@ -11,7 +11,7 @@
 #include "core/base/config.h"
 #include "core/base/forklock.h"
 #include "core/conn/conn_int.h"
-#include "core/ib/conn_ib.h"
+#include "core/conn/transport.h"
 #include "core/negotiate/progress.h"
 
 /* Every live connection of the process, so fork can account the child's references.
@@ -276,8 +276,9 @@ static void conn_refs_add(void)
 	for (struct conn_node *n = conn_list; n; n = n->next) {
 		struct smc_conn *c = n->c;
 
-		/* an RDMA connection stays the parent's (conn_ib.h) */
-		if (__atomic_load_n(&c->state, __ATOMIC_ACQUIRE) == CONN_ACTIVE && !c->ib &&
+		/* a process-bound connection stays the parent's (transport.h) */
+		if (__atomic_load_n(&c->state, __ATOMIC_ACQUIRE) == CONN_ACTIVE &&
+		    !c->tp->process_bound &&
 		    c->fd_refs > 0) {
 			__atomic_add_fetch(&c->map.hdr->side_refs[c->side], 1, __ATOMIC_ACQ_REL);
 			c->fork_shared = true;
@@ -408,7 +409,7 @@ void conn_fork_child(void)
 		}
 		conn_close_rdv(c);
 		progress_watch_fd_drop(c); /* the parent's progress thread's */
-		conn_ib_atfork_child(c);
+		c->tp->fork_child(c);
 	}
 }
 

@@ -13,7 +13,7 @@
 #include "core/base/log.h"
 #include "core/base/sandbox.h"
 #include "core/conn/conn_int.h"
-#include "core/ib/conn_ib.h"
+#include "core/conn/transport.h"
 #include "core/negotiate/negotiate.h"
 #include "core/readiness/wait.h"
 
@@ -171,8 +171,7 @@ void conn_rearm(struct smc_conn *c, uint32_t events)
  * peer could see the new sequence is announced on our own bell. */
 void conn_tx_full(struct smc_conn *c)
 {
-	if (c->ib)
-		conn_ib_tx_blocked(c);
+	c->tp->tx_blocked(c);
 	if (!__atomic_load_n(&c->asleep_tx, __ATOMIC_RELAXED))
 		return;
 	conn_rearm(c, POLLOUT);
@@ -239,13 +238,14 @@ void conn_tcp_event(struct smc_conn *c)
 		 * "Connection reset by peer" for a killed server, not "Server closed").
 		 * Only once the peer's own bytes are all read: a reset here is reported at
 		 * once, where TCP still hands out what arrived before it. */
-		if (!c->ib && !(conn_peer_wflags(c) & (SHM_W_CLOSED | SHM_W_DONE_WRITING | SHM_W_TCP)) &&
+		if (c->tp->tcp_ordered &&
+		    !(conn_peer_wflags(c) & (SHM_W_CLOSED | SHM_W_DONE_WRITING | SHM_W_TCP)) &&
 		    conn_tx_free_peek(c) < c->tx_size && conn_rx_used_peek(c) == 0)
 			c->aborted = true;
 	} else if (r > 0) {
 		/* over RDMA the leaver's first TCP bytes may overtake its CDC_WENT_TCP (two
 		 * paths): they wait; the link tells what they are */
-		if (c->ib)
+		if (!c->tp->tcp_ordered)
 			return;
 		/* After the upgrade nothing may travel over TCP. */
 		conn_abort_protocol(c, "byte on the TCP channel");
@@ -254,7 +254,8 @@ void conn_tcp_event(struct smc_conn *c)
 		/* a peer that closed cleanly resets the TCP channel (see conn_release_fd) */
 		c->tcp_eof = true;
 		/* over RDMA a dead peer is the link's to report (ib_link.h: keepalive) */
-		if (!c->ib && !(conn_peer_wflags(c) & (SHM_W_CLOSED | SHM_W_DONE_WRITING)))
+		if (c->tp->tcp_ordered &&
+		    !(conn_peer_wflags(c) & (SHM_W_CLOSED | SHM_W_DONE_WRITING)))
 			c->aborted = true;
 	}
 	if (c->tcp_eof) {

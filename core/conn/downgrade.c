@@ -27,6 +27,7 @@
 #include "core/base/stats.h"
 #include "core/conn/conn.h"
 #include "core/conn/conn_orphan.h"
+#include "core/conn/transport.h"
 #include "core/negotiate/hs_policy.h"
 #include "core/negotiate/progress.h"
 #include "core/sock/sock.h"
@@ -85,11 +86,11 @@ static void fd_leave_rings(int fd, enum smc_reason why, bool image_ends)
 	conn_put(c);
 }
 
-/* Over RDMA the exec ends the QPs: what the kernel closes (FD_CLOEXEC) is closed first,
- * as at exit, and the links drained. */
+/* The exec ends a process-bound transport (RDMA's QPs): what the kernel closes
+ * (FD_CLOEXEC) is closed first, as at exit, and the links drained. */
 static bool closed_by_exec(const struct smc_conn *c)
 {
-	return c->ib && !fd_survives_exec(c->fd);
+	return c->tp->process_bound && !fd_survives_exec(c->fd);
 }
 
 void smc_sock_before_exec(bool image_replaced, const char *path, char *const envp[])
@@ -178,7 +179,7 @@ void smc_sock_before_fork(void)
 			if (__atomic_load_n(&c->state, __ATOMIC_ACQUIRE) == CONN_PENDING)
 				settle_pending(c, confirm_until);
 		}
-		if (c->ib && fd_survives_exec(fd) &&
+		if (c->tp->process_bound && fd_survives_exec(fd) &&
 		    __atomic_load_n(&c->state, __ATOMIC_ACQUIRE) == CONN_ACTIVE)
 			fd_leave_rings(fd, SMC_REASON_FORK, false);
 		conn_put(c);

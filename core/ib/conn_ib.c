@@ -20,6 +20,7 @@
 #include "core/base/real.h"
 #include "core/conn/conn.h"
 #include "core/conn/statsrv.h"
+#include "core/conn/transport.h"
 #include "core/ib/conn_ib_msg.h"
 #include "core/ib/ib_lgr.h"
 #include "core/ib/ib_link.h"
@@ -101,7 +102,7 @@ static void ci_free(struct conn_ib *ci)
 
 /* ------------------------------------------------------------ data path */
 
-void conn_ib_activate(struct smc_conn *c)
+static void conn_ib_activate(struct smc_conn *c)
 {
 	struct conn_ib *ci = c->ib;
 
@@ -143,7 +144,7 @@ static int64_t aborted_if_neg(struct smc_conn *c, int64_t v)
 	return v;
 }
 
-int64_t conn_ib_rx_used(struct smc_conn *c)
+static int64_t conn_ib_rx_used(struct smc_conn *c)
 {
 	int64_t v;
 
@@ -154,7 +155,7 @@ int64_t conn_ib_rx_used(struct smc_conn *c)
 	return aborted_if_neg(c, v);
 }
 
-int64_t conn_ib_tx_free(struct smc_conn *c)
+static int64_t conn_ib_tx_free(struct smc_conn *c)
 {
 	int64_t v;
 
@@ -165,7 +166,7 @@ int64_t conn_ib_tx_free(struct smc_conn *c)
 	return aborted_if_neg(c, v);
 }
 
-int conn_ib_tx_unwritten(struct smc_conn *c)
+static int conn_ib_tx_unwritten(struct smc_conn *c)
 {
 	struct conn_ib *ci = c->ib;
 	int64_t untold, v;
@@ -179,7 +180,7 @@ int conn_ib_tx_unwritten(struct smc_conn *c)
 	return (int)v;
 }
 
-void conn_ib_rx_published(struct smc_conn *c)
+static void ib_rx_published(struct smc_conn *c)
 {
 	struct conn_ib *ci = c->ib;
 	smc_cursor cons = __atomic_load_n(&c->rx_cons, __ATOMIC_RELAXED);
@@ -192,7 +193,7 @@ void conn_ib_rx_published(struct smc_conn *c)
 	ci_leave(c);
 }
 
-void conn_ib_tx_published(struct smc_conn *c)
+static void ib_tx_published(struct smc_conn *c)
 {
 	struct conn_ib *ci = c->ib;
 	smc_cursor prod = __atomic_load_n(&c->tx_prod, __ATOMIC_RELAXED);
@@ -205,7 +206,7 @@ void conn_ib_tx_published(struct smc_conn *c)
 	ci_leave(c);
 }
 
-void conn_ib_tx_blocked(struct smc_conn *c)
+static void conn_ib_tx_blocked(struct smc_conn *c)
 {
 	if (!ci_enter(c))
 		return;
@@ -213,7 +214,7 @@ void conn_ib_tx_blocked(struct smc_conn *c)
 	ci_leave(c);
 }
 
-bool conn_ib_rx_eof(struct smc_conn *c)
+static bool conn_ib_rx_eof(struct smc_conn *c)
 {
 	bool eof, ab;
 
@@ -227,7 +228,7 @@ bool conn_ib_rx_eof(struct smc_conn *c)
 	return eof;
 }
 
-bool conn_ib_tx_dead(struct smc_conn *c)
+static bool conn_ib_tx_dead(struct smc_conn *c)
 {
 	bool dead, ab;
 
@@ -241,7 +242,7 @@ bool conn_ib_tx_dead(struct smc_conn *c)
 	return dead;
 }
 
-void conn_ib_shutdown_wr(struct smc_conn *c)
+static void conn_ib_shutdown_wr(struct smc_conn *c)
 {
 	if (!ci_enter(c))
 		return;
@@ -249,14 +250,16 @@ void conn_ib_shutdown_wr(struct smc_conn *c)
 	ci_leave(c);
 }
 
-enum conn_ib_leave conn_ib_go_tcp(struct smc_conn *c, uint64_t wait_ns)
+/* conn_downgrade's leave (ib_conn_go_tcp): announces our consumer cursor and the end of
+ * our RDMA stream, then waits up to wait_ns for the peer's answer. */
+static enum conn_leave conn_ib_go_tcp(struct smc_conn *c, uint64_t wait_ns)
 {
 	enum ib_tcp_answer a;
 	uint64_t t0;
 
-	conn_ib_rx_published(c); /* the cursor the CDC carries is the one we stopped at */
+	ib_rx_published(c); /* the cursor the CDC carries is the one we stopped at */
 	if (!ci_enter(c))
-		return CONN_IB_GONE;
+		return CONN_GONE;
 	a = ib_conn_go_tcp(c->ib->ic);
 	t0 = clock_now_ns();
 	while (a == IB_TCP_ANNOUNCED) {
@@ -274,17 +277,18 @@ enum conn_ib_leave conn_ib_go_tcp(struct smc_conn *c, uint64_t wait_ns)
 	ci_leave(c);
 	switch (a) {
 	case IB_TCP_PEER_FIRST:
-		return CONN_IB_SECOND;
+		return CONN_SECOND;
 	case IB_TCP_CROSSED:
-		return CONN_IB_CROSSED;
+		return CONN_CROSSED;
 	case IB_TCP_GONE:
-		return CONN_IB_GONE;
+		return CONN_GONE;
 	default:
-		return CONN_IB_LEFT;
+		return CONN_LEFT;
 	}
 }
 
-bool conn_ib_peer_went_tcp(struct smc_conn *c, smc_cursor *peer_cons)
+/* The peer went back to TCP: *peer_cons is where our re-send starts. */
+static bool conn_ib_peer_went_tcp(struct smc_conn *c, smc_cursor *peer_cons)
 {
 	bool went;
 
@@ -304,12 +308,13 @@ static void ci_close(struct conn_ib *ci, bool abort)
 	pthread_rwlock_unlock(&ci->use);
 }
 
-void conn_ib_release(struct smc_conn *c, bool abort)
+/* The last fd of this process closed, or the connection went back to TCP. */
+static void conn_ib_release(struct smc_conn *c, bool abort)
 {
 	ci_close(c->ib, abort);
 }
 
-void conn_ib_free(struct smc_conn *c)
+static void conn_ib_free(struct smc_conn *c)
 {
 	struct conn_ib *ci = c->ib;
 
@@ -319,10 +324,12 @@ void conn_ib_free(struct smc_conn *c)
 	memset(&c->map, 0, sizeof(c->map));
 	c->rx = c->tx = NULL;
 	c->ib = NULL;
+	c->tp = &conn_transport_shm;
 	ci_free(ci);
 }
 
-void conn_ib_atfork_child(struct smc_conn *c)
+/* In a forked child: every RDMA connection is unusable there (ib_lgr.h). */
+static void conn_ib_atfork_child(struct smc_conn *c)
 {
 	if (!c->ib)
 		return;
@@ -330,6 +337,125 @@ void conn_ib_atfork_child(struct smc_conn *c)
 	pthread_rwlock_init(&c->ib->use, NULL);
 	c->aborted = true;
 }
+
+/* Nothing in the shared sense: an abort over RDMA reaches the peer as the link's (the
+ * TCP channel's reset follows at close). */
+static void ib_abort(struct smc_conn *c)
+{
+	(void)c;
+}
+
+/* CDC_CONN_CLOSED (or the abort), and our own sleepers: the peer's bells are not ours */
+static void ib_closed(struct smc_conn *c, bool abort)
+{
+	conn_ib_release(c, abort);
+	bell_ring_peer(c->peer_rx_bell);
+	bell_ring_peer(c->peer_tx_bell);
+}
+
+/* the sleeper counts of the private control block are the notify callback's: ring both */
+static void ib_wake_own(struct smc_conn *c)
+{
+	conn_wake_local(c);
+}
+
+static bool ib_peer_went_tcp(struct smc_conn *c)
+{
+	smc_cursor cons;
+
+	/* the leaver's close follows its flag (conn_downgrade) */
+	return conn_ib_peer_went_tcp(c, &cons);
+}
+
+/* the CDC_WENT_TCP's cursor; over RDMA there are no rewinds */
+static bool ib_resend_from(struct smc_conn *c, smc_cursor *cons, smc_cursor *base)
+{
+	if (!conn_ib_peer_went_tcp(c, cons))
+		return false;
+	*base = *cons;
+	return true;
+}
+
+/* The peer's answer to our CDC_WENT_TCP: its progress thread answers, whatever its
+ * program does. */
+#define IB_LEAVE_ANSWER_NS 3000000000ull
+
+/* A CDC carries our cursors and CDC_WENT_TCP (whatever we produced goes in the RMB
+ * first), and the peer answers, so that both ends know which of them re-sends. */
+static enum conn_leave ib_leave(struct smc_conn *c)
+{
+	return conn_ib_go_tcp(c, IB_LEAVE_ANSWER_NS);
+}
+
+/* The readiness peeks (transport.h): an impossible count reads as ready. */
+static int64_t ib_rx_used_peek(struct smc_conn *c)
+{
+	int64_t d = conn_ib_rx_used(c);
+
+	return d < 0 || d > c->rx_size ? 1 : d;
+}
+
+static int64_t ib_tx_free_peek(struct smc_conn *c)
+{
+	int64_t d = c->tx_size - conn_ib_tx_free(c);
+
+	return d < 0 || d > c->tx_size ? 1 : c->tx_size - d;
+}
+
+/* the window policy decides when the peer hears (cdc.h): not the end of a copy */
+static void ib_rx_published_at(struct smc_conn *c, bool last)
+{
+	(void)last;
+	ib_rx_published(c);
+}
+
+/* RDMA WRITE(s), then a CDC */
+static void ib_tx_published_at(struct smc_conn *c, bool last)
+{
+	(void)last;
+	ib_tx_published(c);
+}
+
+/* A quarter of the ring, the window policy's period (cdc.h): the reader starts on the
+ * first quarter while the writer copies the rest, at one WRITE and CDC per quarter. */
+static size_t ib_publish_chunk(uint32_t ring_size)
+{
+	size_t q = ring_size / 4;
+
+	return q > CONN_PUBLISH_CHUNK ? q : CONN_PUBLISH_CHUNK;
+}
+
+const struct conn_transport conn_transport_ib = {
+	.mode = SMC_MODE_IB,
+	.store_kinds = false,     /* the NIC reads the registered buffer */
+	.tcp_ordered = false,
+	.process_bound = true,
+	.orphans = false,       /* the link drains at exit (exit_drain.c) */
+	.reads_after_abort = true,
+	.activate = conn_ib_activate,
+	.rx_used = conn_ib_rx_used,
+	.tx_free = conn_ib_tx_free,
+	.rx_used_peek = ib_rx_used_peek,
+	.tx_free_peek = ib_tx_free_peek,
+	.rx_published = ib_rx_published_at,
+	.tx_published = ib_tx_published_at,
+	.tx_rewind = NULL,        /* SMC-R's cursors only go forward (RFC 7609) */
+	.publish_chunk = ib_publish_chunk,
+	.tx_blocked = conn_ib_tx_blocked,
+	.rx_eof = conn_ib_rx_eof,
+	.tx_dead = conn_ib_tx_dead,
+	.shutdown_wr = conn_ib_shutdown_wr,
+	.tx_unwritten = conn_ib_tx_unwritten,
+	.free = conn_ib_free,
+	.abort = ib_abort,
+	.closed = ib_closed,
+	.wake_own = ib_wake_own,
+	.release = conn_ib_release,
+	.fork_child = conn_ib_atfork_child,
+	.peer_went_tcp = ib_peer_went_tcp,
+	.resend_from = ib_resend_from,
+	.leave = ib_leave,
+};
 
 /* ------------------------------------------------------------ handshake helpers */
 
@@ -566,6 +692,7 @@ static bool client_activate(struct smc_conn *c, const struct hs_chan *ch, struct
 		return false;
 	}
 	c->ib = s->ci;
+	c->tp = &conn_transport_ib;
 	s->ci = NULL;
 	conn_activate(c);
 	/* If this is lost the server resets the TCP connection: both see it fail. */
@@ -747,6 +874,7 @@ static int server_exchange(struct smc_conn *c, const struct hs_chan *ch,
 		return -ECONNABORTED;
 	}
 	c->ib = s.ci;
+	c->tp = &conn_transport_ib;
 	s.ci = NULL;
 	ib_lgr_put(s.link);
 	*why = SMC_REASON_NONE;

@@ -1,19 +1,20 @@
 /* SPDX-License-Identifier: GPL-2.0-only OR BSD-2-Clause */
 /*
  * The connection engine over the SMC-R transport (ib_link.h): what conn.c calls for a
- * connection whose c->ib is set, and the CLC exchange that sets it up.
+ * connection whose c->ib is set (its transport.h operations, and what conn_down.c and
+ * conn.c call to go back to TCP and to close), and the CLC exchange that sets it up.
  *
  * Rings: the receive ring is the connection's RMB (the peer RDMA-WRITEs into it), the
  * send ring is the mirror of the peer's RMB (ib_link.h). conn.c copies in and out of
  * them exactly as it does for shared memory, at its own cursors, and hands every
- * cursor move to the transport (conn_ib_rx_published / conn_ib_tx_published).
+ * cursor move to the transport (conn_transport_ib: its rx_published / tx_published).
  *
  * Control block: c->rx / c->tx point at a private struct shm_hdr (not shared with
  * anybody), so the sleeper counts and sequences of conn_prepare_sleep/conn_end_sleep
  * work unchanged; the transport's notify callback (progress thread) reads them and
  * rings this side's own bells. Its rx prod / tx cons fields count the transport's
- * RX / TX events: the epoll emulation's edge generations (wait.c) read them. Nothing rings the peer's bells: the peer learns
- * everything from the CDCs.
+ * RX / TX events: the epoll emulation's edge generations (wait.c) read them. Nothing
+ * rings the peer's bells: the peer learns everything from the CDCs.
  *
  * Handshake (same host, SMC_TRANSPORT=ib, over the rendezvous socket when there is no
  * TCP option; and in-band over the TCP connection when both sent the option,
@@ -42,40 +43,8 @@ struct ib_link;
 
 /* ------------------------------------------------------------ data path (conn_data.c) */
 
-/* ACTIVE: points c's rings, sizes and control blocks at the transport's. */
-void conn_ib_activate(struct smc_conn *c);
-/* Readable bytes; -1 (and c->aborted) when the connection was aborted. */
-int64_t conn_ib_rx_used(struct smc_conn *c);
-/* Room in the send ring; -1 (and c->aborted) when aborted. */
-int64_t conn_ib_tx_free(struct smc_conn *c);
-/* Bytes we wrote that are not yet in the peer's RMB (not posted, or the WRITE not
- * completed): what SIOCOUTQ reports over RDMA. */
-int conn_ib_tx_unwritten(struct smc_conn *c);
-/* conn_data.c moved c->rx_cons / c->tx_prod: tell the transport. */
-void conn_ib_rx_published(struct smc_conn *c);
-void conn_ib_tx_published(struct smc_conn *c);
-/* The writer found no room and is about to wait (or return EAGAIN). */
-void conn_ib_tx_blocked(struct smc_conn *c);
-bool conn_ib_rx_eof(struct smc_conn *c);
-bool conn_ib_tx_dead(struct smc_conn *c);
-void conn_ib_shutdown_wr(struct smc_conn *c);
-/* conn_downgrade over RDMA (ib_conn_go_tcp): announces our consumer cursor and the end
- * of our RDMA stream, then waits up to wait_ns for the peer's answer. */
-enum conn_ib_leave {
-	CONN_IB_LEFT,    /* announced: the peer re-sends (it answered, or it will) */
-	CONN_IB_SECOND,  /* the peer went first: we re-send; our RMB has no reader */
-	CONN_IB_CROSSED, /* both at once: each side re-sends what the other did not read */
-	CONN_IB_GONE,    /* aborted, or the link failed */
-};
-enum conn_ib_leave conn_ib_go_tcp(struct smc_conn *c, uint64_t wait_ns);
-/* The peer went back to TCP: *peer_cons is where our re-send starts. */
-bool conn_ib_peer_went_tcp(struct smc_conn *c, smc_cursor *peer_cons);
-/* The last fd of this process closed. */
-void conn_ib_release(struct smc_conn *c, bool abort);
-/* conn_free: releases what is left (the transport connection if still open). */
-void conn_ib_free(struct smc_conn *c);
-/* In a forked child: every RDMA connection is unusable there. */
-void conn_ib_atfork_child(struct smc_conn *c);
+/* The transport's operations (transport.h); set as c->tp with c->ib by the handshake. */
+extern const struct conn_transport conn_transport_ib;
 
 /* ------------------------------------------------------------ handshake */
 

@@ -25,7 +25,7 @@
 #include "core/base/log.h"
 #include "core/conn/conn.h"
 #include "core/conn/conn_orphan.h"
-#include "core/ib/conn_ib.h"
+#include "core/conn/transport.h"
 #include "core/ib/ib_lgr.h"
 #include "core/sock/sock.h"
 
@@ -37,7 +37,7 @@
 
 static bool over_rdma(const struct smc_conn *c)
 {
-	return c->ib != NULL;
+	return c->tp->mode == SMC_MODE_IB;
 }
 
 void smc_sock_finish_resends(void)
@@ -64,7 +64,7 @@ void smc_sock_drain_rdma(bool (*closing)(const struct smc_conn *c))
 		return; /* no RDMA in this process: nothing to wait for */
 	c = conn_collect_active(closing, &n);
 	for (size_t i = 0; i < n; i++) {
-		conn_ib_release(c[i], false);
+		c[i]->tp->release(c[i], false);
 		conn_put(c[i]);
 	}
 	free(c);

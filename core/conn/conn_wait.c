@@ -12,10 +12,10 @@
 #include "core/base/fdpark.h"
 #include "core/base/log.h"
 #include "core/base/sandbox.h"
+#include "core/base/spin.h"
 #include "core/conn/conn_int.h"
 #include "core/conn/transport.h"
 #include "core/negotiate/negotiate.h"
-#include "core/readiness/wait.h"
 
 /* While the handshake runs, a connected socket is writable as TCP's would be: sends are
  * staged until the staging buffer is full (an in-band client waits for the server's
@@ -306,7 +306,7 @@ int conn_wait(struct smc_conn *c, uint32_t events, bool for_handshake,
 	uint32_t want = events | POLLERR | POLLHUP | CONN_MASK_FALLBACK;
 	/* a handshake takes two cross-process round trips through the progress thread:
 	 * spinning for it only takes a CPU away from that thread */
-	uint64_t spin_ns = for_handshake || conn_peer_on_my_cpu(c) ? 0 : wait_spin_budget();
+	uint64_t spin_ns = for_handshake || conn_peer_on_my_cpu(c) ? 0 : spin_budget();
 	uint64_t spin_start = clock_now_ns(), spin_end = spin_start + spin_ns;
 	unsigned drained = 0;
 
@@ -319,9 +319,9 @@ int conn_wait(struct smc_conn *c, uint32_t events, bool for_handshake,
 		 * its answer 0.75 us late on average; sockperf pp 14 B p50 0.86-1.17 us ->
 		 * 0.57, p99 1.7-28 -> 0.7 (both sides changed, alternated runs) */
 		for (int i = 0; i < CONN_SPIN_PAUSES; i++)
-			wait_cpu_relax();
+			spin_cpu_relax();
 		if (conn_wait_done(c, want, for_handshake)) {
-			wait_spin_outcome(true, clock_now_ns() - spin_start);
+			spin_outcome(true, clock_now_ns() - spin_start);
 			return 0;
 		}
 		if (clock_now_ns() >= spin_end)
@@ -331,7 +331,7 @@ int conn_wait(struct smc_conn *c, uint32_t events, bool for_handshake,
 			sandbox_yield();
 	}
 	if (spin_ns)
-		wait_spin_outcome(false, spin_ns);
+		spin_outcome(false, spin_ns);
 
 	for (;;) {
 		struct pollfd pfd[3];

@@ -102,6 +102,7 @@
 #include "core/base/clock.h"
 #include "core/base/log.h"
 #include "core/base/real.h"
+#include "core/base/spin.h"
 #include "core/conn/conn.h"
 #include "core/readiness/epoll.h"
 #include "core/readiness/epoll_int.h"
@@ -627,7 +628,7 @@ static bool ep_spin_useful(struct smc_epoll *ep)
 
 static int ep_spin(struct smc_epoll *ep, struct epoll_event *ev, int max, uint64_t deadline)
 {
-	uint64_t budget = wait_spin_budget(), start = clock_now_ns(), end = start + budget;
+	uint64_t budget = spin_budget(), start = clock_now_ns(), end = start + budget;
 	unsigned round = 0;
 
 	if (budget == 0)
@@ -638,15 +639,15 @@ static int ep_spin(struct smc_epoll *ep, struct epoll_event *ev, int max, uint64
 		int n = ep_try(ep, ev, max);
 
 		if (n != 0) {
-			wait_spin_outcome(n > 0, clock_now_ns() - start);
+			spin_outcome(n > 0, clock_now_ns() - start);
 			return n;
 		}
 		if (++round % EP_SPIN_YIELD_EVERY == 0)
-			wait_spin_yield();
+			spin_yield();
 		else
-			wait_cpu_relax();
+			spin_cpu_relax();
 	}
-	wait_spin_outcome(false, budget);
+	spin_outcome(false, budget);
 	return 0;
 }
 
@@ -682,7 +683,7 @@ static bool ep_sleep_alone(struct smc_epoll *ep)
 static int ep_wait(struct smc_epoll *ep, struct epoll_event *ev, int max, uint64_t deadline,
 		   const sigset_t *mask)
 {
-	bool spun = wait_spin_ns() == 0;
+	bool spun = spin_ns() == 0;
 	struct timespec left;
 
 	__atomic_add_fetch(&ep->waits, 1, __ATOMIC_RELAXED);

@@ -27,6 +27,7 @@
 #include "core/base/fdtab.h"
 #include "core/base/real.h"
 #include "core/base/sandbox.h"
+#include "core/base/spin.h"
 #include "core/conn/conn.h"
 #include "core/readiness/epoll.h"
 #include "core/readiness/wait.h"
@@ -149,49 +150,6 @@ const struct timespec *wait_remaining(uint64_t deadline, struct timespec *ts)
 	ts->tv_sec = (time_t)(left / 1000000000ull);
 	ts->tv_nsec = (long)(left % 1000000000ull);
 	return ts;
-}
-
-uint64_t wait_spin_ns(void)
-{
-	return (uint64_t)smc_cfg.spin_us * 1000ull;
-}
-
-/* How often this thread's recent spins paid: a moving average, 0..WAIT_SPIN_SCORE_MAX,
- * each spin weighing a quarter. A spin pays when it caught what it waited for within
- * WAIT_SPIN_PAYS_NS, about what a sleep and its wakeup cost (a ping-pong answered in a
- * few microseconds); a longer spin costs more CPU than the sleep it avoided, and with
- * more runnable threads than cores (a connect-per-request client and its server on two
- * cores) it takes that CPU from the peer it waits for. Below half the thread stops
- * spinning, except one wait in WAIT_SPIN_PROBE_EVERY, which finds out whether spinning
- * pays again. */
-#define WAIT_SPIN_SCORE_MAX 256u
-#define WAIT_SPIN_PROBE_EVERY 16u
-#define WAIT_SPIN_PAYS_NS 5000u
-static __thread unsigned spin_score __attribute__((tls_model("initial-exec")));
-static __thread unsigned spin_waits __attribute__((tls_model("initial-exec")));
-static __thread bool spin_scored __attribute__((tls_model("initial-exec")));
-
-uint64_t wait_spin_budget(void)
-{
-	if (!spin_scored) {
-		spin_scored = true;
-		spin_score = WAIT_SPIN_SCORE_MAX; /* start by spinning */
-	}
-	if (spin_score < WAIT_SPIN_SCORE_MAX / 2 && ++spin_waits % WAIT_SPIN_PROBE_EVERY != 0)
-		return 0;
-	return wait_spin_ns();
-}
-
-void wait_spin_outcome(bool caught, uint64_t spun_ns)
-{
-	bool paid = caught && spun_ns <= WAIT_SPIN_PAYS_NS;
-
-	spin_score = spin_score - spin_score / 4 + (paid ? WAIT_SPIN_SCORE_MAX / 4 : 0);
-}
-
-void wait_spin_yield(void)
-{
-	sandbox_yield();
 }
 
 bool wait_poll_involved(const struct pollfd *fds, nfds_t n)
@@ -447,7 +405,7 @@ static bool spin_useful(struct poll_call *pc)
 
 static int spin(struct poll_call *pc, uint64_t deadline)
 {
-	uint64_t budget = wait_spin_budget(), start = clock_now_ns(), end = start + budget;
+	uint64_t budget = spin_budget(), start = clock_now_ns(), end = start + budget;
 	unsigned round = 0;
 
 	if (budget == 0)
@@ -465,22 +423,22 @@ static int spin(struct poll_call *pc, uint64_t deadline)
 				r = eval_all(pc); /* report kernel entries ready too */
 		}
 		if (r != 0) {
-			wait_spin_outcome(r > 0, clock_now_ns() - start);
+			spin_outcome(r > 0, clock_now_ns() - start);
 			return r;
 		}
 		if (round % WAIT_SPIN_KERNEL_EVERY == 0)
-			wait_spin_yield();
+			spin_yield();
 		else
-			wait_cpu_relax();
+			spin_cpu_relax();
 	}
-	wait_spin_outcome(false, budget);
+	spin_outcome(false, budget);
 	return 0;
 }
 
 static int poll_loop(struct poll_call *pc, const struct timespec *timeout)
 {
 	uint64_t deadline = wait_deadline(timeout);
-	bool spun = wait_spin_ns() == 0;
+	bool spun = spin_ns() == 0;
 	struct timespec left;
 
 	for (;;) {

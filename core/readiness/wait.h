@@ -54,29 +54,5 @@ uint32_t wait_fds_generation(struct smc_conn *c);
 uint64_t wait_deadline(const struct timespec *timeout);
 /* Time left until deadline: NULL when forever (writes nothing), else *ts (0 when past). */
 const struct timespec *wait_remaining(uint64_t deadline, struct timespec *ts);
-/* Spin bound in ns (SMC_SPIN_US), 0 when spinning is off. */
-uint64_t wait_spin_ns(void);
-/* The spin this thread should make now: the bound, or 0 while its recent spins did
- * not pay (wait.c: they ended in a sleep anyway, or caught their event only after
- * longer than a sleep costs); then one wait in 16 spins again to see whether it pays. */
-uint64_t wait_spin_budget(void);
-/* After a spin of wait_spin_budget(): whether it caught what it waited for, after how
- * long. */
-void wait_spin_outcome(bool caught, uint64_t spun_ns);
-/* A short pause inside a spin loop (the CPU's pause instruction); inline, as the
- * spin loops run it every round. */
-static inline void wait_cpu_relax(void)
-{
-#if defined(__x86_64__) || defined(__i386__)
-	__builtin_ia32_pause();
-#elif defined(__aarch64__)
-	__asm__ __volatile__("yield" ::: "memory");
-#else
-	__asm__ __volatile__("" ::: "memory");
-#endif
-}
-/* Every few spin rounds: give the CPU away. With more runnable threads than cores (two
- * spinning ends plus anything else) the peer we wait for may need our core to answer. */
-void wait_spin_yield(void);
 
 #endif

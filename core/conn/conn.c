@@ -436,7 +436,7 @@ static void conn_linger(struct smc_conn *c)
 {
 	uint64_t deadline = clock_now_ns() + (uint64_t)c->linger_s * 1000000000ull;
 
-	/* conn_wait(POLLOUT) returns as soon as there is any room; the ring draining
+	/* conn_wait(POLLOUT) returns once a third of the ring is free; the ring draining
 	 * completely is not a readiness event, so poll for it at a millisecond pace */
 	while (!c->aborted && !conn_tx_dead(c) && conn_tx_free(c) < (int64_t)c->tx_size && clock_now_ns() < deadline)
 		REAL(poll)(NULL, 0, 1);

@@ -38,6 +38,20 @@ static inline int conn_state(struct smc_conn *c)
 	return __atomic_load_n(&c->state, __ATOMIC_ACQUIRE);
 }
 
+/*
+ * Writable, as tcp_poll() says POLLOUT (sk_stream_is_writeable): the free space is at
+ * least half of what is still queued, a third of the buffer, and a writer asleep for
+ * room is woken only then (sk_stream_write_space). Any free byte would do for a send
+ * that does not block, but a program that polls for POLLOUT and then writes blocking
+ * (socat) would block on a nearly full ring and stop reading its other side: two relays
+ * into each other's full rings (stunnel between two socats) then wait for ever, where
+ * TCP made them wait in poll(). It also spares the writer a wakeup per read.
+ */
+static inline bool conn_room_writable(int64_t room, uint32_t size)
+{
+	return room > 0 && (uint64_t)room * 3 >= size;
+}
+
 static inline uint32_t conn_peer_wflags(struct smc_conn *c)
 {
 	return __atomic_load_n(&c->rx->wflags, __ATOMIC_ACQUIRE);

@@ -58,7 +58,7 @@ uint32_t conn_poll_mask(struct smc_conn *c)
 		m |= POLLIN | POLLRDNORM | POLLRDHUP;
 	if (c->aborted)
 		return conn_aborted_mask(c);
-	if (c->shut_wr || conn_tx_dead(c) || conn_tx_free_peek(c) != 0)
+	if (c->shut_wr || conn_tx_dead(c) || conn_room_writable(conn_tx_free_peek(c), c->tx_size))
 		m |= POLLOUT | POLLWRNORM;
 	/* tcp_poll(): hang-up once both directions are shut (the peer's end of data and our
 	 * shutdown(SHUT_WR)); a peer's close alone is POLLRDHUP, as over TCP until its reset */
@@ -175,7 +175,7 @@ void conn_tx_full(struct smc_conn *c)
 	if (!__atomic_load_n(&c->asleep_tx, __ATOMIC_RELAXED))
 		return;
 	conn_rearm(c, POLLOUT);
-	if (conn_tx_free_peek(c) != 0)
+	if (conn_room_writable(conn_tx_free_peek(c), c->tx_size))
 		bell_ring(c->tx_bell);
 }
 

@@ -74,7 +74,8 @@ struct conn_transport {
 	 * connection aborted. Under tx_lock. */
 	int64_t (*tx_free)(struct smc_conn *c);
 	/* Readiness, from any thread: never aborts; an impossible cursor reads as ready
-	 * (1 byte, or room) so that the reader or writer meets it under its lock. */
+	 * (1 byte readable, the whole ring free) so that the reader or writer meets it
+	 * under its lock. */
 	int64_t (*rx_used_peek)(struct smc_conn *c);
 	int64_t (*tx_free_peek)(struct smc_conn *c);
 	/* Our consumer (producer) cursor moved: tell the peer. last: the end of a copy,

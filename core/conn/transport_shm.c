@@ -45,10 +45,16 @@ static bool ring_now(struct smc_conn *c, const uint32_t *sleepers, bool last)
 	return last || (__atomic_load_n(sleepers, __ATOMIC_RELAXED) && !conn_peer_on_my_cpu(c));
 }
 
+/* A writer asleep for room is rung once the ring is writable for it (conn_int.h,
+ * conn_room_writable), counted from the producer cursor we saw last: a later one only
+ * means less room, so the count errs towards one ring too early, never too late. */
 static void shm_rx_published(struct smc_conn *c, bool last)
 {
+	int64_t used = cursor_diff(c->rx_prod_seen, c->rx_cons, c->rx_size);
+
 	__atomic_store_n(&c->rx->cons, c->rx_cons, __ATOMIC_RELEASE);
-	if (ring_now(c, &c->rx->w_sleepers, last))
+	if (conn_room_writable((int64_t)c->rx_size - used, c->rx_size) &&
+	    ring_now(c, &c->rx->w_sleepers, last))
 		conn_ring_if_asleep(&c->rx->w_sleepers, &c->rx->w_seq, &c->rung_tx_seq,
 				    c->peer_tx_bell);
 }
@@ -185,11 +191,16 @@ static inline uint32_t peer_rflags(struct smc_conn *c)
 
 /* Readiness checks from any thread, without the reader's or writer's lock: they never
  * abort, an impossible cursor reads as "ready" so that the reader or writer, which
- * validates under its lock, meets it and aborts the connection. */
+ * validates under its lock, meets it and aborts the connection. After a fork another
+ * process of our side may have read or written since this one did: our own cursors are
+ * then the shared block's (conn_rx_resync, conn_tx_resync), not our copies, which would
+ * make a sibling's reads look unread (a spurious POLLIN) and its writes unwritten (an
+ * rsync daemon's _exit read as a reset by the client's reading child). */
 static int64_t shm_rx_used_peek(struct smc_conn *c)
 {
 	smc_cursor prod = __atomic_load_n(&c->rx->prod, __ATOMIC_ACQUIRE);
-	smc_cursor cons = __atomic_load_n(&c->rx_cons, __ATOMIC_RELAXED);
+	smc_cursor cons = c->fork_shared ? __atomic_load_n(&c->rx->cons, __ATOMIC_ACQUIRE)
+					 : __atomic_load_n(&c->rx_cons, __ATOMIC_RELAXED);
 	int64_t d = cursor_diff(prod, cons, c->rx_size);
 
 	return d < 0 || d > c->rx_size ? 1 : d;
@@ -197,10 +208,11 @@ static int64_t shm_rx_used_peek(struct smc_conn *c)
 
 static int64_t shm_tx_free_peek(struct smc_conn *c)
 {
-	smc_cursor cons, prod = __atomic_load_n(&c->tx_prod, __ATOMIC_RELAXED);
+	smc_cursor cons, prod = c->fork_shared ? __atomic_load_n(&c->tx->prod, __ATOMIC_ACQUIRE)
+					       : __atomic_load_n(&c->tx_prod, __ATOMIC_RELAXED);
 	int64_t d = cursor_diff(prod, conn_tx_cons_base(c, &cons), c->tx_size);
 
-	return d < 0 || d > c->tx_size ? 1 : c->tx_size - d;
+	return d < 0 || d > c->tx_size ? c->tx_size : c->tx_size - d;
 }
 
 /* No more data will ever arrive once the ring is drained. */

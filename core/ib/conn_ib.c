@@ -399,7 +399,7 @@ static int64_t ib_tx_free_peek(struct smc_conn *c)
 {
 	int64_t d = c->tx_size - conn_ib_tx_free(c);
 
-	return d < 0 || d > c->tx_size ? 1 : c->tx_size - d;
+	return d < 0 || d > c->tx_size ? c->tx_size : c->tx_size - d;
 }
 
 /* the window policy decides when the peer hears (cdc.h): not the end of a copy */

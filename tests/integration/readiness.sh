@@ -30,7 +30,7 @@ for variant in inproc fork; do
 	args=()
 	[ "$variant" = fork ] && args=(--fork)
 	smc_run "$dir" "$READINESS" "${args[@]}" >"$SMC_TMP/$variant.out" 2>&1 ||
-		smc_fail "readiness_check ($variant) under the library: $(grep -v '^ok' "$SMC_TMP/$variant.out" | head -20)"
+		smc_fail "readiness_check ($variant) under the library: $(grep -v '^ok' "$SMC_TMP/$variant.out" | grep -v '^# [a-z_0-9]*$' | head -20)"
 	smc_log "$variant: $(tail -1 "$SMC_TMP/$variant.out")"
 	smc_expect_payload "$dir" 1 "readiness $variant"
 done

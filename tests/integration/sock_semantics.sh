@@ -9,7 +9,8 @@
 # signal-driven I/O (O_ASYNC by fcntl or FIOASYNC), a reader cancelled in recv(),
 # MSG_TRUNC, MSG_ERRQUEUE, MSG_PEEK|MSG_WAITALL, a send after the peer's close (the
 # first succeeds, as TCP's does), sendfile from a socket, splice's SPLICE_F_NONBLOCK,
-# SO_ZEROCOPY/MSG_ZEROCOPY.
+# SO_ZEROCOPY/MSG_ZEROCOPY, when poll() says POLLOUT (a third of the buffer free, as
+# tcp_poll: a program that polls and then writes blocking must not block).
 # Each scenario first runs plain (the reference: what Linux does), then under the
 # library. Where the library cannot honour the feature the connection goes back to TCP
 # (SO_RCVLOWAT > 1, MSG_OOB, O_ASYNC, SO_ZEROCOPY): the stats count one downgrade and one peer downgrade, and
@@ -81,4 +82,6 @@ run sendfile_sock 0
 run splice_nb 0
 # MSG_ZEROCOPY's completions come from the kernel's socket: back to TCP
 run zerocopy 1
+# POLLOUT only with a third of the ring free (socat relays through stunnel stalled)
+run pollout 0
 smc_pass

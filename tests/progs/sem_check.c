@@ -38,6 +38,10 @@
  *                     waits for the peer's data (the flag is the pipe's)
  *   zerocopy          SO_ZEROCOPY and send(MSG_ZEROCOPY): its completion arrives on the
  *                     error queue
+ *   pollout           a send side filled until EAGAIN, then 4 KiB of it read by the
+ *                     peer: poll() does not say POLLOUT yet (tcp_poll wants a third of
+ *                     the buffer free, so that a poll and a blocking write do not
+ *                     block); once the peer read everything, it does
  *
  * Prints "ok - ..." or "FAIL - ..." per check; exits 1 if any failed.
  */
@@ -679,6 +683,54 @@ static void client_zerocopy(int fd)
 	ctl_send('d');
 }
 
+/* The peer reads 4 KiB on the first word, then everything until EOF on the second. */
+static void server_pollout(int fd)
+{
+	static char b[65536];
+	ssize_t r;
+
+	ctl_wait();
+	recv_exact(fd, b, 4096);
+	ctl_send('r');
+	ctl_wait();
+	while ((r = recv(fd, b, sizeof(b), 0)) > 0)
+		;
+	check(r == 0, "pollout: the stream ends with EOF", "recv %zd", r);
+}
+
+static void client_pollout(int fd)
+{
+	static char buf[65536];
+	struct pollfd pf = { .fd = fd, .events = POLLOUT };
+	int again = 0, n;
+
+	memset(buf, 'p', sizeof(buf));
+	if (fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK) < 0)
+		die("O_NONBLOCK");
+	/* full: EAGAIN ten times in a row, 20 ms apart (TCP moves its queue meanwhile) */
+	while (again < 10) {
+		if (send(fd, buf, sizeof(buf), 0) > 0) {
+			again = 0;
+		} else if (errno == EAGAIN || errno == EWOULDBLOCK) {
+			again++;
+			sleep_ms(20);
+		} else {
+			die("send");
+		}
+	}
+	ctl_send('f');
+	ctl_wait();
+	sleep_ms(200);
+	n = poll(&pf, 1, 300);
+	check(n == 0, "pollout: not writable with 4 KiB of room", "poll %d revents %#x", n,
+	      (unsigned)pf.revents);
+	ctl_send('a');
+	pf.revents = 0;
+	n = poll(&pf, 1, 5000);
+	check(n == 1 && (pf.revents & POLLOUT), "pollout: writable once the peer read it all",
+	      "poll %d revents %#x", n, (unsigned)pf.revents);
+}
+
 /* ------------------------------------------------------------ the pair */
 
 int main(int argc, char **argv)
@@ -696,11 +748,11 @@ int main(int argc, char **argv)
 	    strcmp(sc, "async") && strcmp(sc, "async_ioctl") && strcmp(sc, "cancel") &&
 	    strcmp(sc, "trunc") && strcmp(sc, "errqueue") && strcmp(sc, "peek_waitall") &&
 	    strcmp(sc, "write_after_close") && strcmp(sc, "sendfile_sock") &&
-	    strcmp(sc, "splice_nb") && strcmp(sc, "zerocopy")) {
+	    strcmp(sc, "splice_nb") && strcmp(sc, "zerocopy") && strcmp(sc, "pollout")) {
 		fprintf(stderr, "usage: %s rcvlowat|rcvlowat_pre|rcvlowat_listener|soerror|"
 				"reset_recv|outq|oob|oob_recv|async|async_ioctl|cancel|trunc|"
 				"errqueue|peek_waitall|write_after_close|sendfile_sock|splice_nb|"
-				"zerocopy\n", argv[0]);
+				"zerocopy|pollout\n", argv[0]);
 		return 2;
 	}
 	sigaction(SIGPIPE, &act, NULL);
@@ -756,6 +808,8 @@ int main(int argc, char **argv)
 			server_send_late(fd);
 		} else if (!strcmp(sc, "zerocopy")) {
 			server_zerocopy(fd);
+		} else if (!strcmp(sc, "pollout")) {
+			server_pollout(fd);
 		} else {
 			server_oob_recv(fd);
 		}
@@ -808,6 +862,8 @@ int main(int argc, char **argv)
 		client_splice_nb(fd);
 	} else if (!strcmp(sc, "zerocopy")) {
 		client_zerocopy(fd);
+	} else if (!strcmp(sc, "pollout")) {
+		client_pollout(fd);
 	} else {
 		client_oob_recv(fd);
 	}

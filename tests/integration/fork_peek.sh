@@ -1,0 +1,98 @@
+#!/bin/bash
+# SPDX-License-Identifier: GPL-2.0-only OR BSD-2-Clause
+#
+# A connection shared by two processes after fork(), seen from the one that did not do
+# the reading or writing: each process keeps its own copy of its side's cursors, and
+# readiness must count from the shared ones, as TCP's one socket does.
+#   pollin  - the child reads everything there was; the parent's poll() then finds
+#             nothing to read (the parent's stale cursor said 5 bytes: a spurious POLLIN);
+#   exit    - the client's child writes, its parent reads; the server answers and leaves
+#             by _exit() (an rsync daemon's child): the parent reads the answer, then EOF,
+#             as over TCP (its stale producer cursor made the peer's exit look like a
+#             death with bytes unread: ECONNRESET, and rsync's "error in socket IO").
+# Each case runs plain first (the reference), then with every process under the library.
+[ -n "${BASH_VERSION:-}" ] || exec bash "$0" "$@"
+. "$(dirname -- "$0")/lib.sh"
+
+smc_init
+smc_require_cmd python3
+
+POLLIN='
+import os, select, socket, sys, time
+l = socket.socket()
+l.bind(("127.0.0.1", 0))
+l.listen(1)
+r, w = os.pipe()
+if os.fork() == 0:
+    c, _ = l.accept()
+    c.sendall(b"hello")
+    c.recv(1)
+    os.read(r, 1)
+    c.close()
+    os._exit(0)
+s = socket.create_connection(l.getsockname())
+s.sendall(b"x")
+time.sleep(0.2)
+pid = os.fork()
+if pid == 0:
+    d = b""
+    while len(d) < 5:
+        d += s.recv(5)
+    os._exit(0 if d == b"hello" else 3)
+_, st = os.waitpid(pid, 0)
+p = select.poll()
+p.register(s, select.POLLIN)
+ev = p.poll(300)
+os.write(w, b"k")
+print("reader status", st, "parent poll", ev, flush=True)
+sys.exit(0 if st == 0 and not ev else 1)
+'
+EXIT='
+import os, socket, sys
+N = 4000000
+l = socket.socket()
+l.bind(("127.0.0.1", 0))
+l.listen(1)
+if os.fork() == 0:
+    c, _ = l.accept()
+    c.sendall(b"d" * N)
+    got = b""
+    while not got.endswith(b"DONE"):
+        got += c.recv(65536)
+    c.sendall(b"BYE!")
+    os._exit(0)
+s = socket.create_connection(l.getsockname())
+pid = os.fork()
+if pid == 0:
+    s.sendall(b"DONE")
+    os._exit(0)
+n = 0
+while n < N + 4:
+    b = s.recv(1 << 20)
+    if not b:
+        print("early EOF after", n, flush=True)
+        sys.exit(1)
+    n += len(b)
+try:
+    last = s.recv(16)
+except OSError as e:
+    print("after the answer:", e, flush=True)
+    sys.exit(1)
+os.waitpid(pid, 0)
+print("after the answer:", repr(last), flush=True)
+sys.exit(0 if last == b"" else 1)
+'
+
+for case in pollin exit; do
+	prog=POLLIN
+	[ "$case" = exit ] && prog=EXIT
+	timeout -k 5 "$SMC_CMD_TIMEOUT" python3 -c "${!prog}" >"$SMC_TMP/$case.plain" 2>&1 ||
+		smc_fail "$case without the library: $(cat "$SMC_TMP/$case.plain")"
+	dir=$(smc_stats_dir "$case")
+	smc_run "$dir" python3 -c "${!prog}" >"$SMC_TMP/$case.out" 2>&1 ||
+		smc_fail "$case under the library: $(cat "$SMC_TMP/$case.out")"
+	smc_log "$case: $(cat "$SMC_TMP/$case.out")"
+	smc_expect_payload "$dir" 1 "$case"
+	smc_assert_eq "$case: aborts" "$(smc_stats "$dir" '.events.aborts')" 0
+done
+smc_pass

@@ -58,6 +58,8 @@ PACKAGES+=(libfaketime)
 PACKAGES+=(tcl perl)
 # an FTP server whose sessions come from the raw clone system call (tests/integration/vsftpd.sh)
 PACKAGES+=(vsftpd)
+# a SOCKS client library preloaded beside ours, and a SOCKS proxy (proxychains.sh)
+PACKAGES+=(proxychains4 microsocks)
 # libFuzzer's runtime for tests/fuzz (only a Recommends of clang, which is not installed)
 PACKAGES+=(libclang-rt-14-dev)
 # The Debian packages (tests/integration/debian_package.sh: dpkg-buildpackage, lintian, a

@@ -304,6 +304,27 @@ static void connect_stays_tcp(int fd, enum smc_reason why)
 	stats_conn(SMC_MODE_TCP, why);
 }
 
+/*
+ * Whether fd still holds the socket this connect() started with. A library preloaded
+ * after ours that wraps connect() too may swap the socket while it connects:
+ * proxychains connects a socket of its own to its proxy, speaks SOCKS on it and dup2()s
+ * it over the program's descriptor. Our connection went with the old socket's close;
+ * the new one carries another protocol's bytes first and is not ours to negotiate.
+ * kind: what fd was in the table before the connect (FD_TCP for a pooled connection,
+ * which enters the table after it; FD_SMC with c for the others).
+ */
+static bool connect_same_socket(int fd, struct smc_conn *c, enum fd_kind kind)
+{
+	struct smc_conn *now;
+
+	if (kind == FD_TCP)
+		return fdtab_kind(fd) == FD_TCP;
+	now = sock_fd_conn(fd);
+	if (now)
+		conn_put(now);
+	return now == c;
+}
+
 /* connect() of a pooled connection c: ACTIVE from its first byte, or the slot back to
  * the pool when the kernel failed the connect. */
 static int connect_pooled_finish(struct smc_conn *c, int fd, const struct sockaddr *addr,
@@ -326,6 +347,14 @@ static int connect_pooled_finish(struct smc_conn *c, int fd, const struct sockad
 	}
 	r = REAL(connect)(fd, addr, len);
 	e = errno;
+	if (!connect_same_socket(fd, c, FD_TCP)) {
+		log_debug("fd %d: its socket was replaced during connect(): not ours", fd);
+		epoll_track_forget_fd(fd);
+		conn_pool_withdraw(c, false);
+		conn_put(c);
+		errno = e;
+		return r;
+	}
 	if (r < 0 && e != EINPROGRESS) {
 		epoll_track_undo(fd); /* still a TCP socket, registered in the kernel's sets */
 		conn_pool_withdraw(c, e == ECONNREFUSED);
@@ -387,8 +416,16 @@ int smc_sock_connect(int fd, const struct sockaddr *addr, socklen_t len)
 			}
 		}
 	}
+	if (c)
+		conn_get(c); /* ours through the connect: the table's goes if the socket does */
 	r = REAL(connect)(fd, addr, len);
 	e = errno;
+	if (c && !connect_same_socket(fd, c, FD_SMC)) {
+		log_debug("fd %d: its socket was replaced during connect(): not ours", fd);
+		conn_put(c);
+		errno = e;
+		return r;
+	}
 	if (c && r < 0 && e != EINPROGRESS) {
 		/* No connection: nothing to count, nothing to watch. */
 		fdtab_set(fd, FD_TCP, NULL);
@@ -414,6 +451,8 @@ int smc_sock_connect(int fd, const struct sockaddr *addr, socklen_t len)
 		if (miss != POOL_MISS_NONE)
 			stats_count_pool_miss(miss == POOL_MISS_FULL);
 	}
+	if (c)
+		conn_put(c);
 	errno = e;
 	return r;
 }

@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/base/clock.h"
 #include "core/base/config.h"
 #include "core/base/fd_budget.h"
 #include "core/base/fd_pass.h"
@@ -118,6 +119,7 @@ static void listener_track(int fd, bool opted_in, bool inherited)
 	l->refs = 1;
 	l->opted_in = opted_in;
 	l->name_fd = rdv_listener_register(fd);
+	l->name_tried_ns = clock_now_ns();
 	if (l->name_fd >= 0) {
 		fd_budget_take(1);
 		l->pools = pool_set_new();
@@ -633,6 +635,45 @@ static int accept_inband(int nfd, int flags, bool may_defer, enum smc_reason *wh
 	return accept_handshake(nfd, ufd, flags, &auth, why);
 }
 
+/*
+ * A listener whose rendezvous name another process held when this one took it over
+ * claims the name once that process is gone: the process that passed it (gunicorn's
+ * USR2 and the old master's QUIT, pgbouncer -R) or an exec'd image's sibling. Its
+ * clients find no name meanwhile and stay TCP; without the claim they would for good.
+ * Tried from accept(), at most once per LISTENER_CLAIM_NS, under the fd's stripe lock
+ * (the registration is two system calls).
+ */
+#define LISTENER_CLAIM_NS 1000000000ull
+
+static void listener_claim_name(int lfd)
+{
+	struct fd_entry *e = fdtab_peek(lfd);
+	struct smc_listener *l;
+	uint64_t now;
+	int name;
+
+	if (!e)
+		return;
+	pthread_mutex_lock(fd_lock(lfd));
+	l = e->kind == FD_LISTEN ? e->obj : NULL;
+	now = clock_now_ns();
+	if (l && l->name_fd == -EADDRINUSE && now - l->name_tried_ns >= LISTENER_CLAIM_NS) {
+		l->name_tried_ns = now;
+		name = rdv_listener_register(lfd);
+		if (name >= 0) {
+			fd_budget_take(1);
+			if (!l->pools) {
+				/* who else accepts on it is not known: no pool (listener_track) */
+				l->pools = pool_set_new();
+				pool_set_refuse(l->pools);
+			}
+			l->name_fd = name;
+			log_debug("fd %d: the listener's rendezvous name is free again: ours", lfd);
+		}
+	}
+	pthread_mutex_unlock(fd_lock(lfd));
+}
+
 /* Answers the pool setup requests waiting for listener lfd (pool.h). */
 static void listener_serve_pools(int lfd)
 {
@@ -851,6 +892,7 @@ int smc_sock_accept(int fd, struct sockaddr *addr, socklen_t *len, int flags)
 		}
 		return nfd;
 	}
+	listener_claim_name(fd);
 	/* our SYN-ACK answered the option only when the listener was opted in */
 	opted_in = sock_listener_opted_in(fd);
 	if (opted_in && tcpopt_peer_sent(nfd) == 1) {

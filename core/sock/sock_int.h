@@ -15,7 +15,9 @@
 struct pool_set;
 
 struct smc_listener {
-	int name_fd; /* holds the rendezvous name; -1 when a sibling process holds it */
+	int name_fd; /* holds the rendezvous name; -EADDRINUSE while another process holds
+		      * it (listener_claim_name), another -errno when it cannot be had */
+	uint64_t name_tried_ns; /* the last claim of the name */
 	int refs;
 	bool opted_in; /* its SYN-ACKs answer the SMC TCP option (tcpopt.h) */
 	bool defer_kept; /* TCP_DEFER_ACCEPT is kept out of the kernel (listener_defer_*) */

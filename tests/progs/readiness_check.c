@@ -1687,7 +1687,12 @@ static void test_epoll_first_conn_race(void)
 		bogus += r.bogus;
 		if (r.bogus)
 			bad = r.bad;
-		missed += !r.got_conn;
+		if (!r.got_conn) {
+			missed++;
+			printf("# first conn race: round %d missed (%s, %s, wait %d)\n", round,
+			       pre ? "connected after the ADD" : "added connected",
+			       nested ? "nested" : round % 2 ? "edge" : "level", r.how);
+		}
 		conns[round] = fd;
 		if (r.inner >= 0)
 			close(r.inner);

@@ -26,7 +26,20 @@
 #include <unistd.h>
 
 #include "core/base/fdtab.h"
+#include "core/base/forklock.h"
 #include "core/base/real.h"
+
+pthread_mutex_t fdtab_stripe[FDTAB_STRIPES] = {
+	[0 ... FDTAB_STRIPES - 1] = PTHREAD_MUTEX_INITIALIZER
+};
+
+bool fdtab_fork_lock(void)
+{
+	for (int i = 0; i < FDTAB_STRIPES; i++)
+		if (forklock_take(&fdtab_stripe[i]) == FORKLOCK_BUSY)
+			return false;
+	return true;
+}
 
 
 #define FDTAB_CHUNK_SHIFT 12

@@ -7,6 +7,7 @@
 #ifndef SMC_FDTAB_H
 #define SMC_FDTAB_H
 
+#include <pthread.h>
 #include <stdbool.h>
 #include <stdint.h>
 
@@ -56,6 +57,20 @@ void fdtab_flags_set(int fd, unsigned flags);
 void fdtab_flags_reset(int fd, unsigned flags);
 /* The next tracked fd at or after `from`, or -1 (close_range walks only those). */
 int fdtab_next_tracked(int from);
+/* Looking up an fd's object and taking a reference must not interleave with another
+ * thread closing that fd (which drops the table's reference): one lock per stripe of
+ * fds, held only for the lookup, never across a wait. */
+#define FDTAB_STRIPES 64
+extern pthread_mutex_t fdtab_stripe[FDTAB_STRIPES];
+
+static inline pthread_mutex_t *fdtab_lock(int fd)
+{
+	return &fdtab_stripe[(unsigned)fd % FDTAB_STRIPES];
+}
+
+/* fork (forklock.h): takes every stripe; false when one is busy. */
+bool fdtab_fork_lock(void);
+
 /* Set on the library's own threads (the progress thread): the libraries they call
  * (libevent) reach our wrappers through the PLT, and must get plain libc there. */
 extern __thread bool smc_thread_internal __attribute__((tls_model("initial-exec")));

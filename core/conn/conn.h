@@ -216,6 +216,11 @@ void conn_release_fd(struct smc_conn *c);
 /* Rings c's own doorbells: every local waiter (a blocked read or write, a poll or
  * epoll watch) looks at the connection again. */
 void conn_wake_local(struct smc_conn *c);
+/* The connection of fd with a reference (conn_put it), or NULL when fd is not FD_SMC.
+ * The only way to reach a connection from an fd number: the lookup and the reference
+ * are taken under fd's stripe lock (fdtab.h), which a close() takes to clear the entry
+ * before it drops the table's reference, so the connection cannot be freed in between. */
+struct smc_conn *conn_from_fd(int fd);
 /* Takes an ACTIVE shared-memory connection back to plain TCP in this process, for
  * `why` (SMC_REASON_EXEC), without losing a byte: our producer and consumer cursors
  * and SHM_W_TCP go into the shared block and the peer's bells ring; the peer reads

@@ -9,11 +9,28 @@
 #include "core/base/bell.h"
 #include "core/base/clock.h"
 #include "core/base/config.h"
+#include "core/base/fdtab.h"
 #include "core/base/forklock.h"
 #include "core/conn/conn_int.h"
 #include "core/conn/transport.h"
 #include "core/negotiate/progress.h"
 
+
+struct smc_conn *conn_from_fd(int fd)
+{
+	struct fd_entry *e = fdtab_peek(fd);
+	struct smc_conn *c = NULL;
+
+	if (!e || __atomic_load_n(&e->kind, __ATOMIC_ACQUIRE) != FD_SMC)
+		return NULL;
+	pthread_mutex_lock(fdtab_lock(fd));
+	if (e->kind == FD_SMC) {
+		c = e->obj;
+		conn_get(c);
+	}
+	pthread_mutex_unlock(fdtab_lock(fd));
+	return c;
+}
 /* Every live connection of the process, so fork can account the child's references.
  * Doubly linked, each connection pointing at its node: a close unlinks in O(1), where a
  * walk made closing N connections cost O(N^2) under the lock every setup takes. */

@@ -84,4 +84,8 @@ uint32_t epoll_emul_poll_mask(int epfd);
  * quiet connection of the set is armed (its next change makes epfd readable). */
 uint32_t epoll_emul_prepare_sleep(int epfd);
 
+/* Set once the library put its own entry into any application epoll set: the kernel's
+ * epoll waits then look for it (the preload layer's epoll_wait). */
+extern bool smc_epoll_cookies;
+
 #endif

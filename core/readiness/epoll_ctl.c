@@ -18,7 +18,6 @@
 #include "core/readiness/epoll_int.h"
 #include "core/readiness/epoll_track.h"
 #include "core/readiness/wait.h"
-#include "core/sock/sock.h"
 
 /* Linux accepts EPOLLEXCLUSIVE only with these (fs/eventpoll.c EPOLLEXCLUSIVE_OK_BITS). */
 #define EV_EXCLUSIVE_OK (EPOLLIN | EPOLLOUT | EPOLLRDNORM | EPOLLRDBAND | EPOLLWRNORM | \
@@ -647,7 +646,7 @@ int epoll_emul_ctl(int epfd, int op, int fd, struct epoll_event *ev)
 		}
 	}
 
-	c = sock_fd_conn(fd);
+	c = conn_from_fd(fd);
 	if (c && ep && __atomic_load_n(&ep->norphans, __ATOMIC_RELAXED)) {
 		struct ep_fdreg *r = NULL;
 

@@ -23,7 +23,6 @@
 #include "core/conn/conn.h"
 #include "core/readiness/epoll.h"
 #include "core/readiness/epoll_int.h"
-#include "core/sock/sock.h"
 
 static pthread_mutex_t eps_lock = PTHREAD_MUTEX_INITIALIZER;
 static struct smc_epoll *eps_head;
@@ -297,7 +296,7 @@ void epoll_emul_forget_fd(int fd)
 
 	if (__atomic_load_n(&eps_count, __ATOMIC_ACQUIRE) == 0 || fd < 0)
 		return;
-	c = sock_fd_conn(fd);
+	c = conn_from_fd(fd);
 	if (c) {
 		pthread_mutex_lock(&c->lock);
 		last = c->fd_refs <= 1;

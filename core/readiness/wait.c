@@ -31,7 +31,6 @@
 #include "core/conn/conn.h"
 #include "core/readiness/epoll.h"
 #include "core/readiness/wait.h"
-#include "core/sock/sock.h"
 
 /* Zero-timeout kernel check every this many spin rounds. */
 #define WAIT_SPIN_KERNEL_EVERY 8
@@ -513,14 +512,14 @@ static int wait_poll_masked(struct pollfd *fds, nfds_t n, const struct timespec 
 	for (nfds_t i = 0; i < n; i++) {
 		struct entry *e = &pc.ent[i];
 		enum fd_kind k = fds[i].fd >= 0 ? fdtab_kind(fds[i].fd) : FD_NONE;
-		struct smc_conn *c = k == FD_SMC ? sock_fd_conn(fds[i].fd) : NULL;
+		struct smc_conn *c = k == FD_SMC ? conn_from_fd(fds[i].fd) : NULL;
 
 		memset(e, 0, sizeof(*e));
 		e->report = report ? report[i]
 				   : (short)((unsigned short)fds[i].events | POLLERR | POLLHUP | POLLNVAL);
 		if (c && !(wait_conn_mask(c) & CONN_MASK_FALLBACK)) {
 			e->kind = ENTRY_SMC;
-			e->c = c; /* sock_fd_conn's reference, dropped at the end of the call */
+			e->c = c; /* conn_from_fd's reference, dropped at the end of the call */
 			pc.nsmc++;
 		} else {
 			if (c)

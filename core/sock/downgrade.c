@@ -71,7 +71,7 @@ static bool client_decided_now(struct smc_conn *c, enum smc_reason why)
 static void fd_leave_rings(int fd, enum smc_reason why, bool image_ends)
 {
 	int64_t settle_ns = 4 * (int64_t)smc_cfg.handshake_timeout_ms * 1000000;
-	struct smc_conn *c = sock_fd_conn(fd);
+	struct smc_conn *c = conn_from_fd(fd);
 
 	if (!c)
 		return;
@@ -168,7 +168,7 @@ void smc_sock_before_fork(void)
 
 		if (fdtab_kind(fd) != FD_SMC)
 			continue;
-		c = sock_fd_conn(fd);
+		c = conn_from_fd(fd);
 		if (!c)
 			continue;
 		if (__atomic_load_n(&c->state, __ATOMIC_ACQUIRE) == CONN_PENDING) {

@@ -45,7 +45,7 @@ static pthread_once_t init_once = PTHREAD_ONCE_INIT;
  */
 static bool fork_lock_all(void)
 {
-	return conn_fork_lock_registry() && epoll_emul_fork_lock() && sock_fork_lock() &&
+	return conn_fork_lock_registry() && epoll_emul_fork_lock() && fdtab_fork_lock() &&
 	       pool_fork_lock() && conn_fork_lock_conns() && progress_fork_lock() &&
 	       hs_policy_fork_lock() && neg_fork_lock() && rdv_fork_lock() &&
 	       tcpopt_fork_lock() && statsrv_fork_lock() && epoll_track_fork_lock() &&

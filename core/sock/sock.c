@@ -37,35 +37,6 @@
 #include "core/sock/sock.h"
 #include "core/sock/sock_int.h"
 
-pthread_mutex_t sock_fd_stripe[FD_STRIPES] = {
-	[0 ... FD_STRIPES - 1] = PTHREAD_MUTEX_INITIALIZER
-};
-
-/* Held for a lookup and a reference, never across a wait. */
-bool sock_fork_lock(void)
-{
-	for (int i = 0; i < FD_STRIPES; i++)
-		if (forklock_take(&sock_fd_stripe[i]) == FORKLOCK_BUSY)
-			return false;
-	return true;
-}
-
-struct smc_conn *sock_fd_conn(int fd)
-{
-	struct fd_entry *e = fdtab_peek(fd);
-	struct smc_conn *c = NULL;
-
-	if (!e || __atomic_load_n(&e->kind, __ATOMIC_ACQUIRE) != FD_SMC)
-		return NULL;
-	pthread_mutex_lock(fd_lock(fd));
-	if (e->kind == FD_SMC) {
-		c = e->obj;
-		conn_get(c);
-	}
-	pthread_mutex_unlock(fd_lock(fd));
-	return c;
-}
-
 /* Reads back one option the core honours (as the kernel stored it: timeouts rounded). */
 static void conn_load_sockopt(struct smc_conn *c, int name)
 {
@@ -143,7 +114,7 @@ void sock_tcp_only(int fd)
 	struct smc_conn *c;
 
 	fdtab_flags_set(fd, FDF_TCP_ONLY);
-	c = sock_fd_conn(fd);
+	c = conn_from_fd(fd);
 
 	if (!c)
 		return;
@@ -240,7 +211,7 @@ static ssize_t plain_send(int fd, const struct iovec *iov, int iovcnt, int flags
 
 ssize_t smc_sock_recv(int fd, const struct iovec *iov, int iovcnt, int flags)
 {
-	struct smc_conn *c = sock_fd_conn(fd);
+	struct smc_conn *c = conn_from_fd(fd);
 	ssize_t r;
 	int err;
 
@@ -297,7 +268,7 @@ static ssize_t conn_sock_send(struct smc_conn *c, int fd, const struct iovec *io
 
 ssize_t smc_sock_send(int fd, const struct iovec *iov, int iovcnt, int flags)
 {
-	struct smc_conn *c = sock_fd_conn(fd);
+	struct smc_conn *c = conn_from_fd(fd);
 	ssize_t r;
 	int err;
 
@@ -312,7 +283,7 @@ ssize_t smc_sock_send(int fd, const struct iovec *iov, int iovcnt, int flags)
 
 int smc_sock_shutdown(int fd, int how)
 {
-	struct smc_conn *c = sock_fd_conn(fd);
+	struct smc_conn *c = conn_from_fd(fd);
 	int r, err = 0;
 
 	if (!c)
@@ -480,7 +451,7 @@ void smc_sock_dup(int oldfd, int newfd)
 
 void smc_sock_set_nonblock(int fd, bool on)
 {
-	struct smc_conn *c = sock_fd_conn(fd);
+	struct smc_conn *c = conn_from_fd(fd);
 
 	if (c) {
 		c->nonblock = on;
@@ -490,7 +461,7 @@ void smc_sock_set_nonblock(int fd, bool on)
 
 int smc_sock_ioctl(int fd, unsigned long req, void *arg)
 {
-	struct smc_conn *c = sock_fd_conn(fd);
+	struct smc_conn *c = conn_from_fd(fd);
 	int err, r = 0;
 
 	/* SIOCOUTQNSD (not yet sent) counts within SIOCOUTQ: what is unwritten */
@@ -513,7 +484,7 @@ int smc_sock_getsockopt(int fd, int level, int name, void *val, socklen_t *len)
 
 	if (level == IPPROTO_TCP && name == TCP_DEFER_ACCEPT && len)
 		return sock_listener_defer_get(fd, val, len);
-	c = sock_fd_conn(fd);
+	c = conn_from_fd(fd);
 
 	if (c && level == SOL_SOCKET && name == SO_ERROR && c->aborted &&
 	    __atomic_load_n(&c->state, __ATOMIC_ACQUIRE) == CONN_ACTIVE && val && len &&
@@ -579,7 +550,7 @@ int smc_sock_setsockopt(int fd, int level, int name, const void *val, socklen_t 
 	    (name != SO_RCVTIMEO && name != SO_SNDTIMEO && name != SO_LINGER))
 		return r;
 	fdtab_flags_set(fd, FDF_SOCKOPTS);
-	if ((c = sock_fd_conn(fd))) {
+	if ((c = conn_from_fd(fd))) {
 		if (!conn_take_sockopt(c, name, val, len))
 			conn_load_sockopt(c, name);
 		conn_put(c);

@@ -19,6 +19,7 @@
 #include <time.h>
 
 #include "core/base/stats.h"
+#include "core/readiness/epoll.h" /* smc_epoll_cookies */
 
 /* After a successful real socket()/socketpair()/accept(): decides whether the core tracks fd. */
 void smc_sock_created(int fd, int domain, int type, int protocol);
@@ -71,16 +72,8 @@ int smc_select(int nfds, fd_set *r, fd_set *w, fd_set *e, const struct timespec 
  * while smc_epoll_cookies is set: the library's own event is taken out. */
 int smc_epoll_after_kernel(int epfd, struct epoll_event *ev, int n, int max,
 			   const struct timespec *timeout, const sigset_t *mask);
-/* Set once the library put its own entry into any application epoll set. */
-extern bool smc_epoll_cookies;
 /* epoll_create*: the epoll fd itself is tracked lazily, on its first SMC registration. */
 
-/* The connection of fd with a reference (conn_put it), or NULL when fd is not FD_SMC.
- * The only way to reach a connection from an fd number: the lookup and the reference
- * are taken under fd's stripe lock, which a close() takes to clear the entry before it
- * drops the table's reference, so the connection cannot be freed in between. */
-struct smc_conn;
-struct smc_conn *sock_fd_conn(int fd);
 
 /* Before a new program starts with our descriptors (core/sock/exec.c): image_replaced for
  * the exec family (our own image ends), false for posix_spawn, system and popen (a
@@ -133,7 +126,5 @@ void smc_sock_drain_rdma(bool (*closing)(const struct smc_conn *c));
 void smc_sock_finish_resends(void);
 
 /* fork handling is installed with pthread_atfork by the core's init (forklock.h). */
-/* Takes every fd stripe; false when one is busy. */
-bool sock_fork_lock(void);
 
 #endif

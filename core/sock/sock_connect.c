@@ -319,7 +319,7 @@ static bool connect_same_socket(int fd, struct smc_conn *c, enum fd_kind kind)
 
 	if (kind == FD_TCP)
 		return fdtab_kind(fd) == FD_TCP;
-	now = sock_fd_conn(fd);
+	now = conn_from_fd(fd);
 	if (now)
 		conn_put(now);
 	return now == c;

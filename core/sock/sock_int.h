@@ -26,15 +26,10 @@ struct smc_listener {
 };
 
 
-/* Looking up an fd's connection and taking a reference must not interleave with
- * another thread closing that fd (which drops the table's reference): one lock per
- * stripe of fds, held only for the lookup. */
-#define FD_STRIPES 64
-extern pthread_mutex_t sock_fd_stripe[FD_STRIPES];
-
+/* The fd table's stripe lock of fd (fdtab.h). */
 static inline pthread_mutex_t *fd_lock(int fd)
 {
-	return &sock_fd_stripe[(unsigned)fd % FD_STRIPES];
+	return fdtab_lock(fd);
 }
 
 /* The options the core honours on c (SO_RCVTIMEO, SO_SNDTIMEO, SO_LINGER), read back

@@ -151,12 +151,20 @@ int smc_impl_pselect(int nfds, fd_set *r, fd_set *w, fd_set *e, const struct tim
  * registration. */
 SMC_EXPORT int epoll_create(int size)
 {
-	return REAL(epoll_create)(size);
+	int fd = REAL(epoll_create)(size);
+
+	if (fd >= 0)
+		smc_epoll_created(fd);
+	return fd;
 }
 
 SMC_EXPORT int epoll_create1(int flags)
 {
-	return REAL(epoll_create1)(flags);
+	int fd = REAL(epoll_create1)(flags);
+
+	if (fd >= 0)
+		smc_epoll_created(fd);
+	return fd;
 }
 
 /* FD_TCP goes to the core too: a socket that may still be upgraded has its kernel
@@ -165,8 +173,11 @@ SMC_EXPORT int epoll_ctl(int epfd, int op, int fd, struct epoll_event *ev)
 {
 	enum fd_kind k = fdtab_kind(fd);
 
-	if (k != FD_SMC && k != FD_EPOLL && k != FD_TCP && fdtab_kind(epfd) != FD_EPOLL)
+	if (k != FD_SMC && k != FD_EPOLL && k != FD_TCP && fdtab_kind(epfd) != FD_EPOLL) {
+		if (op == EPOLL_CTL_ADD)
+			smc_epoll_kernel_add(fd);
 		return REAL(epoll_ctl)(epfd, op, fd, ev);
+	}
 	return smc_epoll_ctl(epfd, op, fd, ev);
 }
 int smc_impl_epoll_ctl(int epfd, int op, int fd, struct epoll_event *ev)

@@ -35,6 +35,10 @@ enum fd_flag {
 	/* an option the rings cannot honour was set (SO_RCVLOWAT > 1): its connection,
 	 * or a listener's accepted ones, stay plain TCP (reason sockopt) */
 	FDF_TCP_ONLY = 0x20,
+	/* an epoll instance (epoll_create), and one added to another epoll set: a set that
+	 * becomes emulated then has a waiter the emulation never sees (epoll.c, fd_waited) */
+	FDF_EPOLL_FD = 0x40,
+	FDF_NESTED = 0x80,
 };
 
 struct fd_entry {

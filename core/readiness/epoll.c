@@ -46,7 +46,8 @@
  *     nobody while the set is awake. Taking counts for a listed watch (epoll_ctl ADD)
  *     asks for no ring either, unless a thread sleeps. None of this where a sleeper
  *     could miss it: a set with a thread asleep, shared across fork, or whose own fd is
- *     waited on (poll/select, an outer set) settles every watch as before.
+ *     waited on (poll/select, an outer set of ours, or one of the kernel's that it was
+ *     added to: FDF_NESTED) settles every watch as before.
  * A per-process dirty list in shared memory would avoid the peer's eventfd write, but
  * needs a mapping shared by all of a process's peers (a handshake change); the
  * eventfd write is cheaper than the TCP send it replaces.

@@ -468,8 +468,9 @@ static int reg_add(struct smc_epoll *ep, int fd, struct smc_conn *c, struct smc_
 
 /* A registration was added or re-armed: the next evaluation reports what is ready now
  * (the kernel's re-poll). Other threads may already sleep in the kernel on the
- * application's epoll fd (a one-shot MOD from a worker thread is the classic case):
- * Linux wakes them when the new entry is ready, so kick the shadow then. */
+ * application's epoll fd (a one-shot MOD from a worker thread is the classic case), or
+ * on an outer set that holds it (fd_waited): Linux wakes them when the new entry is
+ * ready, so kick the shadow then. */
 static void reg_arm_now(struct smc_epoll *ep, struct ep_fdreg *r)
 {
 	struct smc_ep_reg *w = r->w;
@@ -478,7 +479,7 @@ static void reg_arm_now(struct smc_epoll *ep, struct ep_fdreg *r)
 	if (!w || r->disabled)
 		return;
 	watch_list(ep, w);
-	if (ep->nsleeping <= 0)
+	if (ep->nsleeping <= 0 && !ep->fd_waited)
 		return;
 	if (w->inner)
 		m = epoll_emul_prepare_sleep(w->inner_fd);

@@ -581,6 +581,17 @@ int smc_epoll_ctl(int epfd, int op, int fd, struct epoll_event *ev)
 	return epoll_emul_ctl(epfd, op, fd, ev);
 }
 
+void smc_epoll_created(int fd)
+{
+	fdtab_flags_reset(fd, FDF_EPOLL_FD);
+}
+
+void smc_epoll_kernel_add(int fd)
+{
+	if (fdtab_flags(fd) & FDF_EPOLL_FD)
+		fdtab_flags_set(fd, FDF_NESTED);
+}
+
 int smc_epoll_after_kernel(int epfd, struct epoll_event *ev, int n, int max,
 			   const struct timespec *timeout, const sigset_t *mask)
 {

@@ -64,6 +64,11 @@ bool smc_poll_involved(const struct pollfd *fds, nfds_t n);
 int smc_poll(struct pollfd *fds, nfds_t n, const struct timespec *timeout,
 	     const sigset_t *mask);
 int smc_epoll_ctl(int epfd, int op, int fd, struct epoll_event *ev);
+/* epoll_create*: fd is an epoll instance (not yet emulated: that is lazy). */
+void smc_epoll_created(int fd);
+/* A kernel EPOLL_CTL_ADD of fd, which the emulation does not take: an epoll instance
+ * added so is waited on where the emulation cannot see it. */
+void smc_epoll_kernel_add(int fd);
 int smc_epoll_wait(int epfd, struct epoll_event *ev, int max, const struct timespec *timeout,
 		   const sigset_t *mask);
 int smc_select(int nfds, fd_set *r, fd_set *w, fd_set *e, const struct timespec *timeout,

@@ -1711,6 +1711,40 @@ static void test_epoll_first_conn_race(void)
 	      "%d of %d rounds missed it", missed, RACE_ROUNDS);
 }
 
+/* A set nested in an outer set that only the kernel waits on (the outer holds nothing
+ * of ours): a thread sleeps on the outer set while connections are added to the inner
+ * one (the first made it emulated, and left it again before the thread slept), the
+ * second while it sleeps, and the second's peer sends. Linux wakes the outer set's sleeper; the emulation must ask the
+ * second connection's peer for a ring, since no wait of its own looks at the inner set. */
+static void test_epoll_nested_kernel(void)
+{
+	int outer = new_epoll(), inner = new_epoll(), first, second;
+	struct racer r = { .ep = outer, .inner = inner, .how = 0 };
+
+	ep_add(outer, inner, EPOLLIN, RACE_INNER);
+	first = new_conn();
+	ep_add(inner, first, EPOLLIN, RACE_PIPE); /* the inner set becomes emulated */
+	/* out again: its peer closes it at the next accept, and its end of stream would
+	 * wake the sleeper by itself */
+	if (epoll_ctl(inner, EPOLL_CTL_DEL, first, NULL) < 0)
+		die("epoll_ctl DEL");
+	if (pthread_create(&r.t, NULL, racer_main, &r) != 0)
+		die("pthread_create");
+	sleep_ms(SHORT_MS); /* the racer asleep in the kernel on the outer set */
+	second = new_conn();
+	ep_add(inner, second, EPOLLIN, RACE_CONN);
+	sleep_ms(SHORT_MS);
+	peer(&P, P_SEND, 1);
+	pthread_join(r.t, NULL);
+	check(r.got_conn, "nested kernel: data on a connection added under the sleeper wakes it",
+	      "no EPOLLIN in %d ms", LONG_MS);
+	check(r.bogus == 0, "nested kernel: no event nobody registered", "%d", r.bogus);
+	close(second);
+	close(first);
+	close(inner);
+	close(outer);
+}
+
 /* One thread closes a connection's fd while another polls it and adds it to (and
  * removes it from) an epoll set in a loop: the lookups of the fd's connection must hold
  * it against the close (under ASan a use after free aborts the run). The waiter sees
@@ -2047,6 +2081,7 @@ static const struct {
 	{ "epoll_fork", test_epoll_fork },
 	{ "epoll_preconnect", test_epoll_preconnect },
 	{ "epoll_first_conn_race", test_epoll_first_conn_race },
+	{ "epoll_nested_kernel", test_epoll_nested_kernel },
 	{ "epoll_fork_shared_set", test_epoll_fork_shared_set },
 	{ "close_race", test_close_race },
 	{ "epoll_dup_close", test_epoll_dup_close },

@@ -45,7 +45,8 @@ static inline int conn_state(struct smc_conn *c)
  * that does not block, but a program that polls for POLLOUT and then writes blocking
  * (socat) would block on a nearly full ring and stop reading its other side: two relays
  * into each other's full rings (stunnel between two socats) then wait for ever, where
- * TCP made them wait in poll(). It also spares the writer a wakeup per read.
+ * TCP made them wait in poll(). A blocking send still goes on with any room
+ * (conn_wait.c), as tcp_sendmsg() does once it is woken.
  */
 static inline bool conn_room_writable(int64_t room, uint32_t size)
 {

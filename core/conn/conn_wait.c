@@ -278,6 +278,10 @@ static bool conn_wait_done(struct smc_conn *c, uint32_t want, bool for_handshake
 	/* the callers' loops take a downgrade themselves, under their lock */
 	if (__atomic_load_n(&c->peer_tcp, __ATOMIC_ACQUIRE))
 		return true;
+	/* a blocking send goes on with any room, as tcp_sendmsg() copies what fits; only
+	 * readiness (poll, epoll) waits for a third of the ring (conn_room_writable) */
+	if ((want & POLLOUT) && conn_state(c) == CONN_ACTIVE && conn_tx_free_peek(c) > 0)
+		return true;
 	return (conn_poll_mask(c) & want) != 0;
 }
 

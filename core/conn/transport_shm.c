@@ -45,16 +45,13 @@ static bool ring_now(struct smc_conn *c, const uint32_t *sleepers, bool last)
 	return last || (__atomic_load_n(sleepers, __ATOMIC_RELAXED) && !conn_peer_on_my_cpu(c));
 }
 
-/* A writer asleep for room is rung once the ring is writable for it (conn_int.h,
- * conn_room_writable), counted from the producer cursor we saw last: a later one only
- * means less room, so the count errs towards one ring too early, never too late. */
+/* A writer asleep for room is rung at every chunk we take: a blocking send goes on
+ * with any room (conn_wait.c); a wait for POLLOUT looks again and sleeps on until a
+ * third of the ring is free (conn_room_writable). */
 static void shm_rx_published(struct smc_conn *c, bool last)
 {
-	int64_t used = cursor_diff(c->rx_prod_seen, c->rx_cons, c->rx_size);
-
 	__atomic_store_n(&c->rx->cons, c->rx_cons, __ATOMIC_RELEASE);
-	if (conn_room_writable((int64_t)c->rx_size - used, c->rx_size) &&
-	    ring_now(c, &c->rx->w_sleepers, last))
+	if (ring_now(c, &c->rx->w_sleepers, last))
 		conn_ring_if_asleep(&c->rx->w_sleepers, &c->rx->w_seq, &c->rung_tx_seq,
 				    c->peer_tx_bell);
 }

@@ -107,6 +107,17 @@ int sock_listener_defer_get(int fd, void *val, socklen_t *len)
 	return 0;
 }
 
+/* l holds its rendezvous name now (name: rdv_listener_register's descriptor), and a
+ * set of pools for it; refused when l is inherited (listener_track). */
+static void listener_name_held(struct smc_listener *l, int name, bool inherited)
+{
+	fd_budget_take(1);
+	l->pools = pool_set_new();
+	if (inherited)
+		pool_set_refuse(l->pools);
+	l->name_fd = name;
+}
+
 /* Listening socket fd becomes ours (FD_LISTEN) with its same-host rendezvous name.
  * An inherited one serves no pool: who else accepts on it is not known (a process
  * without the library would read a pooled client's bytes as TCP). */
@@ -120,12 +131,8 @@ static void listener_track(int fd, bool opted_in, bool inherited)
 	l->opted_in = opted_in;
 	l->name_fd = rdv_listener_register(fd);
 	l->name_tried_ns = clock_now_ns();
-	if (l->name_fd >= 0) {
-		fd_budget_take(1);
-		l->pools = pool_set_new();
-		if (inherited)
-			pool_set_refuse(l->pools);
-	}
+	if (l->name_fd >= 0)
+		listener_name_held(l, l->name_fd, inherited);
 	if (l->name_fd < 0 && l->name_fd != -EADDRINUSE)
 		log_warn("fd %d: no rendezvous for this listener (%s): connections stay TCP",
 			 fd, strerror(-l->name_fd));
@@ -656,18 +663,14 @@ static void listener_claim_name(int lfd)
 		return;
 	pthread_mutex_lock(fd_lock(lfd));
 	l = e->kind == FD_LISTEN ? e->obj : NULL;
-	now = clock_now_ns();
-	if (l && l->name_fd == -EADDRINUSE && now - l->name_tried_ns >= LISTENER_CLAIM_NS) {
+	/* the clock only for a listener that waits for its name: accept() is a hot path */
+	if (l && l->name_fd == -EADDRINUSE &&
+	    (now = clock_now_ns()) - l->name_tried_ns >= LISTENER_CLAIM_NS) {
 		l->name_tried_ns = now;
 		name = rdv_listener_register(lfd);
 		if (name >= 0) {
-			fd_budget_take(1);
-			if (!l->pools) {
-				/* who else accepts on it is not known: no pool (listener_track) */
-				l->pools = pool_set_new();
-				pool_set_refuse(l->pools);
-			}
-			l->name_fd = name;
+			/* taken over: who else accepts on it is not known, no pool */
+			listener_name_held(l, name, true);
 			log_debug("fd %d: the listener's rendezvous name is free again: ours", lfd);
 		}
 	}

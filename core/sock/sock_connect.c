@@ -6,6 +6,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <string.h>
 
 #include "core/base/clock.h"
@@ -305,6 +306,24 @@ static void connect_stays_tcp(int fd, enum smc_reason why)
 }
 
 /*
+ * A nonblocking connect() that returned EINPROGRESS and whose SYN was already answered
+ * by a reset: no connection to count (a blocking one returns ECONNREFUSED and is not
+ * counted either). On loopback the answer comes within the connect() call itself, so a
+ * client that retries a local port nobody listens on (ZeroMQ's reconnects) is not
+ * counted once per attempt. TCP_INFO leaves the error for the program's SO_ERROR. A
+ * socket whose connect() is still in progress is in SYN_SENT; one that is closed already
+ * was refused (or unreachable): it cannot have been established and closed since.
+ */
+static bool connect_refused_already(int fd)
+{
+	struct tcp_info ti;
+	socklen_t len = sizeof(ti);
+
+	return REAL(getsockopt)(fd, IPPROTO_TCP, TCP_INFO, &ti, &len) == 0 &&
+	       ti.tcpi_state == TCP_CLOSE;
+}
+
+/*
  * Whether fd still holds the socket this connect() started with. A library preloaded
  * after ours that wraps connect() too may swap the socket while it connects:
  * proxychains connects a socket of its own to its proxy, speaks SOCKS on it and dup2()s
@@ -446,7 +465,7 @@ int smc_sock_connect(int fd, const struct sockaddr *addr, socklen_t len)
 		connect_abandon(c, SMC_REASON_RESOURCES);
 	} else if (c) {
 		epoll_track_forget_fd(fd);
-	} else if (r == 0 || e == EINPROGRESS) {
+	} else if (r == 0 || (e == EINPROGRESS && !connect_refused_already(fd))) {
 		connect_stays_tcp(fd, why);
 		if (miss != POOL_MISS_NONE)
 			stats_count_pool_miss(miss == POOL_MISS_FULL);

@@ -1,4 +1,5 @@
 /* SPDX-License-Identifier: GPL-2.0-only OR BSD-2-Clause */
+#include "core/base/clock.h"
 #include "core/base/config.h"
 #include "core/base/sandbox.h"
 #include "core/base/spin.h"
@@ -23,7 +24,7 @@ static __thread unsigned spin_score __attribute__((tls_model("initial-exec")));
 static __thread unsigned spin_waits __attribute__((tls_model("initial-exec")));
 static __thread bool spin_scored __attribute__((tls_model("initial-exec")));
 
-uint64_t spin_budget(void)
+static uint64_t spin_budget(void)
 {
 	if (!spin_scored) {
 		spin_scored = true;
@@ -34,14 +35,48 @@ uint64_t spin_budget(void)
 	return spin_ns();
 }
 
-void spin_outcome(bool caught, uint64_t spun_ns)
+static void spin_outcome(bool caught, uint64_t spun_ns)
 {
 	bool paid = caught && spun_ns <= SPIN_PAYS_NS;
 
 	spin_score = spin_score - spin_score / 4 + (paid ? SPIN_SCORE_MAX / 4 : 0);
 }
 
-void spin_yield(void)
+/* Pauses between two looks: a look every 8 (~0.2 us on the project's EPYC VM) answers a
+ * ping-pong sooner than one every 64 (1.5 us): sockperf pp 14 B p50 0.86-1.17 us -> 0.57,
+ * p99 1.7-28 -> 0.7 (alternated runs). */
+#define SPIN_PAUSES_PER_LOOK 8u
+/* Looks between two yields (~12 us): with more runnable threads than cores (two spinning
+ * ends plus anything else) the peer we wait for may need our core to answer. */
+#define SPIN_LOOKS_PER_YIELD 64u
+
+int spin_run(int (*look)(void *arg, unsigned n), void *arg, uint64_t deadline)
 {
-	sandbox_yield();
+	uint64_t budget = spin_budget(), start, end;
+	unsigned n = 0;
+
+	/* no pause before the sleep when spinning is off: one round of 64 pauses (23 ns each
+	 * on the project's EPYC VM) paid by every wait whose spin the budget turned off cost
+	 * the crr server 18.7 -> 16.7 us of CPU per cycle, 33.5k -> 37k cycles/s */
+	if (budget == 0)
+		return 0;
+	start = clock_now_ns();
+	end = deadline < start + budget ? deadline : start + budget;
+	for (;;) {
+		int r;
+
+		for (unsigned i = 0; i < SPIN_PAUSES_PER_LOOK; i++)
+			spin_cpu_relax();
+		r = look(arg, ++n);
+		if (r != 0) {
+			spin_outcome(r > 0, clock_now_ns() - start);
+			return r;
+		}
+		if (clock_now_ns() >= end)
+			break;
+		if (n % SPIN_LOOKS_PER_YIELD == 0)
+			sandbox_yield();
+	}
+	spin_outcome(false, budget);
+	return 0;
 }

@@ -285,7 +285,19 @@ static bool conn_wait_done(struct smc_conn *c, uint32_t want, bool for_handshake
 	return (conn_poll_mask(c) & want) != 0;
 }
 
-#define CONN_SPIN_PAUSES 8
+struct spin_look {
+	struct smc_conn *c;
+	uint32_t want;
+	bool for_handshake;
+};
+
+static int conn_spin_look(void *arg, unsigned n)
+{
+	struct spin_look *l = arg;
+
+	(void)n;
+	return conn_wait_done(l->c, l->want, l->for_handshake);
+}
 
 /* Blocks until `events` may be ready (for_handshake: until the connection is no longer
  * PENDING, events 0), the deadline passes (-EAGAIN) or a signal arrives (-EINTR). Spins
@@ -304,38 +316,32 @@ void conn_wait_cancelled(void *arg)
 	conn_put(w->c);
 }
 
+/* The sleep of conn_wait, a cancellation point (recv is one): a cancelled thread ends
+ * its sleep and lets go of held, as the call it was in would have. */
+static int conn_sleep(struct smc_conn *c, struct pollfd *pfd, int n, const struct timespec *tsp,
+		      uint32_t armed, pthread_mutex_t *held)
+{
+	struct wait_cancel wc = { .c = c, .armed = armed, .held = held };
+	int r;
+
+	pthread_cleanup_push(conn_wait_cancelled, &wc);
+	r = sandbox_ppoll(pfd, (nfds_t)n, tsp, NULL);
+	pthread_cleanup_pop(0);
+	return r;
+}
+
 int conn_wait(struct smc_conn *c, uint32_t events, bool for_handshake,
 		     uint64_t deadline, pthread_mutex_t *held)
 {
 	uint32_t want = events | POLLERR | POLLHUP | CONN_MASK_FALLBACK;
-	/* a handshake takes two cross-process round trips through the progress thread:
-	 * spinning for it only takes a CPU away from that thread */
-	uint64_t spin_ns = for_handshake || conn_peer_on_my_cpu(c) ? 0 : spin_budget();
-	uint64_t spin_start = clock_now_ns(), spin_end = spin_start + spin_ns;
+	struct spin_look look = { c, want, for_handshake };
 	unsigned drained = 0;
 
-	/* not spinning goes straight to the sleep: one round of the loop below cost 1.5 us
-	 * when it made 64 pauses (23 ns each on the project's EPYC VM), paid by every wait
-	 * whose spin the adaptive budget turned off: crr server 18.7 -> 16.7 us of CPU per
-	 * cycle, 33.5k -> 37k cycles/s */
-	for (unsigned round = 1; spin_ns; round++) {
-		/* a look every 8 pauses (~0.2 us here): with 64 (1.5 us) a ping-pong found
-		 * its answer 0.75 us late on average; sockperf pp 14 B p50 0.86-1.17 us ->
-		 * 0.57, p99 1.7-28 -> 0.7 (both sides changed, alternated runs) */
-		for (int i = 0; i < CONN_SPIN_PAUSES; i++)
-			spin_cpu_relax();
-		if (conn_wait_done(c, want, for_handshake)) {
-			spin_outcome(true, clock_now_ns() - spin_start);
-			return 0;
-		}
-		if (clock_now_ns() >= spin_end)
-			break;
-		/* two cores, two busy processes: let the peer we wait for run (every ~12 us) */
-		if (round % (512 / CONN_SPIN_PAUSES) == 0)
-			sandbox_yield();
-	}
-	if (spin_ns)
-		spin_outcome(false, spin_ns);
+	/* a handshake takes two cross-process round trips through the progress thread:
+	 * spinning for it only takes a CPU away from that thread */
+	if (!for_handshake && !conn_peer_on_my_cpu(c) &&
+	    spin_run(conn_spin_look, &look, deadline ? deadline : UINT64_MAX) > 0)
+		return 0;
 
 	for (;;) {
 		struct pollfd pfd[3];
@@ -373,13 +379,7 @@ int conn_wait(struct smc_conn *c, uint32_t events, bool for_handshake,
 			}
 		}
 		n = conn_wait_fds(c, for_handshake ? events | POLLIN : events, pfd, tags);
-		{
-			struct wait_cancel wc = { .c = c, .armed = armed, .held = held };
-
-			pthread_cleanup_push(conn_wait_cancelled, &wc);
-			r = sandbox_ppoll(pfd, (nfds_t)n, tsp, NULL);
-			pthread_cleanup_pop(0);
-		}
+		r = conn_sleep(c, pfd, n, tsp, armed, held);
 		conn_end_sleep(c, armed);
 		if (r < 0)
 			return -errno;

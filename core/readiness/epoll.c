@@ -113,7 +113,6 @@
 #define EP_SHARED_SLICE_MS 10
 
 #define EP_DRAIN_BATCH 64
-#define EP_SPIN_YIELD_EVERY 8
 #define EP_MAX_EVENTS ((int)(INT_MAX / sizeof(struct epoll_event)))
 
 static bool ep_may_poll(struct smc_epoll *ep);
@@ -627,29 +626,18 @@ static bool ep_spin_useful(struct smc_epoll *ep)
 	return useful;
 }
 
-static int ep_spin(struct smc_epoll *ep, struct epoll_event *ev, int max, uint64_t deadline)
+struct ep_spin_look {
+	struct smc_epoll *ep;
+	struct epoll_event *ev;
+	int max;
+};
+
+static int ep_spin_look(void *arg, unsigned n)
 {
-	uint64_t budget = spin_budget(), start = clock_now_ns(), end = start + budget;
-	unsigned round = 0;
+	struct ep_spin_look *l = arg;
 
-	if (budget == 0)
-		return 0;
-	if (end > deadline)
-		end = deadline;
-	while (clock_now_ns() < end) {
-		int n = ep_try(ep, ev, max);
-
-		if (n != 0) {
-			spin_outcome(n > 0, clock_now_ns() - start);
-			return n;
-		}
-		if (++round % EP_SPIN_YIELD_EVERY == 0)
-			spin_yield();
-		else
-			spin_cpu_relax();
-	}
-	spin_outcome(false, budget);
-	return 0;
+	(void)n;
+	return ep_try(l->ep, l->ev, l->max);
 }
 
 /* The sleep's timeout: a shared set wakes up every slice to rescan (see the top). */
@@ -717,8 +705,10 @@ static int ep_wait(struct smc_epoll *ep, struct epoll_event *ev, int max, uint64
 		if (clock_now_ns() >= deadline)
 			return 0;
 		if (!spun) {
+			struct ep_spin_look look = { ep, ev, max };
+
 			spun = true;
-			n = ep_spin_useful(ep) ? ep_spin(ep, ev, max, deadline) : 0;
+			n = ep_spin_useful(ep) ? spin_run(ep_spin_look, &look, deadline) : 0;
 			if (n != 0)
 				return n;
 		}

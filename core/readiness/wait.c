@@ -32,7 +32,7 @@
 #include "core/readiness/epoll.h"
 #include "core/readiness/wait.h"
 
-/* Zero-timeout kernel check every this many spin rounds. */
+/* Zero-timeout kernel check every this many looks of a spin. */
 #define WAIT_SPIN_KERNEL_EVERY 8
 /* Entries handled with stack storage; larger sets allocate. */
 #define WAIT_STACK_ENTRIES 32
@@ -402,36 +402,17 @@ static bool spin_useful(struct poll_call *pc)
 	return false;
 }
 
-static int spin(struct poll_call *pc, uint64_t deadline)
+/* A look of the spin: the rings every time, the kernel's entries (zero-timeout) every
+ * WAIT_SPIN_KERNEL_EVERY looks, and at once when a ring is ready, to report them too. */
+static int spin_look(void *arg, unsigned n)
 {
-	uint64_t budget = spin_budget(), start = clock_now_ns(), end = start + budget;
-	unsigned round = 0;
+	struct poll_call *pc = arg;
+	int r;
 
-	if (budget == 0)
-		return 0;
-	if (end > deadline)
-		end = deadline;
-	while (clock_now_ns() < end) {
-		int r;
-
-		if (++round % WAIT_SPIN_KERNEL_EVERY == 0) {
-			r = eval_all(pc);
-		} else {
-			r = eval_state(pc, false);
-			if (r > 0)
-				r = eval_all(pc); /* report kernel entries ready too */
-		}
-		if (r != 0) {
-			spin_outcome(r > 0, clock_now_ns() - start);
-			return r;
-		}
-		if (round % WAIT_SPIN_KERNEL_EVERY == 0)
-			spin_yield();
-		else
-			spin_cpu_relax();
-	}
-	spin_outcome(false, budget);
-	return 0;
+	if (n % WAIT_SPIN_KERNEL_EVERY == 0)
+		return eval_all(pc);
+	r = eval_state(pc, false);
+	return r > 0 ? eval_all(pc) : r;
 }
 
 static int poll_loop(struct poll_call *pc, const struct timespec *timeout)
@@ -449,7 +430,7 @@ static int poll_loop(struct poll_call *pc, const struct timespec *timeout)
 			return 0;
 		if (!spun) {
 			spun = true;
-			r = spin_useful(pc) ? spin(pc, deadline) : 0;
+			r = spin_useful(pc) ? spin_run(spin_look, pc, deadline) : 0;
 			if (r != 0)
 				return r;
 		}

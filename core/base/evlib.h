@@ -7,8 +7,9 @@
  * would otherwise have our event_add run libev's code on libevent's structures, and
  * libevent's own calls between its functions land there too (hence DEEPBIND).
  *
- * Include it after <event2/event.h> and <event2/thread.h>, in progress.c only: the
- * macros below send each call through the table.
+ * Include it after <event2/event.h> and <event2/thread.h>, in progress.c and, through
+ * progress_ev.h, the files whose events run on the progress thread: the macros below
+ * send each call through the table.
  */
 #ifndef SMC_EVLIB_H
 #define SMC_EVLIB_H

@@ -41,7 +41,7 @@
  * doorbells and the peer's two, the client's rendezvous listener and the socket it
  * accepts (the server's end, on its side), the memfd on its way, and the progress
  * thread's descriptor of the TCP socket while it watches the handshake. What it keeps
- * is counted where it is created (conn.c, handshake.c, progress.c). */
+ * is counted where it is created (conn.c, conn_watch.c, handshake.c, progress.c). */
 #define FD_COST_CONN 8u
 
 /* Counts n descriptors the library now keeps / no longer keeps. */

@@ -22,7 +22,7 @@
  *   - a connection's rx_lock and tx_lock: held across blocking recv/send
  *     (conn_fork_child re-initialises them);
  *   - the SMC-R registry, links and the progress thread's link watches (ib_lgr.c,
- *     ib_link.c, progress.c ib_watch_lock, conn_ib.c's use lock): the child forgets
+ *     ib_link.c, progress_ib.c ib_watch_lock, conn_ib.c's use lock): the child forgets
  *     all of the parent's verbs objects and re-initialises those locks without
  *     reading what they protect (ib_lgr_atfork_child, conn_ib_atfork_child);
  *   - libevent's locks: the progress thread's base is abandoned in the child, never

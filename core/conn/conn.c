@@ -476,7 +476,7 @@ void conn_release_fd(struct smc_conn *c)
 			conn_fallback(c, SMC_REASON_HANDSHAKE);
 		else
 			__atomic_store_n(&c->state, CONN_CLOSED, __ATOMIC_RELEASE);
-		progress_watch_let_go(c);
+		conn_watch_let_go(c);
 	}
 	pthread_mutex_unlock(&c->lock);
 	if (st == CONN_PENDING)

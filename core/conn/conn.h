@@ -98,9 +98,9 @@ struct smc_conn {
 	bool deferred;              /* server, PENDING: negotiated on the progress thread */
 	uint8_t hs_watch;           /* enum conn_hs_watch, atomic stores */
 	struct hs_flow *bg_flow;    /* server, PENDING: the progress thread's flow that
-				     * decides it (progress.c), or NULL (under lock) */
+				     * decides it (progress_server.c), or NULL (under lock) */
 	void *bg_pending;           /* client: the progress thread's watch of its
-				     * handshake (progress.c), or NULL (under lock) */
+				     * handshake (progress_client.c), or NULL (under lock) */
 	bool reset_reported;        /* ECONNRESET reported once (conn_reset_take), atomic */
 	bool wrote_past_close;      /* a send after the peer's close was taken (conn_send) */
 
@@ -113,10 +113,10 @@ struct smc_conn {
 	/* handshake (client side, while PENDING) */
 	bool clc_in_stream;         /* negotiated through the TCP option: the CLC messages
 				     * travel on the TCP stream (negotiate.h), set at connect();
-				     * its watch's `inband` (progress.c) */
+				     * its watch's `inband` (progress_client.c) */
 	int rdv_listen_fd;          /* per-connection rendezvous listener, -1 when none */
 	int watch_fd;               /* the progress thread's descriptor of the socket while
-				     * it watches the handshake (progress.c), or -1 */
+				     * it watches the handshake (conn_watch.c), or -1 */
 	uint8_t *pend_buf;          /* sent while PENDING (under tx_lock) */
 	size_t pend_len;
 	bool pend_full_told;        /* a send found pend_buf full (under tx_lock) */
@@ -159,6 +159,18 @@ bool conn_pool_withdraw(struct smc_conn *c, bool server_gone);
  * closed (a no-op without one). Under c->lock, or by its last holder. */
 void conn_set_rdv(struct smc_conn *c, int fd);
 void conn_close_rdv(struct smc_conn *c);
+/* The descriptor the progress thread watches c's handshake through (c->watch_fd,
+ * conn_watch.c). open: made by the thread that starts the watch, which holds c->fd; 0
+ * or -errno. close: takes c->lock and drops it. */
+int conn_watch_fd_open(struct smc_conn *c);
+void conn_watch_fd_close(struct smc_conn *c);
+/* Under c->lock, the program closed its last fd of c while the thread watches c's
+ * handshake: the watch lets go of the socket, so that the close ends it now (FIN or
+ * reset) as without the library. */
+void conn_watch_let_go(struct smc_conn *c);
+/* Under c->lock, or in a fork's child (whose copy is not the thread's): closes the
+ * watch's descriptor of c's socket, if any. */
+void conn_watch_fd_drop(struct smc_conn *c);
 void conn_get(struct smc_conn *c);
 void conn_put(struct smc_conn *c);
 /* Transitions; both ring our own bells so every waiter re-evaluates. Activation

@@ -31,10 +31,10 @@
 #include "core/base/fd_budget.h"
 #include "core/base/fdpark.h"
 #include "core/base/log.h"
+#include "core/base/progress.h"
 #include "core/base/sandbox.h"
 #include "core/conn/conn_int.h"
 #include "core/conn/transport.h"
-#include "core/negotiate/progress.h"
 #include "core/wire/cdc.h"
 
 

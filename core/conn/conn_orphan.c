@@ -16,12 +16,12 @@
 #include "core/base/fdpark.h"
 #include "core/base/forklock.h"
 #include "core/base/log.h"
+#include "core/base/progress.h"
 #include "core/base/real.h"
 #include "core/base/sandbox.h"
 #include "core/conn/conn.h"
 #include "core/conn/conn_orphan.h"
 #include "core/conn/transport.h"
-#include "core/negotiate/progress.h"
 
 /* How often the progress thread looks: a peer that goes back to TCP waits at most this
  * long for the first re-sent byte. */

@@ -324,7 +324,7 @@ static struct smc_conn *conn_pending_server_get(void)
  * stay PENDING forever in the child. Deferred server connections are decided first:
  * one whose client's CLC message is there is decided at once and its handshake is
  * bounded; a client held up may take the thread up to its last deadline tick
- * (progress.c), longer than a fork should wait, so the wait here is bounded and the
+ * (progress_server.c), longer than a fork should wait, so the wait here is bounded and the
  * fork goes ahead after it (such a connection is then the watchdog's in the child). */
 static void conn_settle_pending_servers(void)
 {
@@ -425,7 +425,7 @@ void conn_fork_child(void)
 			c->pend_len = 0;
 		}
 		conn_close_rdv(c);
-		progress_watch_fd_drop(c); /* the parent's progress thread's */
+		conn_watch_fd_drop(c); /* the parent's progress thread's */
 		c->tp->fork_child(c);
 	}
 }

@@ -19,7 +19,7 @@
 
 /* While the handshake runs, a connected socket is writable as TCP's would be: sends are
  * staged until the staging buffer is full (an in-band client waits for the server's
- * accept(), progress.c; a nonblocking listener's accept() hands the server its
+ * accept(), progress_client.c; a nonblocking listener's accept() hands the server its
  * connection before the client's Proposal arrived, sock.c). Never readable: reads wait
  * for the decision. */
 static uint32_t pending_poll_mask(struct smc_conn *c)
@@ -424,7 +424,7 @@ uint64_t conn_deadline_from(int64_t timeo_ns)
 
 /*
  * The progress thread decides every handshake within its deadline (a few handshake
- * timeouts at most, see progress.c). Should a decision never come, a call waiting for
+ * timeouts at most, see progress_client.c). Should a decision never come, a call waiting for
  * it must not wait forever: after CONN_PENDING_WATCHDOG_TICKS handshake timeouts of
  * waiting (the TCP connect is over by then), the waiting thread resets the connection
  * itself (the peer may have taken it as upgraded, so plain TCP could mix protocols):

@@ -504,7 +504,7 @@ void ib_lgr_atfork_child(void)
 	memset(&dev, 0, sizeof(dev));
 	dev_open = false;
 	dev_err = 0;
-	draw_peer_id_locked(); /* the hooks stay: progress.c restarts its thread */
+	draw_peer_id_locked(); /* the hooks stay: base/progress.c restarts its thread */
 }
 
 unsigned ib_lgr_link_count(void)

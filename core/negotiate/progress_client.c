@@ -119,7 +119,7 @@ static void pending_finish(struct pending *p)
 	if (c->bg_pending == p)
 		c->bg_pending = NULL;
 	pthread_mutex_unlock(&c->lock);
-	progress_watch_fd_close(c);
+	conn_watch_fd_close(c);
 	if (p->inband)
 		neg_client_cleanup(&p->nc);
 	conn_put(c);
@@ -525,7 +525,7 @@ static void pending_register(evutil_socket_t fd, short what, void *arg)
 		pending_finish(p);
 	return;
 fail:
-	progress_watch_fd_close(c);
+	conn_watch_fd_close(c);
 	progress_hs_watch_set(c, HS_WATCH_DONE);
 	log_debug("fd %d: no memory to watch the handshake: declining", c->fd);
 	pending_refuse(c, SMC_REASON_RESOURCES);
@@ -603,7 +603,7 @@ void progress_watch_staging_full(struct smc_conn *c)
 
 int progress_watch_pending(struct smc_conn *c)
 {
-	int r = progress_watch_fd_open(c);
+	int r = conn_watch_fd_open(c);
 
 	if (r < 0)
 		return r;
@@ -611,7 +611,7 @@ int progress_watch_pending(struct smc_conn *c)
 	progress_hs_watch_set(c, HS_WATCH_QUEUED);
 	if (progress_call(pending_register, c) < 0) {
 		progress_hs_watch_set(c, HS_WATCH_NONE);
-		progress_watch_fd_close(c);
+		conn_watch_fd_close(c);
 		conn_put(c);
 		return -ENOMEM;
 	}

@@ -44,7 +44,7 @@ static void server_wait_finish(struct server_wait *w)
 	progress_hs_watch_set(w->c, HS_WATCH_DONE);
 	progress_event_drop(&w->ev_tcp);
 	progress_event_drop(&w->ev_deadline);
-	progress_watch_fd_close(w->c);
+	conn_watch_fd_close(w->c);
 	conn_put(w->c);
 	free(w);
 }
@@ -112,7 +112,7 @@ int progress_watch_server(struct smc_conn *c, progress_server_step step)
 
 	if (!w)
 		return -ENOMEM;
-	if (progress_watch_fd_open(c) < 0) {
+	if (conn_watch_fd_open(c) < 0) {
 		free(w);
 		return -EMFILE;
 	}
@@ -122,7 +122,7 @@ int progress_watch_server(struct smc_conn *c, progress_server_step step)
 	progress_hs_watch_set(c, HS_WATCH_QUEUED);
 	if (progress_call(server_register, w) < 0) {
 		progress_hs_watch_set(c, HS_WATCH_NONE);
-		progress_watch_fd_close(c);
+		conn_watch_fd_close(c);
 		conn_put(c);
 		free(w);
 		return -ENOMEM;

@@ -8,6 +8,7 @@
 #include "core/base/fdtab.h"
 #include "core/base/forklock.h"
 #include "core/base/log.h"
+#include "core/base/progress.h"
 #include "core/base/real.h"
 #include "core/base/stats.h"
 #include "core/conn/conn.h"
@@ -37,7 +38,7 @@ static pthread_once_t init_once = PTHREAD_ONCE_INIT;
  *   3. the fd stripes (sock.c)
  *   4. the pools: destinations, the list of sets, every set (pool.c)
  *   5. every connection's lock, walking the registry (conn_registry.c: c->lock)
- *   6. the progress thread's start (progress.c)
+ *   6. the progress thread's start (base/progress.c)
  *   7. leaves that nest nothing: the handshake policy table (hs_policy.c), the path
  *      rendezvous exit list (negotiate.c), the local address cache (rendezvous.c), the
  *      TCP option map's reopen (tcpopt.c), the stats server's start (statsrv.c), the
@@ -79,6 +80,7 @@ static void fork_child(void)
 	conn_fork_child();
 	conn_orphans_atfork_child();
 	progress_atfork_child();
+	progress_ib_atfork_child();
 	epoll_emul_atfork_child();
 	epoll_track_atfork_child();
 	statsrv_atfork_child();

@@ -19,6 +19,7 @@
 #include "core/base/fd_pass.h"
 #include "core/base/fdpark.h"
 #include "core/base/log.h"
+#include "core/base/progress.h"
 #include "core/base/real.h"
 #include "core/conn/conn.h"
 #include "core/conn/statsrv.h"

@@ -5,8 +5,8 @@
 # one round trip each, 30 MB of address space set after the start), both ends under the
 # library, rings of 2 MiB: after the first few the rings can no longer be mapped, and
 # later even the progress thread's allocations for a handshake fail. Whichever side
-# fails declines at once (core/negotiate/progress.c pending_refuse, flow_register), so every
-# connection goes TCP without waiting out the handshake timeout: no connection may fall
+# fails declines at once (core/negotiate/progress_client.c pending_refuse,
+# progress_server.c flow_register), so every connection goes TCP without waiting out the handshake timeout: no connection may fall
 # back for handshake-failed (a timeout), some must for resources (the limit was hit),
 # and every round trip completes.
 [ -n "${BASH_VERSION:-}" ] || exec bash "$0" "$@"

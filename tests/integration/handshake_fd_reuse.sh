@@ -3,7 +3,7 @@
 #
 # A program that closes a connection's descriptor while the library still negotiates it
 # on its progress thread. The thread watches the handshake through a descriptor of its
-# own (progress.c): libevent keys its events by number, and the number the program
+# own (core/conn/conn_watch.c): libevent keys its events by number, and the number the program
 # closed comes back at once, for the library's next socket or the program's.
 # The client stops the server (SIGSTOP) around its connect, so that its handshake is
 # still running when it closes, and lets it go on afterwards:

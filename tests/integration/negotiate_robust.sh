@@ -246,7 +246,7 @@ smc_assert_eq "server4b: silent connection timed out" \
 smc_assert_eq "server4b: aborts" "$(smc_stats "$SRV_STATS" '.events.aborts')" 1
 
 # ... but one that is merely held up (its process stalled for three handshake timeouts)
-# and then talks is served: the server waits while it lives (progress.c)
+# and then talks is served: the server waits while it lives (progress_server.c)
 smc_free_port PORT
 SRV_STATS=$(smc_stats_dir server5)
 SMC_HANDSHAKE_TIMEOUT_MS=300 smc_start_server server5 "$SRV_STATS" \

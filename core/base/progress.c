@@ -1,14 +1,14 @@
 /* SPDX-License-Identifier: GPL-2.0-only OR BSD-2-Clause */
 /*
  * The progress thread itself (progress.h): its start, the calls other threads hand it,
- * the descriptors it watches a handshake through, plain fd and timer watches, and fork.
- * What it runs lives beside: progress_client.c (client handshakes), progress_server.c
- * (server handshakes) and progress_ib.c (SMC-R links).
+ * plain fd and timer watches, and fork. What it runs lives with its owners:
+ * core/negotiate/progress_client.c (client handshakes), progress_server.c (server
+ * handshakes) and progress_ib.c (SMC-R links); core/conn/conn_watch.c has the
+ * descriptors a handshake is watched through.
  */
 #include <errno.h>
 #include <event2/event.h>
 #include <event2/thread.h>
-#include <fcntl.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdlib.h>
@@ -22,10 +22,8 @@
 #include "core/base/fdtab.h"
 #include "core/base/forklock.h"
 #include "core/base/log.h"
-#include "core/base/real.h"
-#include "core/conn/conn.h"
-#include "core/negotiate/progress.h"
-#include "core/negotiate/progress_int.h"
+#include "core/base/progress.h"
+#include "core/base/progress_ev.h"
 
 static pthread_mutex_t progress_lock = PTHREAD_MUTEX_INITIALIZER;
 /* What event_base_new keeps (libevent 2.1, epoll backend, threads enabled): the epoll
@@ -41,63 +39,6 @@ static pid_t progress_pid;
 struct event_base *progress_thread_base(void)
 {
 	return progress_base;
-}
-
-/*
- * The progress thread watches a handshake through a descriptor of its own: libevent
- * keys its events by number, and the program may close c->fd while the handshake runs,
- * keeping a dup (c->fd moves to it, and a socket the library opens next, a rendezvous
- * peer, gets the old number: libevent took it for one it already watched, and never
- * told the kernel, so that handshake waited out its timeout) or its last one (the
- * number comes back for the program's next socket). Made by the thread that starts the
- * watch, which holds the fd; closed under c->lock, so a fork sees it open or gone.
- */
-int progress_watch_fd_open(struct smc_conn *c)
-{
-	c->watch_fd = fd_park_dup(c->fd);
-	if (c->watch_fd < 0)
-		return -errno;
-	fd_budget_take(1);
-	return 0;
-}
-
-/* An open file that is nothing (/dev/null), the library's, put in place of a watch's
- * socket when the program closes the socket (progress_watch_let_go). */
-static int inert_fd = -1;
-static pthread_once_t inert_once = PTHREAD_ONCE_INIT;
-
-static void inert_open(void)
-{
-	inert_fd = fd_park(open("/dev/null", O_RDONLY | O_CLOEXEC));
-}
-
-void progress_watch_let_go(struct smc_conn *c)
-{
-	if (c->watch_fd < 0)
-		return;
-	pthread_once(&inert_once, inert_open);
-	/* the number stays ours (libevent still keys the watch's events by it) but no
-	 * longer holds the socket, whose end is now the program's close; the kernel
-	 * drops the socket's epoll registration with it */
-	if (inert_fd < 0 || REAL(dup2)(inert_fd, c->watch_fd) < 0)
-		/* no stand-in: the number goes, and the events are left to the watch's end */
-		progress_watch_fd_drop(c);
-}
-
-void progress_watch_fd_drop(struct smc_conn *c)
-{
-	if (c->watch_fd >= 0) {
-		fd_own_close(c->watch_fd);
-		fd_budget_give(1);
-	}
-	c->watch_fd = -1;
-}
-
-void progress_watch_fd_close(struct smc_conn *c)
-{
-	pthread_mutex_lock(&c->lock);
-	progress_watch_fd_drop(c);
-	pthread_mutex_unlock(&c->lock);
 }
 
 static void *progress_main(void *arg)
@@ -337,5 +278,4 @@ void progress_atfork_child(void)
 	for (size_t i = 0; i < progress_nbase_fds; i++)
 		fd_own_close(progress_base_fd[i]);
 	progress_nbase_fds = 0;
-	progress_ib_atfork_child();
 }

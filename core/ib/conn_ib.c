@@ -18,6 +18,7 @@
 #include "core/base/config.h"
 #include "core/base/log.h"
 #include "core/base/real.h"
+#include "core/base/rendezvous.h"
 #include "core/conn/conn.h"
 #include "core/conn/statsrv.h"
 #include "core/conn/transport.h"
@@ -27,7 +28,6 @@
 #include "core/negotiate/handshake.h"
 #include "core/negotiate/negotiate.h"
 #include "core/negotiate/progress.h"
-#include "core/negotiate/rendezvous.h"
 #include "core/shm/shm.h"
 #include "core/wire/ib_proto.h"
 

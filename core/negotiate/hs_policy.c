@@ -3,8 +3,8 @@
 #include <string.h>
 
 #include "core/base/forklock.h"
+#include "core/base/rendezvous.h"
 #include "core/negotiate/hs_policy.h"
-#include "core/negotiate/rendezvous.h"
 
 #define SLOTS 256 /* a power of two */
 

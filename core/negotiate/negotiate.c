@@ -18,9 +18,9 @@
 #include "core/base/log.h"
 #include "core/base/random.h"
 #include "core/base/real.h"
+#include "core/base/rendezvous.h"
 #include "core/ib/conn_ib.h"
 #include "core/negotiate/negotiate.h"
-#include "core/negotiate/rendezvous.h"
 #include "core/wire/ib_proto.h"
 
 _Static_assert(NEG_MSG_CAP >= CLC_MAX_LEN + IB_CREDITS_EXT_LEN, "NEG_MSG_CAP");

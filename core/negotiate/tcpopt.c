@@ -37,7 +37,7 @@
 #include "core/base/forklock.h"
 #include "core/base/log.h"
 #include "core/base/real.h"
-#include "core/negotiate/rendezvous.h"
+#include "core/base/rendezvous.h"
 #include "core/negotiate/tcpopt.h"
 #include "core/sock/init.h"
 

@@ -20,8 +20,8 @@
 #include "core/base/log.h"
 #include "core/base/progress.h"
 #include "core/base/real.h"
+#include "core/base/rendezvous.h"
 #include "core/base/stats.h"
-#include "core/negotiate/rendezvous.h"
 #include "core/shm/pool.h"
 #include "core/shm/pool_msg.h"
 

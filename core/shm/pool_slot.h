@@ -37,7 +37,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "core/negotiate/rendezvous.h"
+#include "core/base/rendezvous.h"
 #include "core/shm/shm.h"
 
 #define POOL_MAGIC   0x534d504cu /* "SMPL" */

@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: GPL-2.0-only OR BSD-2-Clause */
 /*
  * libFuzzer harness: what a peer sends over the rendezvous and the in-band negotiation
- * (core/negotiate/rendezvous.c, core/negotiate/negotiate.c), through real sockets as in a connection.
+ * (core/base/rendezvous.c, core/negotiate/negotiate.c), through real sockets as in a connection.
  *
  *  - byte 0 bit 0..1: how many descriptors the peer attaches, bits 2..3 how many the
  *    receiver accepts: the rest of the input goes as one seqpacket message through
@@ -20,9 +20,9 @@
 #include <unistd.h>
 
 #include "core/base/config.h"
+#include "core/base/rendezvous.h"
 #include "core/base/stats.h"
 #include "core/negotiate/negotiate.h"
-#include "core/negotiate/rendezvous.h"
 #include "core/wire/clc.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);

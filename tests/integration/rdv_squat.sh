@@ -2,7 +2,7 @@
 # SPDX-License-Identifier: GPL-2.0-only OR BSD-2-Clause
 #
 # Another local user squats the same-host rendezvous: user nobody binds the abstract
-# per-connection names (core/negotiate/rendezvous.h) of the connections a root client is about to
+# per-connection names (core/base/rendezvous.h) of the connections a root client is about to
 # make to a root server (tests/progs/rdv_squat squat), accepts whoever connects and never
 # answers. Then the preloaded client makes short connections from exactly those ports
 # to the preloaded event-loop server (tests/progs/smc_churn, epoll). Each must work as

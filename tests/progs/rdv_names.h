@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: GPL-2.0-only OR BSD-2-Clause */
 /*
  * The abstract per-connection rendezvous name of a loopback connection, spelled as
- * core/negotiate/rendezvous.c spells it, for the test programs that play another user binding
+ * core/base/rendezvous.c spells it, for the test programs that play another user binding
  * or connecting to it (rdv_squat, rdv_attack). Written out here rather than taken
  * from the core: a test that used the library's own spelling would not notice it
  * change.

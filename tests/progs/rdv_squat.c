@@ -5,7 +5,7 @@
  *
  *   rdv_squat squat SERVER_PORT FIRST_PORT COUNT
  *       Binds, and listens on, the abstract per-connection rendezvous names
- *       ("\0smcp1:c:<client>-<server>", core/negotiate/rendezvous.c) of the connections that
+ *       ("\0smcp1:c:<client>-<server>", core/base/rendezvous.c) of the connections that
  *       127.0.0.1:P makes to 127.0.0.1:SERVER_PORT, for the COUNT odd ports P from
  *       FIRST_PORT on; accepts whoever connects and never answers. Prints
  *       "OK squatting COUNT" once all are bound; on SIGTERM prints

@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: GPL-2.0-only OR BSD-2-Clause */
 /*
  * Unit tests for the client's per-connection rendezvous name (rdv_conn_listen,
- * core/negotiate/rendezvous.c) when the name is taken: a name of our own that is being released
+ * core/base/rendezvous.c) when the name is taken: a name of our own that is being released
  * (a just-closed connection's, same 4-tuple) is waited for and then bound, while one
  * held by a socket that is no connection's (bound, never listened on; another user's
  * holder is the integration test rdv_squat.sh's) is given up, and stays its holder's.
@@ -20,7 +20,7 @@
 #include <unistd.h>
 
 #include "core/base/real.h"
-#include "core/negotiate/rendezvous.h"
+#include "core/base/rendezvous.h"
 
 static struct sockaddr_in endpoint(uint16_t port)
 {

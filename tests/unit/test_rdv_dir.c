@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: GPL-2.0-only OR BSD-2-Clause */
 /*
- * Unit tests for rdv_dir_usable (core/negotiate/rendezvous.c): the path rendezvous directory is
+ * Unit tests for rdv_dir_usable (core/base/rendezvous.c): the path rendezvous directory is
  * used only when no other user can replace it, or anything on the way to it. Another
  * user's directory, a symlink of another user's to a good directory (nobody could
  * retarget it between a client's bind and a server's connect), a good directory
@@ -18,7 +18,7 @@
 
 #include "core/base/config.h"
 #include "core/base/real.h"
-#include "core/negotiate/rendezvous.h"
+#include "core/base/rendezvous.h"
 
 #define OTHER_UID 65534 /* nobody */
 

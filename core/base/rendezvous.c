@@ -24,7 +24,7 @@
 #include "core/base/forklock.h"
 #include "core/base/log.h"
 #include "core/base/real.h"
-#include "core/negotiate/rendezvous.h"
+#include "core/base/rendezvous.h"
 
 bool rdv_endpoint_from(const struct sockaddr *sa, struct rdv_endpoint *ep)
 {

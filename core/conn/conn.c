@@ -22,8 +22,6 @@
 #include "core/conn/conn_int.h"
 #include "core/conn/conn_orphan.h"
 #include "core/conn/transport.h"
-#include "core/negotiate/hs_policy.h"
-#include "core/negotiate/progress.h"
 #include "core/shm/pool.h"
 
 size_t conn_iov_total(const struct iovec *iov, int iovcnt)
@@ -266,8 +264,8 @@ ssize_t conn_send_pending(struct smc_conn *c, const struct iovec *iov, int iovcn
 	if (full)
 		c->pend_full_told = true;
 	pthread_mutex_unlock(&c->tx_lock);
-	if (full)
-		progress_watch_staging_full(c);
+	if (full && conn_negotiate)
+		conn_negotiate->staging_full(c);
 	return n ? (ssize_t)n : -1;
 }
 
@@ -390,6 +388,24 @@ void conn_linger_reset(int fd)
 	REAL(setsockopt)(fd, SOL_SOCKET, SO_LINGER, &lg, sizeof(lg));
 }
 
+void conn_tcp_reset(int fd)
+{
+	struct linger lg = { .l_onoff = 1, .l_linger = 0 };
+	struct sockaddr sa = { .sa_family = AF_UNSPEC };
+
+	/* connect(AF_UNSPEC) disconnects: an established socket sends a RST and records
+	 * ECONNRESET for the next call of the application */
+	REAL(setsockopt)(fd, SOL_SOCKET, SO_LINGER, &lg, sizeof(lg));
+	REAL(connect)(fd, &sa, sizeof(sa));
+}
+
+const struct conn_negotiate_ops *conn_negotiate;
+
+void conn_negotiate_ops_set(const struct conn_negotiate_ops *ops)
+{
+	conn_negotiate = ops;
+}
+
 /*
  * Orphans (conn_orphan.h): a closed shared-memory connection whose peer has not read all
  * we wrote. What it still owes is the re-send of those bytes should the peer go back to
@@ -454,7 +470,7 @@ static void conn_linger(struct smc_conn *c)
  */
 static void server_staged_settle(struct smc_conn *c)
 {
-	int r = progress_flow_refuse(c, SMC_REASON_HANDSHAKE);
+	int r = conn_negotiate ? conn_negotiate->flow_refuse(c, SMC_REASON_HANDSHAKE) : -ENOENT;
 
 	if (r != 1)
 		conn_wait_pending(c, false, (int64_t)smc_cfg.handshake_timeout_ms * 1000000);
@@ -479,8 +495,8 @@ void conn_release_fd(struct smc_conn *c)
 		conn_watch_let_go(c);
 	}
 	pthread_mutex_unlock(&c->lock);
-	if (st == CONN_PENDING)
-		progress_watch_decided(c);
+	if (st == CONN_PENDING && conn_negotiate)
+		conn_negotiate->decided(c);
 	if (st == CONN_ACTIVE && c->policy_key) {
 		uint64_t now = clock_now_ns();
 		uint64_t moved = __atomic_load_n(&c->bytes_sent, __ATOMIC_RELAXED) +
@@ -491,8 +507,9 @@ void conn_release_fd(struct smc_conn *c)
 		log_debug("fd %d: closed after %llu us, %llu bytes moved in %u exchanges", c->fd,
 			  (unsigned long long)((now - c->born_ns) / 1000), (unsigned long long)moved,
 			  turns);
-		hs_policy_closed(c->policy_key, now - c->born_ns, moved, turns, now,
-				 (uint64_t)smc_cfg.short_conn_us * 1000);
+		if (conn_negotiate)
+			conn_negotiate->policy_closed(c->policy_key, now - c->born_ns, moved, turns,
+						      now, (uint64_t)smc_cfg.short_conn_us * 1000);
 	}
 	if (st == CONN_ACTIVE && c->pool && c->side == CONN_CLIENT && c->pool_slot >= 0 &&
 	    !c->fork_shared && pool_client_unclaimed(c->pool, c->pool_slot) &&

@@ -173,6 +173,29 @@ void conn_watch_let_go(struct smc_conn *c);
 void conn_watch_fd_drop(struct smc_conn *c);
 void conn_get(struct smc_conn *c);
 void conn_put(struct smc_conn *c);
+/* Resets TCP connection fd (RST to the peer, ECONNRESET to our application) and keeps
+ * the descriptor: the application still owns it. */
+void conn_tcp_reset(int fd);
+/*
+ * What a connection's life calls in the handshakes (core/negotiate/hs_conn.c), which sit
+ * above conn/ and install this once, from the library's constructor, before any
+ * connection exists. Called on the staging, close and exit paths only, never per send
+ * or receive. Not installed (a unit test that runs no handshake thread), each call is
+ * left out.
+ */
+struct conn_negotiate_ops {
+	/* progress_watch_staging_full (negotiate/progress.h) */
+	void (*staging_full)(struct smc_conn *c);
+	/* progress_watch_decided */
+	void (*decided)(struct smc_conn *c);
+	/* progress_flow_refuse: 1, 0 or -ENOENT */
+	int (*flow_refuse)(struct smc_conn *c, enum smc_reason why);
+	/* hs_policy_closed (negotiate/hs_policy.h) */
+	void (*policy_closed)(uint64_t key, uint64_t lifetime_ns, uint64_t bytes,
+			      uint32_t exchanges, uint64_t now_ns, uint64_t short_ns);
+};
+void conn_negotiate_ops_set(const struct conn_negotiate_ops *ops);
+
 /* Transitions; both ring our own bells so every waiter re-evaluates. Activation
  * runs under c->lock in the handshakes, so it does not start the stats server (a
  * thread and a socket): its caller calls statsrv_ensure once it holds no lock. */

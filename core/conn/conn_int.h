@@ -33,6 +33,10 @@ struct wait_cancel {
 	pthread_mutex_t *held;
 };
 
+/* The handshakes' side of a connection's life (conn_negotiate_ops_set), NULL until it is
+ * installed. */
+extern const struct conn_negotiate_ops *conn_negotiate;
+
 static inline int conn_state(struct smc_conn *c)
 {
 	return __atomic_load_n(&c->state, __ATOMIC_ACQUIRE);

@@ -13,7 +13,6 @@
 #include "core/base/forklock.h"
 #include "core/conn/conn_int.h"
 #include "core/conn/transport.h"
-#include "core/negotiate/progress.h"
 
 
 struct smc_conn *conn_from_fd(int fd)
@@ -204,8 +203,8 @@ static void decided_watches_end(void)
 	struct conn_batch b = { 0 };
 
 	conn_foreach(take_decided_watch, &b);
-	for (size_t i = 0; i < b.n; i++)
-		progress_watch_decided(b.c[i]);
+	for (size_t i = 0; i < b.n && conn_negotiate; i++)
+		conn_negotiate->decided(b.c[i]);
 	for (size_t i = 0; i < b.n; i++) {
 		uint8_t w;
 

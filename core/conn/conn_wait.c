@@ -15,7 +15,6 @@
 #include "core/base/spin.h"
 #include "core/conn/conn_int.h"
 #include "core/conn/transport.h"
-#include "core/negotiate/negotiate.h"
 
 /* While the handshake runs, a connected socket is writable as TCP's would be: sends are
  * staged until the staging buffer is full (an in-band client waits for the server's
@@ -460,7 +459,7 @@ static void pending_watchdog_reset(struct smc_conn *c)
 			 c->deferred ? ", deferred" : "", c->rdv_listen_fd, c->tcp_eof, c->fd_refs,
 			 c->obj_refs, in_table ? "in" : "not in");
 		stats_count_abort();
-		neg_reset(c->fd);
+		conn_tcp_reset(c->fd);
 		conn_fallback(c, SMC_REASON_HANDSHAKE);
 	}
 	pthread_mutex_unlock(&c->lock);

@@ -235,17 +235,6 @@ int neg_send_decline(int fd, uint32_t diag)
 	return neg_send_all(fd, buf, (size_t)n);
 }
 
-void neg_reset(int fd)
-{
-	struct linger lg = { .l_onoff = 1, .l_linger = 0 };
-	struct sockaddr sa = { .sa_family = AF_UNSPEC };
-
-	/* connect(AF_UNSPEC) disconnects: an established socket sends a RST and records
-	 * ECONNRESET for the next call of the application */
-	REAL(setsockopt)(fd, SOL_SOCKET, SO_LINGER, &lg, sizeof(lg));
-	REAL(connect)(fd, &sa, sizeof(sa));
-}
-
 static int prefix_len_of(const struct sockaddr *mask)
 {
 	const uint8_t *b;

@@ -121,9 +121,6 @@ int neg_send_all(int fd, const uint8_t *buf, size_t len);
 int neg_recv_msg(int fd, uint8_t *buf, size_t *len);
 /* An SMC-R v1 Decline on TCP socket fd. 0 or -errno. */
 int neg_send_decline(int fd, uint32_t diag);
-/* Resets TCP connection fd (RST to the peer, ECONNRESET to our application) and keeps
- * the descriptor: the application still owns it. */
-void neg_reset(int fd);
 /* fork (forklock.h): takes the exit list's lock; false when busy. */
 bool neg_fork_lock(void);
 

@@ -148,7 +148,7 @@ static void pending_abort(struct pending *p, const char *what)
 	if (__atomic_load_n(&c->state, __ATOMIC_ACQUIRE) == CONN_PENDING) {
 		log_warn("fd %d: %s: resetting the connection", c->fd, what);
 		stats_count_abort();
-		neg_reset(c->fd);
+		conn_tcp_reset(c->fd);
 		conn_fallback(c, SMC_REASON_HANDSHAKE);
 	}
 	pthread_mutex_unlock(&c->lock);

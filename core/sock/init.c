@@ -15,6 +15,7 @@
 #include "core/conn/conn.h"
 #include "core/conn/conn_orphan.h"
 #include "core/conn/statsrv.h"
+#include "core/negotiate/hs_conn.h"
 #include "core/negotiate/hs_policy.h"
 #include "core/negotiate/negotiate.h"
 #include "core/negotiate/progress.h"
@@ -92,6 +93,7 @@ static void init_run(void)
 	(void)clock_resolve(); /* before any deadline, and outside any signal handler */
 	config_load(NULL);
 	log_init();
+	hs_conn_ops_install(); /* before any connection exists */
 	progress_load();
 	fd_park_prepare();
 	atexit(stats_at_exit);

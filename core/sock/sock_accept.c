@@ -316,7 +316,7 @@ static void copy_addr_out(const struct sockaddr_storage *ss, socklen_t sslen,
  */
 static void abort_tcp(int fd)
 {
-	neg_reset(fd);
+	conn_tcp_reset(fd);
 }
 
 /* The peer of an accepted socket closed (FIN or RST already received). */
@@ -394,7 +394,7 @@ static void server_decided(struct smc_conn *c, int r, enum smc_reason why)
 			stats_count_abort();
 			why = SMC_REASON_HANDSHAKE;
 		}
-		neg_reset(c->fd);
+		conn_tcp_reset(c->fd);
 	}
 	conn_fallback(c, why);
 }

@@ -291,7 +291,7 @@ static void connect_inband_decline(int fd)
 		return; /* the server did not answer the option: it expects no CLC */
 	if (sent < 0 || neg_send_decline(fd, CLC_DECL_INTERR) < 0) {
 		log_debug("fd %d: cannot decline in band after the SMC option: reset", fd);
-		neg_reset(fd);
+		conn_tcp_reset(fd);
 		stats_count_abort();
 	}
 }

@@ -2,7 +2,8 @@
 /*
  * The connection engine over the SMC-R transport (ib_link.h): what conn.c calls for a
  * connection whose c->ib is set (its transport.h operations, and what conn_down.c and
- * conn.c call to go back to TCP and to close), and the CLC exchange that sets it up.
+ * conn.c call to go back to TCP and to close), and the steps that set one up from the
+ * CLC messages of its handshake (the exchange itself is core/negotiate/hs_ib.c's).
  *
  * Rings: the receive ring is the connection's RMB (the peer RDMA-WRITEs into it), the
  * send ring is the mirror of the peer's RMB (ib_link.h). conn.c copies in and out of
@@ -16,12 +17,9 @@
  * RX / TX events: the epoll emulation's edge generations (wait.c) read them. Nothing
  * rings the peer's bells: the peer learns everything from the CDCs.
  *
- * Handshake (same host, SMC_TRANSPORT=ib, over the rendezvous socket when there is no
- * TCP option; and in-band over the TCP connection when both sent the option,
- * negotiate.h, across hosts or with SMC_TRANSPORT=ib): SMC-R v1 Proposal (our peer id, GID,
- * MAC) -> Accept (+ "CRD"+n) -> Confirm (+ "CRD"+n), RFC 7609 field meanings
- * (ib_params_to_clc). A side without a usable RDMA device declines with
- * CLC_DECL_NOSMCRDEV and both stay TCP.
+ * Setup: from the peer's CLC parameters (RFC 7609 field meanings, ib_params_to_clc), a
+ * link (new, first contact, or shared in a link group), a connection on it and its
+ * RMB; installed as c's transport once the handshake succeeds.
  *
  * fork(): the child cannot use the parent's verbs objects (ib_lgr.h): its RDMA
  * connections are reset (ECONNRESET) there, the parent keeps them.
@@ -35,6 +33,7 @@
 
 #include "core/base/stats.h"
 #include "core/wire/clc.h"
+#include "core/wire/ib_proto.h"
 #include "core/wire/ring.h"
 
 struct smc_conn;
@@ -46,31 +45,40 @@ struct ib_link;
 /* The transport's operations (transport.h); set as c->tp with c->ib by the handshake. */
 extern const struct conn_transport conn_transport_ib;
 
-/* ------------------------------------------------------------ handshake */
+/* ------------------------------------------------------------ setup (hs_ib.c) */
 
 /* SMC_TRANSPORT=ib asks for RDMA between same-host peers too. */
 bool conn_ib_wanted(void);
-/* Client, progress thread, same-host rendezvous socket ufd: the whole SMC-R exchange.
- * Leaves c ACTIVE (over RDMA) or FALLBACK. */
-int conn_ib_client_rdv(struct smc_conn *c, int ufd);
-/* Server, inside accept(): the client's SMC-R Proposal m arrived on rendezvous socket
- * ufd. 0: c is ready to activate; -errno and *why otherwise (-ECONNABORTED: reset the
- * TCP connection, the client may consider it upgraded). */
-int conn_ib_server_rdv(struct smc_conn *c, int ufd, const struct clc_msg *m,
-		       enum smc_reason *why);
 
-/* In-band over the TCP connection itself (negotiate.h: both sent the SMC option; across
- * hosts, or SMC_TRANSPORT=ib on one host), the same steps, SMC-R messages only. */
-/* Our SMC-R identity for a Proposal (starts the progress thread's RDMA watches first).
- * 0, or -ENODEV / -errno: do not offer SMC-R. */
-int conn_ib_local_offer(struct clc_smcr_local *lcl);
-/* Client, progress thread: the server's Accept and credits extension (buf[0..len), as
- * neg_client_answer returned them) -> Confirm on c->fd and ACTIVE, or a Decline and
- * FALLBACK. -errno when the Accept is malformed: the caller resets the connection. */
-int conn_ib_client_inband(struct smc_conn *c, const uint8_t *buf, size_t len);
-/* Server, inside accept(): the client's SMC-R Proposal m (read by neg_server_read_offer)
- * -> Accept on c->fd, then the Confirm (bounded by SMC_HANDSHAKE_TIMEOUT_MS). Results as
- * conn_ib_server_rdv; a Decline has been sent on c->fd for -ECONNREFUSED. */
-int conn_ib_server_inband(struct smc_conn *c, const struct clc_msg *m, enum smc_reason *why);
+/* The transport connection of one handshake, and the link reference it holds; zeroed
+ * before the first step. */
+struct conn_ib_setup {
+	struct ib_link *link;
+	bool first;               /* first contact: the link is new */
+	struct conn_ib *ci;
+	struct ib_link_params mine;
+	struct ib_rmb_params rmb;
+};
+
+/* The decline reason (CLC_DECL_*) for an ib_* error. */
+uint32_t conn_ib_diag_of(int rc);
+/* Client, with the server's Accept acc and its credits: the link (new or shared), our
+ * connection on it, the peer's RMB. 0 or a decline reason. */
+uint32_t conn_ib_setup_client(struct smc_conn *c, const struct clc_msg *acc, uint8_t credits,
+			      struct conn_ib_setup *s);
+/* Server, with the client's SMC-R Proposal m: the link for its peer, our connection on
+ * it. 0 or -errno (conn_ib_diag_of says which Decline). */
+int conn_ib_setup_server(struct smc_conn *c, const struct clc_msg *m, struct conn_ib_setup *s);
+/* Server: the client's Confirm completes the link (first contact) and names the
+ * client's RMB. 0 or -errno (the client may already consider the connection upgraded). */
+int conn_ib_setup_confirm(struct smc_conn *c, const struct clc_msg *conf, uint8_t credits,
+			  struct conn_ib_setup *s);
+/* Our Accept or Confirm (type) with the parameters of s. */
+void conn_ib_setup_params(const struct conn_ib_setup *s, uint8_t type, struct clc_msg *m);
+/* The handshake succeeded: c's transport is the connection of s (c->ib, c->tp), which s
+ * no longer holds. */
+void conn_ib_setup_install(struct smc_conn *c, struct conn_ib_setup *s);
+/* Releases what s still holds: the link reference, and a connection not installed. */
+void conn_ib_setup_end(struct conn_ib_setup *s);
 
 #endif

@@ -21,6 +21,7 @@
 #include "core/conn/statsrv.h"
 #include "core/ib/conn_ib.h"
 #include "core/negotiate/handshake.h"
+#include "core/negotiate/hs_ib.h"
 #include "core/negotiate/negotiate.h"
 #include "core/shm/shm.h"
 #include "core/sock/io_uring_watch.h"
@@ -133,7 +134,7 @@ static int hs_recv(int ufd, struct clc_msg *m, uint8_t want_type, int *fds, int 
 	if (n < 0)
 		return (int)n;
 	r = clc_decode(buf, (size_t)n, m);
-	/* an SMC-R Proposal (SMC_TRANSPORT=ib, conn_ib.h) comes without descriptors */
+	/* an SMC-R Proposal (SMC_TRANSPORT=ib, hs_ib.h) comes without descriptors */
 	if (r == 0 && m->variant == CLC_SMCR && m->type == CLC_PROPOSAL &&
 	    want_type == CLC_PROPOSAL)
 		return nfds == 0 ? 0 : (close_fds(fds, nfds), -EPROTO);
@@ -303,7 +304,7 @@ int hs_client_start(struct hs_flow *f, struct smc_conn *c, int ufd, const struct
 	hs_flow_init(f, c, ufd, auth);
 	f->phase = HS_PHASE_ACCEPT;
 	if (conn_ib_wanted() && !auth->by_key)
-		return conn_ib_client_rdv(c, ufd); /* SMC-R: its own exchange, blocking */
+		return hs_ib_client_rdv(c, ufd); /* SMC-R: its own exchange, blocking */
 	handshake_set_timeouts(ufd);
 	fd_nonblock(ufd);
 	f->prop.variant = CLC_SAMEHOST;
@@ -561,7 +562,7 @@ static int server_on_proposal(struct hs_flow *f, bool final)
 		if (auth->by_key)
 			return server_refused(f, -EPROTO, SMC_REASON_HANDSHAKE, CLC_DECL_MODEUNSUPP);
 		fd_block(f->ufd); /* its own exchange, bounded by the socket's timeouts */
-		return server_done(f, conn_ib_server_rdv(c, f->ufd, &f->prop, &f->why));
+		return server_done(f, hs_ib_server_rdv(c, f->ufd, &f->prop, &f->why));
 	}
 	if (!server_trusts_proposal(c, auth, p, &diag))
 		return server_refused(f, -EPROTO, SMC_REASON_HANDSHAKE, diag);

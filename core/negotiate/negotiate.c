@@ -19,7 +19,7 @@
 #include "core/base/random.h"
 #include "core/base/real.h"
 #include "core/base/rendezvous.h"
-#include "core/ib/conn_ib.h"
+#include "core/negotiate/hs_ib.h"
 #include "core/negotiate/negotiate.h"
 #include "core/wire/ib_proto.h"
 
@@ -124,7 +124,7 @@ static bool clc_prefix(const uint8_t *buf, size_t n)
 /* What follows a CLC message in the stream as part of it. */
 enum clc_ext {
 	EXT_NONE,    /* nothing: a kernel's message, or before any SMC-R offer */
-	EXT_CREDITS, /* "CRD"+n after an SMC-R Accept / Confirm (conn_ib.h) */
+	EXT_CREDITS, /* "CRD"+n after an SMC-R Accept / Confirm (hs_ib.h) */
 	EXT_LONE_OK, /* as EXT_CREDITS, but an Accept alone is complete too (a kernel's) */
 };
 
@@ -417,7 +417,7 @@ static bool client_ib_offer(int fd, struct clc_smcr_local *lcl)
 
 	if (smc_cfg.transport == SMC_TRANSPORT_SHM)
 		return false;
-	r = conn_ib_local_offer(lcl);
+	r = hs_ib_local_offer(lcl);
 	if (r < 0)
 		log_debug("fd %d: no usable RDMA device (%s): not offering SMC-R", fd, strerror(-r));
 	return r == 0;

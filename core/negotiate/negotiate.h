@@ -8,7 +8,7 @@
  *   SMC-R v1 Proposal (+ our block, clc.h) -->
  *        ours, same host, shm:  <-- connects to the rendezvous the block names, then the
  *                                   same-host handshake runs there (handshake.h, by key)
- *        ours, SMC-R:           <-- SMC-R Accept + "CRD"n (conn_ib.h)
+ *        ours, SMC-R:           <-- SMC-R Accept + "CRD"n (hs_ib.h)
  *                Confirm + "CRD"n -->         (or a Decline: both stay TCP)
  *        anything else:         <-- SMC-R v1 Decline{reason}: both stay TCP
  *   a kernel server may send an Accept without our credits extension: the client answers
@@ -69,7 +69,7 @@ enum neg_answer {
 	NEG_ANS_NONE = 0,   /* nothing complete yet: wait */
 	NEG_ANS_DECLINE,    /* the server declined: plain TCP */
 	NEG_ANS_ACCEPTED,   /* a kernel server accepted; we declined it: plain TCP */
-	NEG_ANS_IB,         /* our server's SMC-R Accept + credits: in buf, for conn_ib.h */
+	NEG_ANS_IB,         /* our server's SMC-R Accept + credits: in buf, for hs_ib.h */
 	NEG_ANS_CLOSED,     /* EOF or a socket error before an answer: plain TCP */
 	NEG_ANS_BAD,        /* not a valid answer: reset the connection */
 };
@@ -90,7 +90,7 @@ enum neg_answer neg_client_answer(int fd, const struct neg_client *nc, bool fina
 
 enum neg_offer {
 	NEG_OFFER_OURS,  /* our Proposal, same host, shm: connect to *blk's rendezvous */
-	NEG_OFFER_IB,    /* our Proposal, SMC-R: answer *prop on TCP (conn_ib.h) */
+	NEG_OFFER_IB,    /* our Proposal, SMC-R: answer *prop on TCP (hs_ib.h) */
 	NEG_OFFER_TCP,   /* answered (or nothing to answer): plain TCP for *why */
 	NEG_OFFER_ABORT, /* malformed, timeout: reset the connection */
 	NEG_OFFER_WAIT,  /* neg_server_try_offer: not all of it is there yet */

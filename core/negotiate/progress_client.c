@@ -23,8 +23,8 @@
 #include "core/base/real.h"
 #include "core/conn/conn.h"
 #include "core/conn/statsrv.h"
-#include "core/ib/conn_ib.h"
 #include "core/negotiate/handshake.h"
+#include "core/negotiate/hs_ib.h"
 #include "core/negotiate/negotiate.h"
 #include "core/negotiate/progress.h"
 #include "core/negotiate/progress_int.h"
@@ -368,7 +368,7 @@ static void answer_step(struct pending *p, bool final)
 		return;
 	case NEG_ANS_IB:
 		/* leaves c ACTIVE or FALLBACK, unless the Accept is malformed */
-		if (conn_ib_client_inband(c, buf, len) < 0) {
+		if (hs_ib_client_inband(c, buf, len) < 0) {
 			pending_abort(p, "malformed SMC-R Accept");
 			return;
 		}

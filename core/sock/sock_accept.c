@@ -24,6 +24,7 @@
 #include "core/conn/conn.h"
 #include "core/conn/statsrv.h"
 #include "core/ib/conn_ib.h"
+#include "core/negotiate/hs_ib.h"
 #include "core/negotiate/negotiate.h"
 #include "core/negotiate/progress.h"
 #include "core/negotiate/tcpopt.h"
@@ -443,7 +444,7 @@ static int accept_handshake(int nfd, int ufd, int flags, const struct hs_auth *a
 	sock_load_sockopts(c);
 	if (conn_ib_wanted()) {
 		/* a client proposing SMC-R opens its device first: its Proposal may take
-		 * longer than accept()'s wait, and its exchange blocks (conn_ib.h) */
+		 * longer than accept()'s wait, and its exchange blocks (hs_ib.h) */
 		r = handshake_server(c, ufd, auth, why);
 		fd_own_close(ufd);
 		return accept_finish(c, nfd, r, false);
@@ -473,7 +474,7 @@ static bool ib_declined_for_io_uring(int fd, enum smc_reason *why)
 	return true;
 }
 
-/* In-band SMC-R: the server's side of the exchange on accepted socket nfd (conn_ib.h).
+/* In-band SMC-R: the server's side of the exchange on accepted socket nfd (hs_ib.h).
  * Results as accept_handshake. */
 static int accept_ib_inband(int nfd, int flags, const struct clc_msg *prop,
 			    enum smc_reason *why)
@@ -494,7 +495,7 @@ static int accept_ib_inband(int nfd, int flags, const struct clc_msg *prop,
 	}
 	c->nonblock = (flags & SOCK_NONBLOCK) != 0;
 	sock_load_sockopts(c);
-	r = conn_ib_server_inband(c, prop, why);
+	r = hs_ib_server_inband(c, prop, why);
 	return accept_finish(c, nfd, r, true);
 }
 
@@ -516,7 +517,7 @@ static void deferred_decide(struct smc_conn *c, enum neg_offer o, const struct c
 		if (ib_declined_for_io_uring(c->fd, &why))
 			break;
 		log_debug("fd %d: SMC-R Proposal from smc-preload: answering in-band", c->fd);
-		r = conn_ib_server_inband(c, prop, &why);
+		r = hs_ib_server_inband(c, prop, &why);
 		break;
 	case NEG_OFFER_OURS:
 		why = SMC_REASON_HANDSHAKE;

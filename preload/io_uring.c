@@ -4,7 +4,7 @@
  * inline instructions (Debian's liburing2 2.3 imports no libc system call wrapper), so
  * the ring's creation is seen here, at the library's exported entry points, or not at
  * all. Each calls liburing's own function and, when a ring was made, keeps every later
- * connection on TCP (core/sock/io_uring_watch.h). Submissions and completions are not
+ * connection on TCP (core/base/io_uring_watch.h). Submissions and completions are not
  * interposed: nothing about them can be seen. A program linked with a static liburing
  * never passes through here.
  */
@@ -13,7 +13,7 @@
 #include <dlfcn.h>
 #include <stddef.h>
 
-#include "core/sock/io_uring_watch.h"
+#include "core/sock/sock.h" /* io_uring_note_setup */
 
 struct io_uring;
 struct io_uring_params;

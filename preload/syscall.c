@@ -17,7 +17,7 @@
  * (vsftpd's) get the library's fork handling around them, as fork does.
  *
  * io_uring_setup passes through and, when it succeeds, keeps every later connection on
- * TCP (core/sock/io_uring_watch.h).
+ * TCP (core/base/io_uring_watch.h).
  */
 #include "preload/wrap.h"
 #include "core/base/sandbox.h"
@@ -33,7 +33,7 @@
 #include <time.h>
 
 #include "core/base/clock.h"
-#include "core/sock/io_uring_watch.h"
+#include "core/sock/sock.h" /* io_uring_note_setup */
 
 /* io_uring has one number on every architecture (Linux 5.1). */
 #ifndef SYS_io_uring_setup

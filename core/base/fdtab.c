@@ -29,6 +29,8 @@
 #include "core/base/forklock.h"
 #include "core/base/real.h"
 
+__thread bool smc_thread_internal __attribute__((tls_model("initial-exec")));
+
 pthread_mutex_t fdtab_stripe[FDTAB_STRIPES] = {
 	[0 ... FDTAB_STRIPES - 1] = PTHREAD_MUTEX_INITIALIZER
 };

@@ -13,6 +13,7 @@
 #include "core/base/config.h"
 #include "core/base/fd_budget.h"
 #include "core/base/fdpark.h"
+#include "core/base/io_uring_watch.h"
 #include "core/base/log.h"
 #include "core/base/random.h"
 #include "core/base/real.h"
@@ -24,7 +25,6 @@
 #include "core/negotiate/hs_ib.h"
 #include "core/negotiate/negotiate.h"
 #include "core/shm/shm.h"
-#include "core/sock/io_uring_watch.h"
 #include "core/wire/clc.h"
 
 

@@ -31,6 +31,7 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include "core/base/base_init.h"
 #include "core/base/config.h"
 #include "core/base/fd_budget.h"
 #include "core/base/fdpark.h"
@@ -39,7 +40,6 @@
 #include "core/base/real.h"
 #include "core/base/rendezvous.h"
 #include "core/negotiate/tcpopt.h"
-#include "core/sock/init.h"
 
 #define TCPOPT_MAP_NAME "smc_peer"
 #define TCPOPT_WD_NAME  "smc_withdrawn"
@@ -169,7 +169,7 @@ static int map_open(void)
 
 static void map_open_once(void)
 {
-	smc_init(); /* smc_cfg.bpf_dir, smc_cfg.rdv_dir */
+	base_init(); /* smc_cfg.bpf_dir, smc_cfg.rdv_dir */
 	atomic_store(&map_fd, map_open());
 }
 

@@ -1,9 +1,9 @@
 /* SPDX-License-Identifier: GPL-2.0-only OR BSD-2-Clause */
 /* May this socket be upgraded: see upgrade_rule.h. */
 #include "core/base/fdtab.h"
+#include "core/base/io_uring_watch.h"
 #include "core/negotiate/upgrade_rule.h"
 #include "core/readiness/epoll_track.h"
-#include "core/sock/io_uring_watch.h"
 
 enum smc_reason upgrade_rule(int fd)
 {

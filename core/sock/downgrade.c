@@ -22,6 +22,7 @@
 #include "core/base/config.h"
 #include "core/base/fd_pass.h"
 #include "core/base/fdtab.h"
+#include "core/base/io_uring_watch.h"
 #include "core/base/log.h"
 #include "core/base/real.h"
 #include "core/base/stats.h"
@@ -30,6 +31,7 @@
 #include "core/conn/transport.h"
 #include "core/negotiate/hs_policy.h"
 #include "core/negotiate/progress.h"
+#include "core/shm/pool.h"
 #include "core/sock/sock.h"
 
 static bool fd_survives_exec(int fd)
@@ -247,4 +249,15 @@ void smc_sock_downgrade_all(enum smc_reason why)
 		conn_put(c[i]);
 	}
 	free(c);
+}
+
+void io_uring_note_setup(void)
+{
+	if (!io_uring_mark_in_use())
+		return;
+	log_info("the process uses io_uring, which bypasses this library: its connections "
+		 "go back to TCP, new ones stay TCP");
+	/* pooled connections are upgraded before accept() sees them: take no new ones */
+	pool_server_retire_all();
+	smc_sock_downgrade_all(SMC_REASON_IO_URING);
 }

@@ -2,14 +2,11 @@
 #include <pthread.h>
 #include <stdlib.h>
 
-#include "core/base/clock.h"
+#include "core/base/base_init.h"
 #include "core/base/config.h"
-#include "core/base/fdpark.h"
 #include "core/base/fdtab.h"
 #include "core/base/forklock.h"
-#include "core/base/log.h"
 #include "core/base/progress.h"
-#include "core/base/real.h"
 #include "core/base/rendezvous.h"
 #include "core/base/stats.h"
 #include "core/conn/conn.h"
@@ -25,8 +22,6 @@
 #include "core/shm/pool.h"
 #include "core/sock/init.h"
 #include "core/sock/sock.h"
-
-__thread bool smc_thread_internal __attribute__((tls_model("initial-exec")));
 
 static pthread_once_t init_once = PTHREAD_ONCE_INIT;
 
@@ -89,14 +84,8 @@ static void fork_child(void)
 
 static void init_run(void)
 {
-	real_init();
-	(void)clock_resolve(); /* before any deadline, and outside any signal handler */
-	config_load(NULL);
-	log_init();
+	base_init();
 	hs_conn_ops_install(); /* before any connection exists */
-	progress_load();
-	fd_park_prepare();
-	atexit(stats_at_exit);
 	pthread_atfork(fork_prepare, fork_parent, fork_child);
 }
 

@@ -2,9 +2,9 @@
 #ifndef SMC_INIT_H
 #define SMC_INIT_H
 #include <stdbool.h>
-/* Loads configuration, logging, stats-at-exit and fork handlers; idempotent, thread safe,
- * cheap after the first call. A process that never creates a TCP socket starts no
- * thread and maps nothing. */
+/* Loads configuration, logging, stats-at-exit (core/base/base_init.h) and fork handlers;
+ * idempotent, thread safe, cheap after the first call. A process that never creates a
+ * TCP socket starts no thread and maps nothing. */
 void smc_init(void);
 /* True when connections may be upgraded to shared memory (SMC_TRANSPORT auto or shm). */
 bool smc_enabled(void);

@@ -117,6 +117,9 @@ void smc_sock_before_fd_pass(const struct msghdr *msg);
 void smc_sock_before_stdio(int fd);
 /* Every upgraded connection of the process goes back to plain TCP (io_uring). */
 void smc_sock_downgrade_all(enum smc_reason why);
+/* An io_uring instance was created (core/base/io_uring_watch.h): from now on no
+ * connection is upgraded, and those upgraded before go back to plain TCP (downgrade.c). */
+void io_uring_note_setup(void);
 /* Before fork(): the child may use any descriptor it inherits, and an RDMA connection
  * cannot be used there (the QP is the parent's): those whose descriptor a new program
  * would inherit (no FD_CLOEXEC: inetd-style servers, sshd, a backend per connection)

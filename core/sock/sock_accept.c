@@ -18,6 +18,7 @@
 #include "core/base/fd_budget.h"
 #include "core/base/fd_pass.h"
 #include "core/base/fdpark.h"
+#include "core/base/io_uring_watch.h"
 #include "core/base/log.h"
 #include "core/base/progress.h"
 #include "core/base/real.h"
@@ -31,7 +32,6 @@
 #include "core/readiness/epoll_track.h"
 #include "core/shm/pool.h"
 #include "core/sock/init.h"
-#include "core/sock/io_uring_watch.h"
 #include "core/sock/sock.h"
 #include "core/sock/sock_int.h"
 

@@ -1,15 +1,12 @@
 /* SPDX-License-Identifier: GPL-2.0-only OR BSD-2-Clause */
 /* Whether the process uses io_uring (io_uring_watch.h). */
-#include "core/sock/io_uring_watch.h"
+#include "core/base/io_uring_watch.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
-#include "core/base/log.h"
-#include "core/shm/pool.h"
-#include "core/sock/sock.h"
 
 static bool in_use;
 
@@ -18,15 +15,9 @@ bool io_uring_in_use(void)
 	return __atomic_load_n(&in_use, __ATOMIC_ACQUIRE);
 }
 
-void io_uring_note_setup(void)
+bool io_uring_mark_in_use(void)
 {
-	if (__atomic_exchange_n(&in_use, true, __ATOMIC_ACQ_REL))
-		return;
-	log_info("the process uses io_uring, which bypasses this library: its connections "
-		 "go back to TCP, new ones stay TCP");
-	/* pooled connections are upgraded before accept() sees them: take no new ones */
-	pool_server_retire_all();
-	smc_sock_downgrade_all(SMC_REASON_IO_URING);
+	return !__atomic_exchange_n(&in_use, true, __ATOMIC_ACQ_REL);
 }
 
 /* The kernel names an io_uring descriptor's file "anon_inode:[io_uring]". */

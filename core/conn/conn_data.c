@@ -246,17 +246,37 @@ static bool peek_wait_all(struct smc_conn *c, int flags, size_t used, size_t wan
  * EINTR for a signal that does not restart the call. */
 static int peek_sleep(struct smc_conn *c, uint64_t deadline)
 {
-	struct wait_cancel wc = { .c = c, .held = &c->rx_lock }; /* see conn_wait_cancelled */
+	struct wait_cancel wc = { .c = c }; /* see conn_wait_cancelled */
 	int r;
 
 	if (deadline && clock_now_ns() >= deadline)
 		return EAGAIN;
+	pthread_mutex_unlock(&c->rx_lock); /* see wait_unlocked */
 	pthread_cleanup_push(conn_wait_cancelled, &wc);
 	r = REAL(poll)(NULL, 0, 1);
 	pthread_cleanup_pop(0);
+	pthread_mutex_lock(&c->rx_lock);
 	if (r < 0 && errno == EINTR && !conn_eintr_restarts(c->rcvtimeo_ns))
 		return EINTR;
 	return 0;
+}
+
+/*
+ * A blocking recv or send sleeps without its direction's lock, as TCP's sleeps
+ * (sk_wait_data, sk_stream_wait_memory) release the socket lock: another thread's
+ * nonblocking call, FIONREAD or SIOCOUTQ answers at once meanwhile, and a second
+ * blocking reader sleeps beside the first. Whoever wakes takes the lock again and looks
+ * at the ring afresh. 0 or a positive errno.
+ */
+static int wait_unlocked(struct smc_conn *c, uint32_t events, uint64_t deadline,
+			 pthread_mutex_t *lock)
+{
+	int err;
+
+	pthread_mutex_unlock(lock);
+	err = -conn_wait(c, events, false, deadline);
+	pthread_mutex_lock(lock);
+	return err;
 }
 
 ssize_t conn_recv(struct smc_conn *c, const struct iovec *iov, int iovcnt, int flags)
@@ -364,8 +384,10 @@ ssize_t conn_recv(struct smc_conn *c, const struct iovec *iov, int iovcnt, int f
 				err = EAGAIN;
 			break;
 		}
-		err = -conn_wait(c, POLLIN, false, deadline, &c->rx_lock);
-		if (err == EINTR && conn_eintr_restarts(c->rcvtimeo_ns))
+		err = wait_unlocked(c, POLLIN, deadline, &c->rx_lock);
+		/* a signal after part of the call returns that part, SA_RESTART or not
+		 * (tcp_recvmsg: copied ? : sock_intr_errno) */
+		if (err == EINTR && !got && conn_eintr_restarts(c->rcvtimeo_ns))
 			err = 0;
 		if (err) {
 			if (got)
@@ -555,11 +577,15 @@ ssize_t conn_send(struct smc_conn *c, const struct iovec *iov, int iovcnt, int f
 			break;
 		}
 		c->tp->tx_blocked(c);
-		err = -conn_wait(c, POLLOUT, false, deadline, &c->tx_lock);
-		if (err == EINTR && conn_eintr_restarts(c->sndtimeo_ns))
+		err = wait_unlocked(c, POLLOUT, deadline, &c->tx_lock);
+		/* as tcp_sendmsg: what was copied before a signal is returned */
+		if (err == EINTR && !sent && conn_eintr_restarts(c->sndtimeo_ns))
 			err = 0;
-		if (err)
+		if (err) {
+			if (sent)
+				err = 0;
 			break;
+		}
 	}
 	if (adapt && conn_state(c) == CONN_ACTIVE)
 		copy_adapt_sent(&c->tx_copy, t_in, copy_adapt_ticks(), sent, full,

@@ -24,13 +24,12 @@
  * the read or write it stands for) unwinds through none of our returns: what the
  * wait and its callers hold goes with it here, or every later call on the connection
  * would wait for ever on the lock it kept. Every caller holds one reference that it
- * drops after the wait (sock.c's fd lookup, or its own), and `held` is the data lock
- * of recv or send.
+ * drops after the wait (sock.c's fd lookup, or its own). recv and send sleep without
+ * their direction's lock (conn_data.c, wait_unlocked).
  */
 struct wait_cancel {
 	struct smc_conn *c;
 	uint32_t armed;
-	pthread_mutex_t *held;
 };
 
 /* The handshakes' side of a connection's life (conn_negotiate_ops_set), NULL until it is
@@ -107,8 +106,7 @@ bool conn_oob_tcp(struct smc_conn *c);
 /* conn_wait.c */
 void conn_tx_full(struct smc_conn *c);
 void conn_wait_cancelled(void *arg);
-int conn_wait(struct smc_conn *c, uint32_t events, bool for_handshake,
-		     uint64_t deadline, pthread_mutex_t *held);
+int conn_wait(struct smc_conn *c, uint32_t events, bool for_handshake, uint64_t deadline);
 bool conn_eintr_restarts(int64_t timeo_ns);
 uint64_t conn_deadline_from(int64_t timeo_ns);
 

@@ -339,7 +339,7 @@ static void conn_settle_pending_servers(void)
 		if (!c)
 			return;
 		while (r == 0 && __atomic_load_n(&c->state, __ATOMIC_ACQUIRE) == CONN_PENDING)
-			r = conn_wait(c, 0, true, deadline, NULL);
+			r = conn_wait(c, 0, true, deadline);
 		conn_put(c);
 		if (r < 0)
 			return; /* a signal, or the deadline: fork anyway */

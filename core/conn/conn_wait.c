@@ -298,29 +298,20 @@ static int conn_spin_look(void *arg, unsigned n)
 	return conn_wait_done(l->c, l->want, l->for_handshake);
 }
 
-/* Blocks until `events` may be ready (for_handshake: until the connection is no longer
- * PENDING, events 0), the deadline passes (-EAGAIN) or a signal arrives (-EINTR). Spins
- * first: a peer about to answer is much cheaper to catch on the cursors than through a
- * kernel wakeup (shared/recipes/wakeup-cost). The caller says what the wait is for: a
- * caller that saw PENDING may find the handshake decided by the time it gets here, and
- * a wait for a decision that already came must end at once, not wait for events that
- * nobody asked for until the deadline. */
 void conn_wait_cancelled(void *arg)
 {
 	struct wait_cancel *w = arg;
 
 	conn_end_sleep(w->c, w->armed);
-	if (w->held)
-		pthread_mutex_unlock(w->held);
 	conn_put(w->c);
 }
 
 /* The sleep of conn_wait, a cancellation point (recv is one): a cancelled thread ends
- * its sleep and lets go of held, as the call it was in would have. */
+ * its sleep and drops its caller's reference (conn_wait_cancelled). */
 static int conn_sleep(struct smc_conn *c, struct pollfd *pfd, int n, const struct timespec *tsp,
-		      uint32_t armed, pthread_mutex_t *held)
+		      uint32_t armed)
 {
-	struct wait_cancel wc = { .c = c, .armed = armed, .held = held };
+	struct wait_cancel wc = { .c = c, .armed = armed };
 	int r;
 
 	pthread_cleanup_push(conn_wait_cancelled, &wc);
@@ -329,8 +320,14 @@ static int conn_sleep(struct smc_conn *c, struct pollfd *pfd, int n, const struc
 	return r;
 }
 
-int conn_wait(struct smc_conn *c, uint32_t events, bool for_handshake,
-		     uint64_t deadline, pthread_mutex_t *held)
+/* Blocks until `events` may be ready (for_handshake: until the connection is no longer
+ * PENDING, events 0), the deadline passes (-EAGAIN) or a signal arrives (-EINTR). Spins
+ * first: a peer about to answer is much cheaper to catch on the cursors than through a
+ * kernel wakeup (shared/recipes/wakeup-cost). The caller says what the wait is for: a
+ * caller that saw PENDING may find the handshake decided by the time it gets here, and
+ * a wait for a decision that already came must end at once, not wait for events that
+ * nobody asked for until the deadline. */
+int conn_wait(struct smc_conn *c, uint32_t events, bool for_handshake, uint64_t deadline)
 {
 	uint32_t want = events | POLLERR | POLLHUP | CONN_MASK_FALLBACK;
 	struct spin_look look = { c, want, for_handshake };
@@ -378,7 +375,7 @@ int conn_wait(struct smc_conn *c, uint32_t events, bool for_handshake,
 			}
 		}
 		n = conn_wait_fds(c, for_handshake ? events | POLLIN : events, pfd, tags);
-		r = conn_sleep(c, pfd, n, tsp, armed, held);
+		r = conn_sleep(c, pfd, n, tsp, armed);
 		conn_end_sleep(c, armed);
 		if (r < 0)
 			return -errno;
@@ -479,7 +476,7 @@ int conn_wait_pending(struct smc_conn *c, bool nonblock, int64_t timeo_ns)
 
 		if (nonblock)
 			return -EAGAIN;
-		r = conn_wait(c, 0, true, until, NULL);
+		r = conn_wait(c, 0, true, until);
 		if (r == -EINTR && conn_eintr_restarts(timeo_ns))
 			r = 0;
 		if (r == -EAGAIN && conn_state(c) == CONN_PENDING) {

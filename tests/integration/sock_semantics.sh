@@ -10,7 +10,10 @@
 # MSG_TRUNC, MSG_ERRQUEUE, MSG_PEEK|MSG_WAITALL, a send after the peer's close (the
 # first succeeds, as TCP's does), sendfile from a socket, splice's SPLICE_F_NONBLOCK,
 # SO_ZEROCOPY/MSG_ZEROCOPY, when poll() says POLLOUT (a third of the buffer free, as
-# tcp_poll: a program that polls and then writes blocking must not block).
+# tcp_poll: a program that polls and then writes blocking must not block), a second
+# thread's nonblocking call or FIONREAD/SIOCOUTQ beside a thread blocked in recv or
+# send (answered at once), a signal with SA_RESTART after part of a MSG_WAITALL recv
+# (returns that part).
 # Each scenario first runs plain (the reference: what Linux does), then under the
 # library. Where the library cannot honour the feature the connection goes back to TCP
 # (SO_RCVLOWAT > 1, MSG_OOB, O_ASYNC, SO_ZEROCOPY): the stats count one downgrade and one peer downgrade, and
@@ -84,4 +87,8 @@ run splice_nb 0
 run zerocopy 1
 # POLLOUT only with a third of the ring free (socat relays through stunnel stalled)
 run pollout 0
+# a blocked reader or writer sleeps without holding up the socket's other threads
+run second_reader 0
+run second_writer 0
+run restart_partial 0
 smc_pass

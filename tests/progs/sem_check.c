@@ -42,6 +42,13 @@
  *                     peer: poll() does not say POLLOUT yet (tcp_poll wants a third of
  *                     the buffer free, so that a poll and a blocking write do not
  *                     block); once the peer read everything, it does
+ *   second_reader     a thread blocked in recv(): another thread's recv(MSG_DONTWAIT)
+ *                     and FIONREAD answer at once (TCP's sleep releases the socket
+ *                     lock)
+ *   second_writer     the same beside a thread blocked in send() on a full buffer:
+ *                     send(MSG_DONTWAIT) and SIOCOUTQ
+ *   restart_partial   a signal whose handler has SA_RESTART arrives after 10 of the
+ *                     100 bytes of a recv(MSG_WAITALL): it returns 10
  *
  * Prints "ok - ..." or "FAIL - ..." per check; exits 1 if any failed.
  */
@@ -62,6 +69,7 @@
 #include <sys/ioctl.h>
 #include <sys/sendfile.h>
 #include <sys/socket.h>
+#include <sys/time.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -733,6 +741,161 @@ static void client_pollout(int fd)
 
 /* ------------------------------------------------------------ the pair */
 
+/* Waits for the client's control byte, at most ms; true when it came. */
+static bool ctl_wait_for(int ms)
+{
+	struct pollfd p = { .fd = ctl_in, .events = POLLIN };
+
+	if (poll(&p, 1, ms) != 1)
+		return false;
+	ctl_wait();
+	return true;
+}
+
+/* The server for both "second_*" scenarios: on the client's 'g' (or after 3 s, so a
+ * library that makes the client's second call wait for the first one's data does not
+ * hang the test), "x"; then it reads everything until the client's close. */
+static void server_second(int fd)
+{
+	char b[65536];
+
+	ctl_wait_for(3000);
+	send_all(fd, "x", 1);
+	while (recv(fd, b, sizeof(b), 0) > 0)
+		;
+}
+
+static void *blocked_recv_1(void *arg)
+{
+	static char b;
+
+	return recv(*(int *)arg, &b, 1, 0) == 1 && b == 'x' ? (void *)1 : NULL;
+}
+
+/* A thread blocked in recv() does not hold up another thread's nonblocking recv or
+ * FIONREAD on the socket: TCP's sleep releases the socket lock (sk_wait_data). */
+static void client_second_reader(int fd)
+{
+	pthread_t t;
+	void *ret = NULL;
+	long t0, dt;
+	ssize_t r;
+	int avail = -1, e;
+	char b;
+
+	if (pthread_create(&t, NULL, blocked_recv_1, &fd) != 0)
+		die("pthread_create");
+	sleep_ms(300); /* asleep in recv by now */
+	t0 = now_ms();
+	r = recv(fd, &b, 1, MSG_DONTWAIT);
+	e = errno;
+	dt = now_ms() - t0;
+	check(r == -1 && e == EAGAIN && dt < 1000,
+	      "second reader: recv(MSG_DONTWAIT) beside a blocked reader is EAGAIN at once",
+	      "r %zd errno %d after %ld ms", r, e, dt);
+	t0 = now_ms();
+	r = ioctl(fd, FIONREAD, &avail);
+	dt = now_ms() - t0;
+	check(r == 0 && avail == 0 && dt < 1000,
+	      "second reader: FIONREAD beside a blocked reader answers at once",
+	      "r %zd avail %d after %ld ms", r, avail, dt);
+	ctl_send('g');
+	pthread_join(t, &ret);
+	check(ret == (void *)1, "second reader: the blocked reader gets the data", "-");
+}
+
+struct blocked_send {
+	int fd;
+	size_t n;
+};
+
+static void *blocked_send_all(void *arg)
+{
+	struct blocked_send *bs = arg;
+	static char b[1 << 20];
+
+	return send(bs->fd, b, bs->n, 0) == (ssize_t)bs->n ? (void *)1 : NULL;
+}
+
+/* A thread blocked in send() on a full buffer does not hold up another thread's
+ * nonblocking send or SIOCOUTQ: TCP's sleep releases the socket lock
+ * (sk_stream_wait_memory). */
+static void client_second_writer(int fd)
+{
+	struct blocked_send bs = { .fd = fd, .n = 1 << 20 };
+	static char fillb[65536];
+	pthread_t t;
+	void *ret = NULL;
+	long t0, dt;
+	ssize_t r;
+	int outq = -1, e;
+
+	while (send(fd, fillb, sizeof(fillb), MSG_DONTWAIT) > 0)
+		;
+	if (pthread_create(&t, NULL, blocked_send_all, &bs) != 0)
+		die("pthread_create");
+	sleep_ms(300); /* asleep in send by now */
+	t0 = now_ms();
+	r = send(fd, "y", 1, MSG_DONTWAIT);
+	e = errno;
+	dt = now_ms() - t0;
+	/* TCP may take the byte (its blocked writer waits for more room than that) */
+	check((r == 1 || (r == -1 && e == EAGAIN)) && dt < 1000,
+	      "second writer: send(MSG_DONTWAIT) beside a blocked writer answers at once",
+	      "r %zd errno %d after %ld ms", r, e, dt);
+	t0 = now_ms();
+	r = ioctl(fd, SIOCOUTQ, &outq);
+	dt = now_ms() - t0;
+	check(r == 0 && outq >= 0 && dt < 1000,
+	      "second writer: SIOCOUTQ beside a blocked writer answers at once",
+	      "r %zd outq %d after %ld ms", r, outq, dt);
+	ctl_send('g');
+	pthread_join(t, &ret);
+	check(ret == (void *)1, "second writer: the blocked send completes", "-");
+}
+
+static void on_alarm(int sig)
+{
+	(void)sig;
+}
+
+/* The server of "restart_partial": 10 bytes on 'g', the other 90 after 3 s. */
+static void server_restart_partial(int fd)
+{
+	ctl_wait();
+	send_all(fd, "0123456789", 10);
+	sleep_ms(3000);
+	send_all(fd, "abcdefghijklmnopqrstuvwxyzabcdefghijklmnopqrstuvwxyzabcdefghijklmnopqrstuvwxyzabcdefghijkl", 90);
+	ctl_wait();
+}
+
+/* A signal whose handler has SA_RESTART, after part of a MSG_WAITALL recv arrived:
+ * the call returns that part (tcp_recvmsg: copied ? : sock_intr_errno), it is not
+ * restarted to wait for the rest. */
+static void client_restart_partial(int fd)
+{
+	struct sigaction act = { .sa_handler = on_alarm, .sa_flags = SA_RESTART };
+	struct itimerval it = { .it_value = { .tv_usec = 300000 } };
+	char b[100];
+	long t0, dt;
+	ssize_t r;
+
+	sigaction(SIGALRM, &act, NULL);
+	signal(SIGPIPE, SIG_IGN); /* every handler restarts: the call would be restarted */
+	ctl_send('g');
+	wait_readable(fd, 10);
+	t0 = now_ms();
+	setitimer(ITIMER_REAL, &it, NULL);
+	r = recv(fd, b, sizeof(b), MSG_WAITALL);
+	dt = now_ms() - t0;
+	check(r == 10 && dt < 2500,
+	      "restart partial: an SA_RESTART signal ends a MSG_WAITALL recv with its part",
+	      "recv %zd after %ld ms", r, dt);
+	if (r == 10)
+		recv_exact(fd, b, 90);
+	ctl_send('d');
+}
+
 int main(int argc, char **argv)
 {
 	struct sockaddr_in sa = { .sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
@@ -748,11 +911,14 @@ int main(int argc, char **argv)
 	    strcmp(sc, "async") && strcmp(sc, "async_ioctl") && strcmp(sc, "cancel") &&
 	    strcmp(sc, "trunc") && strcmp(sc, "errqueue") && strcmp(sc, "peek_waitall") &&
 	    strcmp(sc, "write_after_close") && strcmp(sc, "sendfile_sock") &&
-	    strcmp(sc, "splice_nb") && strcmp(sc, "zerocopy") && strcmp(sc, "pollout")) {
+	    strcmp(sc, "splice_nb") && strcmp(sc, "zerocopy") && strcmp(sc, "pollout") &&
+	    strcmp(sc, "second_reader") && strcmp(sc, "second_writer") &&
+	    strcmp(sc, "restart_partial")) {
 		fprintf(stderr, "usage: %s rcvlowat|rcvlowat_pre|rcvlowat_listener|soerror|"
 				"reset_recv|outq|oob|oob_recv|async|async_ioctl|cancel|trunc|"
 				"errqueue|peek_waitall|write_after_close|sendfile_sock|splice_nb|"
-				"zerocopy|pollout\n", argv[0]);
+				"zerocopy|pollout|second_reader|second_writer|"
+				"restart_partial\n", argv[0]);
 		return 2;
 	}
 	sigaction(SIGPIPE, &act, NULL);
@@ -810,6 +976,10 @@ int main(int argc, char **argv)
 			server_zerocopy(fd);
 		} else if (!strcmp(sc, "pollout")) {
 			server_pollout(fd);
+		} else if (!strncmp(sc, "second_", 7)) {
+			server_second(fd);
+		} else if (!strcmp(sc, "restart_partial")) {
+			server_restart_partial(fd);
 		} else {
 			server_oob_recv(fd);
 		}
@@ -864,6 +1034,12 @@ int main(int argc, char **argv)
 		client_zerocopy(fd);
 	} else if (!strcmp(sc, "pollout")) {
 		client_pollout(fd);
+	} else if (!strcmp(sc, "second_reader")) {
+		client_second_reader(fd);
+	} else if (!strcmp(sc, "second_writer")) {
+		client_second_writer(fd);
+	} else if (!strcmp(sc, "restart_partial")) {
+		client_restart_partial(fd);
 	} else {
 		client_oob_recv(fd);
 	}

@@ -420,9 +420,7 @@ int64_t conn_orphan_unread(struct smc_conn *c)
 		return -1;
 	if (pthread_mutex_trylock(&c->tx_lock) != 0)
 		return 1; /* a thread of ours is still in a call on it: look again later */
-	/* another process of our side may have written since we did (fork, vfork): our
-	 * producer cursor is the shared block's, or the peer's cons looks impossible */
-	conn_tx_resync(c);
+	/* after a fork, from the shared block's producer cursor (conn_tx_free) */
 	room = c->aborted ? -1 : conn_tx_free(c);
 	pthread_mutex_unlock(&c->tx_lock);
 	return room < 0 ? -1 : (int64_t)c->tx_size - room;
@@ -438,7 +436,12 @@ enum conn_orphan_end conn_orphan_step(struct smc_conn *c)
 		 * the socket's last close is then a FIN after it */
 		if (pthread_mutex_trylock(&c->tx_lock) != 0)
 			return CONN_ORPHAN_KEEP;
-		conn_tx_resync(c); /* the re-send ends at the shared block's producer cursor (fork) */
+		/* the re-send ends at the shared block's producer cursor (fork) */
+		if (c->fork_shared)
+			conn_fork_lock(c, 1);
+		conn_tx_resync(c);
+		if (c->fork_shared)
+			conn_fork_unlock(c, 1);
 		(void)conn_down_step(c, true);
 		pthread_mutex_unlock(&c->tx_lock);
 		return CONN_ORPHAN_RESENT;

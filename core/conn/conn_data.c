@@ -20,15 +20,35 @@
 #include "core/conn/conn_int.h"
 #include "core/conn/transport.h"
 
-/* The transport's cursors (transport.h), for the rest of conn/ and readiness. */
+/* The transport's cursors (transport.h), for the rest of conn/ and readiness. A side
+ * shared with other processes (fork) counts from the shared block's cursors, taken under
+ * the direction's word (conn_fork_lock): a sibling's reads and writes move them, and the
+ * peer's cursor checked against a stale copy of ours looks impossible (a parent and its
+ * child reading one connection at once aborted it for "an invalid producer cursor"). */
 int64_t conn_rx_used(struct smc_conn *c)
 {
-	return c->tp->rx_used(c);
+	int64_t used;
+
+	if (!c->fork_shared)
+		return c->tp->rx_used(c);
+	conn_fork_lock(c, 0);
+	conn_rx_resync(c);
+	used = c->tp->rx_used(c);
+	conn_fork_unlock(c, 0);
+	return used;
 }
 
 int64_t conn_tx_free(struct smc_conn *c)
 {
-	return c->tp->tx_free(c);
+	int64_t room;
+
+	if (!c->fork_shared)
+		return c->tp->tx_free(c);
+	conn_fork_lock(c, 1);
+	conn_tx_resync(c);
+	room = c->tp->tx_free(c);
+	conn_fork_unlock(c, 1);
+	return room;
 }
 
 int64_t conn_rx_used_peek(struct smc_conn *c)
@@ -86,9 +106,10 @@ void conn_fork_unlock(struct smc_conn *c, int dir)
 	__atomic_store_n(&c->map.hdr->fork_lock[c->side][dir], 0, __ATOMIC_RELEASE);
 }
 
-/* After a fork, this side of the connection may be driven by several processes in
- * turn (a parent hands a connection to its child, or takes it back): our cursors are
- * then the ones in the shared control block, not our private copies. */
+/* After a fork, this side of the connection may be driven by several processes (a parent
+ * hands a connection to its child, or both use it): our cursors are then the ones in the
+ * shared control block, not our private copies. Under the direction's conn_fork_lock:
+ * without it a sibling may move the cursors between our loads. */
 void conn_rx_resync(struct smc_conn *c)
 {
 	smc_cursor cons;
@@ -306,7 +327,6 @@ ssize_t conn_recv(struct smc_conn *c, const struct iovec *iov, int iovcnt, int f
 		return 0;
 	pthread_mutex_lock(&c->rx_lock);
 	conn_note_cpu(c);
-	conn_rx_resync(c);
 	for (;;) {
 		int64_t used;
 
@@ -348,7 +368,7 @@ ssize_t conn_recv(struct smc_conn *c, const struct iovec *iov, int iovcnt, int f
 					break;
 				}
 				conn_rx_resync(c);
-				used = conn_rx_used(c);
+				used = c->tp->rx_used(c); /* held: not conn_rx_used */
 				if (used <= 0) {
 					conn_fork_unlock(c, 0);
 					continue;
@@ -487,7 +507,6 @@ ssize_t conn_send(struct smc_conn *c, const struct iovec *iov, int iovcnt, int f
 	if (adapt)
 		t_in = copy_adapt_ticks();
 	conn_note_cpu(c);
-	conn_tx_resync(c);
 	for (;;) {
 		int64_t room;
 
@@ -554,7 +573,7 @@ ssize_t conn_send(struct smc_conn *c, const struct iovec *iov, int iovcnt, int f
 					continue;
 				}
 				conn_tx_resync(c);
-				room = conn_tx_free(c);
+				room = c->tp->tx_free(c); /* held: not conn_tx_free */
 				if (room <= 0) {
 					conn_fork_unlock(c, 1);
 					continue;
@@ -648,8 +667,7 @@ int conn_rx_available(struct smc_conn *c)
 	if (conn_state(c) != CONN_ACTIVE)
 		return 0;
 	pthread_mutex_lock(&c->rx_lock);
-	conn_rx_resync(c); /* after a fork our cursor may be behind the one in the shared block */
-	used = conn_rx_used(c);
+	used = conn_rx_used(c); /* after a fork, from the shared block's cursor */
 	pthread_mutex_unlock(&c->rx_lock);
 	if (used == 0 && conn_peer_went_tcp(c)) {
 		int n = 0;

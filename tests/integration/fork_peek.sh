@@ -9,7 +9,13 @@
 #   exit    - the client's child writes, its parent reads; the server answers and leaves
 #             by _exit() (an rsync daemon's child): the parent reads the answer, then EOF,
 #             as over TCP (its stale producer cursor made the peer's exit look like a
-#             death with bytes unread: ECONNRESET, and rsync's "error in socket IO").
+#             death with bytes unread: ECONNRESET, and rsync's "error in socket IO");
+#   readers - the parent and its child read one connection at once while the peer
+#             sends 8 MiB: together they read all of it, nobody gets an error (a stale
+#             consumer cursor made the peer's producer cursor look invalid: the
+#             connection was aborted, and one side saw a silent early EOF);
+#   writers - the parent and its child write 8 MiB each into one connection at once:
+#             the peer reads all 16 MiB, and EOF.
 # Each case runs plain first (the reference), then with every process under the library.
 [ -n "${BASH_VERSION:-}" ] || exec bash "$0" "$@"
 . "$(dirname -- "$0")/lib.sh"
@@ -83,9 +89,83 @@ print("after the answer:", repr(last), flush=True)
 sys.exit(0 if last == b"" else 1)
 '
 
-for case in pollin exit; do
-	prog=POLLIN
-	[ "$case" = exit ] && prog=EXIT
+READERS='
+import os, socket, sys
+N = 8 << 20
+l = socket.socket()
+l.bind(("127.0.0.1", 0))
+l.listen(1)
+if os.fork() == 0:
+    c, _ = l.accept()
+    c.recv(1)
+    c.sendall(b"r" * N)
+    c.close()
+    os._exit(0)
+s = socket.create_connection(l.getsockname())
+r, w = os.pipe()
+s.sendall(b"g")
+pid = os.fork()
+n = 0
+while True:
+    try:
+        b = s.recv(4096)
+    except OSError as e:
+        print("read error after", n, e, flush=True)
+        os._exit(1)
+    if not b:
+        break
+    if b.strip(b"r"):
+        print("wrong bytes", flush=True)
+        os._exit(1)
+    n += len(b)
+if pid == 0:
+    os.write(w, b"%d" % n)
+    os._exit(0)
+m = int(os.read(r, 64) or b"-1")
+_, st = os.waitpid(pid, 0)
+print("parent read", n, "child read", m, "of", N, flush=True)
+sys.exit(0 if st == 0 and n + m == N else 1)
+'
+WRITERS='
+import os, socket, sys
+K, N = 4096, 2048
+l = socket.socket()
+l.bind(("127.0.0.1", 0))
+l.listen(1)
+r, w = os.pipe()
+srv = os.fork()
+if srv == 0:
+    c, _ = l.accept()
+    counts = {}
+    while True:
+        b = c.recv(1 << 16)
+        if not b:
+            break
+        for ch in set(b):
+            counts[ch] = counts.get(ch, 0) + b.count(ch)
+    os.write(w, b"%d %d %d" % (counts.pop(65, 0), counts.pop(66, 0), len(counts)))
+    os._exit(0)
+s = socket.create_connection(l.getsockname())
+pid = os.fork()
+chunk = (b"B" if pid == 0 else b"A") * K
+try:
+    for _ in range(N):
+        s.sendall(chunk)
+except OSError as e:
+    print("write error", e, flush=True)
+    os._exit(1)
+s.close()
+if pid == 0:
+    os._exit(0)
+_, st = os.waitpid(pid, 0)
+a, b, other = map(int, os.read(r, 64).split())
+os.waitpid(srv, 0)
+print("peer read A", a, "B", b, "other", other, "of", K * N, "each", flush=True)
+sys.exit(0 if st == 0 and a == b == K * N and other == 0 else 1)
+'
+
+for case in pollin exit readers writers; do
+	prog=${case^^}
 	timeout -k 5 "$SMC_CMD_TIMEOUT" python3 -c "${!prog}" >"$SMC_TMP/$case.plain" 2>&1 ||
 		smc_fail "$case without the library: $(cat "$SMC_TMP/$case.plain")"
 	dir=$(smc_stats_dir "$case")

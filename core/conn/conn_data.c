@@ -11,7 +11,10 @@
  * cursor, issues a full fence and reads the flag. One of them must see the other.
  */
 #include <errno.h>
+#include <fcntl.h>
 #include <sys/ioctl.h>
+#include <sys/socket.h>
+#include <sys/time.h>
 
 #include "core/base/bell.h"
 #include "core/base/clock.h"
@@ -300,6 +303,38 @@ static int wait_unlocked(struct smc_conn *c, uint32_t events, uint64_t deadline,
 	return err;
 }
 
+/*
+ * O_NONBLOCK belongs to the open file and the timeouts to the socket, both shared with
+ * the processes that hold this side after a fork: one of them may have changed them
+ * since we cached them (fcntl and setsockopt in this process update the cache), and may
+ * have exited since. Asked of the kernel only for a side shared at a fork, and only where
+ * the call would wait or fail with EAGAIN (two system calls beside a sleep). rx:
+ * SO_RCVTIMEO, else SO_SNDTIMEO; MSG_DONTWAIT stays.
+ */
+static void shared_file_refresh(struct smc_conn *c, bool rx, int flags, bool *nonblock,
+				uint64_t *deadline)
+{
+	int fl;
+	struct timeval tv;
+	socklen_t len = sizeof(tv);
+	int64_t *timeo = rx ? &c->rcvtimeo_ns : &c->sndtimeo_ns, ns;
+
+	if (!c->fork_shared)
+		return;
+	fl = REAL(fcntl)(c->fd, F_GETFL);
+	if (fl >= 0) {
+		c->nonblock = (fl & O_NONBLOCK) != 0;
+		*nonblock = c->nonblock || (flags & MSG_DONTWAIT);
+	}
+	if (REAL(getsockopt)(c->fd, SOL_SOCKET, rx ? SO_RCVTIMEO : SO_SNDTIMEO, &tv, &len) < 0)
+		return;
+	ns = (int64_t)tv.tv_sec * 1000000000 + tv.tv_usec * 1000;
+	if (ns != *timeo) {
+		*timeo = ns;
+		*deadline = conn_deadline_from(ns);
+	}
+}
+
 ssize_t conn_recv(struct smc_conn *c, const struct iovec *iov, int iovcnt, int flags)
 {
 	size_t want = conn_iov_total(iov, iovcnt), got = 0;
@@ -399,6 +434,7 @@ ssize_t conn_recv(struct smc_conn *c, const struct iovec *iov, int iovcnt, int f
 				err = conn_reset_take(c) ? ECONNRESET : 0;
 			break;
 		}
+		shared_file_refresh(c, true, flags, &nonblock, &deadline);
 		if (nonblock) {
 			if (!got)
 				err = EAGAIN;
@@ -588,6 +624,7 @@ ssize_t conn_send(struct smc_conn *c, const struct iovec *iov, int iovcnt, int f
 			sent += n;
 			continue;
 		}
+		shared_file_refresh(c, false, flags, &nonblock, &deadline);
 		if (nonblock) {
 			if (!sent)
 				err = EAGAIN;

@@ -15,7 +15,10 @@
 #             consumer cursor made the peer's producer cursor look invalid: the
 #             connection was aborted, and one side saw a silent early EOF);
 #   writers - the parent and its child write 8 MiB each into one connection at once:
-#             the peer reads all 16 MiB, and EOF.
+#             the peer reads all 16 MiB, and EOF;
+#   flags   - a child sets O_NONBLOCK on the shared socket, then another child sets
+#             SO_RCVTIMEO: the parent's recv() follows each (EAGAIN at once, then after
+#             the timeout), as the flags belong to the one open file and socket.
 # Each case runs plain first (the reference), then with every process under the library.
 [ -n "${BASH_VERSION:-}" ] || exec bash "$0" "$@"
 . "$(dirname -- "$0")/lib.sh"
@@ -164,7 +167,43 @@ print("peer read A", a, "B", b, "other", other, "of", K * N, "each", flush=True)
 sys.exit(0 if st == 0 and a == b == K * N and other == 0 else 1)
 '
 
-for case in pollin exit readers writers; do
+FLAGS='
+import os, socket, struct, sys, time
+l = socket.socket()
+l.bind(("127.0.0.1", 0))
+l.listen(1)
+if os.fork() == 0:
+    c, _ = l.accept()
+    c.sendall(b"hi")
+    c.recv(1)
+    c.close()
+    os._exit(0)
+s = socket.create_connection(l.getsockname())
+s.recv(2)
+def child(fn):
+    pid = os.fork()
+    if pid == 0:
+        fn()
+        os._exit(0)
+    os.waitpid(pid, 0)
+def recv_took():
+    t = time.monotonic()
+    try:
+        r = s.recv(1)
+    except BlockingIOError:
+        r = "EAGAIN"
+    return r, time.monotonic() - t
+child(lambda: s.setblocking(False))
+r1, t1 = recv_took()
+s.setblocking(True)
+child(lambda: s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVTIMEO, struct.pack("ll", 0, 300000)))
+r2, t2 = recv_took()
+s.sendall(b"x")
+print("after O_NONBLOCK:", r1, round(t1, 2), "after SO_RCVTIMEO:", r2, round(t2, 2), flush=True)
+sys.exit(0 if r1 == r2 == "EAGAIN" and t1 < 0.2 and 0.2 < t2 < 2 else 1)
+'
+
+for case in pollin exit readers writers flags; do
 	prog=${case^^}
 	timeout -k 5 "$SMC_CMD_TIMEOUT" python3 -c "${!prog}" >"$SMC_TMP/$case.plain" 2>&1 ||
 		smc_fail "$case without the library: $(cat "$SMC_TMP/$case.plain")"

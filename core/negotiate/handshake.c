@@ -707,18 +707,28 @@ int hs_server_start_inline(struct hs_flow *f, struct smc_conn *c, int ufd,
 int hs_server_finish_inline(struct hs_flow *f)
 {
 	uint64_t until = clock_now_ms() + smc_cfg.handshake_timeout_ms;
-	int r = HS_WAIT;
+	int r = HS_WAIT, phase;
 
-	while (r == HS_WAIT && f->phase == HS_PHASE_CONFIRM) {
-		uint64_t now = clock_now_ms();
+	for (;;) {
+		while (r == HS_WAIT && f->phase == HS_PHASE_CONFIRM) {
+			uint64_t now = clock_now_ms();
 
-		if (now >= until || !hs_wait_readable(f->ufd, (unsigned)(until - now)))
-			break;
-		r = hs_server_step(f, false);
-	}
-	if (r == HS_WAIT)
+			if (now >= until || !hs_wait_readable(f->ufd, (unsigned)(until - now)))
+				break;
+			r = hs_server_step(f, false);
+		}
+		if (r != HS_WAIT)
+			return r;
+		phase = f->phase;
 		r = hs_server_step(f, true);
-	return r;
+		/* The last look found the Proposal, which came just now, and answered it:
+		 * the client is committed from our Accept on, so its Confirm is waited for
+		 * as above (a connection kept TCP here would reach a client that took it as
+		 * upgraded: its first byte aborts the connection there). */
+		if (r != HS_WAIT || phase == HS_PHASE_CONFIRM)
+			return r;
+		until = clock_now_ms() + smc_cfg.handshake_timeout_ms;
+	}
 }
 
 int handshake_server(struct smc_conn *c, int ufd, const struct hs_auth *auth,

@@ -115,9 +115,10 @@ int hs_server_refuse_now(struct hs_flow *f, enum smc_reason why, uint32_t diag);
 int hs_server_start_inline(struct hs_flow *f, struct smc_conn *c, int ufd,
 			   const struct hs_auth *auth);
 /* Server, inside accept(), when the progress thread cannot take the rest of a flow that
- * hs_server_start_inline left at HS_WAIT: once our Accept is out the client is committed
- * and its Confirm is waited for here (SMC_HANDSHAKE_TIMEOUT_MS in all); a Proposal that
- * has not come is declined at once. Decides: 0 as hs_server_step's. */
+ * hs_server_start_inline left at HS_WAIT: once our Accept is out (also from this last
+ * look at a Proposal that came just now) the client is committed and its Confirm is
+ * waited for here (SMC_HANDSHAKE_TIMEOUT_MS from the Accept); a Proposal that has not
+ * come is declined at once. Decides: 0 as hs_server_step's. */
 int hs_server_finish_inline(struct hs_flow *f);
 /* Server, blocking: the whole exchange, f->result returned, f->why in *why. */
 int handshake_server(struct smc_conn *c, int ufd, const struct hs_auth *auth,

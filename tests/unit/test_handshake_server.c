@@ -430,6 +430,48 @@ START_TEST(confirm_after_accept_returned_is_taken)
 }
 END_TEST
 
+/* Inside accept() without a progress thread to hand the rest to
+ * (hs_server_finish_inline): a Proposal that comes only at the final look is answered,
+ * and the client, committed by our Accept, has its Confirm waited for; the connection
+ * kept as TCP instead would be aborted on the client's side by our first byte. */
+static void *client_confirms_late(void *arg)
+{
+	int cfd = *(int *)arg;
+	uint64_t token = recv_accept(cfd);
+
+	sleep_ms(100);
+	send_confirm(cfd, token);
+	return NULL;
+}
+
+START_TEST(proposal_at_the_last_look_waits_for_confirm)
+{
+	struct server_run s;
+	int fds[2], cfd, r;
+	char log[8192];
+	pthread_t client;
+
+	smc_cfg.handshake_timeout_ms = 2000;
+	server_start_in(&s, fds, &cfd, true);
+	ck_assert_int_eq(pthread_join(s.tid, NULL), 0);
+	ck_assert_int_eq(s.r, HS_WAIT);
+	ck_assert_int_eq(s.f.phase, HS_PHASE_PROPOSAL);
+	send_proposal(cfd);
+	ck_assert_int_eq(pthread_create(&client, NULL, client_confirms_late, &cfd), 0);
+	r = hs_server_finish_inline(&s.f);
+	ck_assert_int_eq(pthread_join(client, NULL), 0);
+	log_capture_end(&s.lc, log, sizeof(log));
+	close(s.ufd);
+	close(cfd);
+	ck_assert_msg(r == 0 && s.f.result == 0, "finish: %d, result %d, log: %s", r, s.f.result,
+		      log);
+	ck_assert_int_eq(s.f.why, SMC_REASON_NONE);
+	conn_put(s.c);
+	close(fds[0]);
+	close(fds[1]);
+}
+END_TEST
+
 int main(void)
 {
 	Suite *s = suite_create("handshake_server");
@@ -447,6 +489,7 @@ int main(void)
 	tcase_add_test(tc, silent_client_in_accept_is_not_waited_for);
 	tcase_add_test(tc, late_proposal_outside_accept_is_taken);
 	tcase_add_test(tc, confirm_after_accept_returned_is_taken);
+	tcase_add_test(tc, proposal_at_the_last_look_waits_for_confirm);
 	suite_add_tcase(s, tc);
 	sr = srunner_create(s);
 	srunner_run_all(sr, CK_NORMAL);

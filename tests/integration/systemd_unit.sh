@@ -51,7 +51,12 @@ man_opt=--man=yes
 command -v man >/dev/null 2>&1 || { man_opt=--man=no; smc_log "no man(1): Documentation= not checked"; }
 in_root env MANPATH="$prefix/share/man" systemd-analyze verify "$man_opt" "$dest$unit" \
 	>"$SMC_TMP/verify.log" 2>&1 || smc_fail "systemd-analyze verify: $(cat "$SMC_TMP/verify.log")"
-[ -s "$SMC_TMP/verify.log" ] && smc_fail "systemd-analyze verify warns: $(cat "$SMC_TMP/verify.log")"
+# systemd-analyze also loads the units installed on this machine: a warning about another
+# package's unit (Debian's unicorn.service has an Environment= line it ignores) is not ours
+grep -Ev '^/[^:]+:[0-9]+: ' "$SMC_TMP/verify.log" >"$SMC_TMP/verify.ours" || true
+grep -E '^/[^:]+:[0-9]+: ' "$SMC_TMP/verify.log" | grep -F "/$(basename -- "$unit"):" \
+	>>"$SMC_TMP/verify.ours" || true
+[ -s "$SMC_TMP/verify.ours" ] && smc_fail "systemd-analyze verify warns: $(cat "$SMC_TMP/verify.ours")"
 for dep in sys-fs-bpf.mount sys-fs-cgroup.mount; do
 	grep -Eq "^After=.*\b$dep\b" "$dest$unit" || smc_fail "the unit is not ordered after $dep"
 done

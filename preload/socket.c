@@ -329,6 +329,7 @@ SMC_EXPORT int ioctl(int fd, unsigned long req, ...)
 	}
 	case FIONREAD: /* == SIOCINQ */
 	case SIOCOUTQ:
+	case SIOCATMARK:
 		return smc_sock_ioctl(fd, req, arg);
 	default:
 		return REAL(ioctl)(fd, req, arg);

@@ -280,6 +280,9 @@ int conn_shutdown(struct smc_conn *c, int how);
 bool conn_reset_take(struct smc_conn *c);
 /* Bytes readable now (FIONREAD) and bytes written but not yet in the peer's receive
  * buffer (SIOCOUTQ): over shared memory none, the ring is the peer's buffer. */
+/* Whether bytes are unread in the ring (ACTIVE): they come before anything the TCP
+ * socket holds, an urgent mark included (SIOCATMARK). */
+bool conn_rx_ring_unread(struct smc_conn *c);
 int conn_rx_available(struct smc_conn *c);
 int conn_tx_queued(struct smc_conn *c);
 

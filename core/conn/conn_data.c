@@ -697,6 +697,11 @@ int conn_shutdown(struct smc_conn *c, int how)
 	return 0;
 }
 
+bool conn_rx_ring_unread(struct smc_conn *c)
+{
+	return conn_state(c) == CONN_ACTIVE && conn_rx_used_peek(c) > 0;
+}
+
 int conn_rx_available(struct smc_conn *c)
 {
 	int64_t used;

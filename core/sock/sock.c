@@ -468,6 +468,8 @@ int smc_sock_ioctl(int fd, unsigned long req, void *arg)
 	if (c && (req == FIONREAD || req == SIOCOUTQ || req == SIOCOUTQNSD) && arg &&
 	    conn_ready_for_io(c, MSG_DONTWAIT, 0, &err))
 		*(int *)arg = req == FIONREAD ? conn_rx_available(c) : conn_tx_queued(c);
+	else if (c && req == SIOCATMARK && arg && conn_rx_ring_unread(c))
+		*(int *)arg = 0; /* the peer's urgent mark is on TCP, after the ring's bytes */
 	else
 		r = REAL(ioctl)(fd, req, arg);
 	err = errno;

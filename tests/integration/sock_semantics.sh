@@ -5,7 +5,8 @@
 # (tests/progs/sem_check: a client and its forked server, a greeting each way first, so
 # that the connection is upgraded before each scenario): SO_RCVLOWAT (set on the
 # connection, before connect, on the listener), the error after a reset (reported once,
-# then EOF and EPIPE/SIGPIPE), SIOCOUTQ/SIOCOUTQNSD/FIONREAD, urgent data (MSG_OOB),
+# then EOF and EPIPE/SIGPIPE), SIOCOUTQ/SIOCOUTQNSD/FIONREAD, urgent data
+# (MSG_OOB; SIOCATMARK before the mark),
 # signal-driven I/O (O_ASYNC by fcntl or FIOASYNC), a reader cancelled in recv(),
 # MSG_TRUNC, MSG_ERRQUEUE, MSG_PEEK|MSG_WAITALL, a send after the peer's close (the
 # first succeeds, as TCP's does), sendfile from a socket, splice's SPLICE_F_NONBLOCK,

@@ -18,7 +18,8 @@
  *   outq              SIOCOUTQ/SIOCOUTQNSD are 0 once the bytes are in the peer's
  *                     receive buffer (unread), FIONREAD counts them there
  *   oob               send(MSG_OOB) between two writes: the reader gets the urgent byte
- *                     with recv(MSG_OOB) and the stream without it
+ *                     with recv(MSG_OOB) and the stream without it; SIOCATMARK is 0
+ *                     while the bytes before the mark are unread
  *   oob_recv          recv(MSG_OOB) with no urgent data: EINVAL, the stream goes on
  *   async             signal-driven I/O (F_SETOWN, O_ASYNC set with fcntl): SIGIO when
  *                     the peer's data arrives, and the data intact
@@ -384,6 +385,11 @@ static void client_oob(int fd)
 	ssize_t r;
 
 	ctl_wait();
+	/* "abc" came before the mark and is unread: not at the mark yet (telnet and FTP's
+	 * ABOR read until it) */
+	r = ioctl_int(fd, SIOCATMARK);
+	check(r == 0, "oob: SIOCATMARK is 0 while bytes before the mark are unread",
+	      "SIOCATMARK %zd", r);
 	t0 = now_ms();
 	do {
 		errno = 0;

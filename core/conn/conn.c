@@ -495,8 +495,13 @@ void conn_release_fd(struct smc_conn *c)
 			conn_fallback(c, SMC_REASON_HANDSHAKE);
 		else
 			__atomic_store_n(&c->state, CONN_CLOSED, __ATOMIC_RELEASE);
-		conn_watch_let_go(c);
 	}
+	/* Decided or not: the watch's descriptor holds the socket until the progress thread
+	 * ends the watch (pending_finish, server_wait_finish), which a busy host can put off
+	 * past a close that follows the handshake closely. Linux releases the socket at its
+	 * last close (__fput: eventpoll_release drops its epoll registrations, tcp_close
+	 * sends the FIN or reset), and so must the program's close here. */
+	conn_watch_let_go(c);
 	pthread_mutex_unlock(&c->lock);
 	if (st == CONN_PENDING && conn_negotiate)
 		conn_negotiate->decided(c);

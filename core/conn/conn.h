@@ -165,8 +165,9 @@ void conn_close_rdv(struct smc_conn *c);
 int conn_watch_fd_open(struct smc_conn *c);
 void conn_watch_fd_close(struct smc_conn *c);
 /* Under c->lock, the program closed its last fd of c while the thread watches c's
- * handshake: the watch lets go of the socket, so that the close ends it now (FIN or
- * reset) as without the library. */
+ * handshake, or has yet to end a decided watch: the watch lets go of the socket, so
+ * that the close ends it now (FIN or reset, its epoll registrations) as without the
+ * library. A no-op without a watch. */
 void conn_watch_let_go(struct smc_conn *c);
 /* Under c->lock, or in a fork's child (whose copy is not the thread's): closes the
  * watch's descriptor of c's socket, if any. */

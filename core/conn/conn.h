@@ -268,6 +268,10 @@ struct smc_conn *conn_from_fd(int fd);
  * RDMA (the peer's unread data would be in our memory only). */
 int conn_downgrade(struct smc_conn *c, enum smc_reason why, bool image_ends);
 
+/* Socket fd's SO_RCVTIMEO or SO_SNDTIMEO (name) as the kernel keeps it, in *ns (0 =
+ * none); -1 when the kernel does not answer. */
+int conn_timeo_read(int fd, int name, int64_t *ns);
+
 /* Data path: TCP semantics for flags MSG_PEEK, MSG_WAITALL, MSG_DONTWAIT, MSG_NOSIGNAL. */
 ssize_t conn_recv(struct smc_conn *c, const struct iovec *iov, int iovcnt, int flags);
 ssize_t conn_send(struct smc_conn *c, const struct iovec *iov, int iovcnt, int flags);

@@ -311,12 +311,21 @@ static int wait_unlocked(struct smc_conn *c, uint32_t events, uint64_t deadline,
  * the call would wait or fail with EAGAIN (two system calls beside a sleep). rx:
  * SO_RCVTIMEO, else SO_SNDTIMEO; MSG_DONTWAIT stays.
  */
+int conn_timeo_read(int fd, int name, int64_t *ns)
+{
+	struct timeval tv;
+	socklen_t len = sizeof(tv);
+
+	if (REAL(getsockopt)(fd, SOL_SOCKET, name, &tv, &len) < 0)
+		return -1;
+	*ns = (int64_t)tv.tv_sec * 1000000000 + tv.tv_usec * 1000;
+	return 0;
+}
+
 static void shared_file_refresh(struct smc_conn *c, bool rx, int flags, bool *nonblock,
 				uint64_t *deadline)
 {
 	int fl;
-	struct timeval tv;
-	socklen_t len = sizeof(tv);
 	int64_t *timeo = rx ? &c->rcvtimeo_ns : &c->sndtimeo_ns, ns;
 
 	if (!c->fork_shared)
@@ -326,9 +335,8 @@ static void shared_file_refresh(struct smc_conn *c, bool rx, int flags, bool *no
 		c->nonblock = (fl & O_NONBLOCK) != 0;
 		*nonblock = c->nonblock || (flags & MSG_DONTWAIT);
 	}
-	if (REAL(getsockopt)(c->fd, SOL_SOCKET, rx ? SO_RCVTIMEO : SO_SNDTIMEO, &tv, &len) < 0)
+	if (conn_timeo_read(c->fd, rx ? SO_RCVTIMEO : SO_SNDTIMEO, &ns) < 0)
 		return;
-	ns = (int64_t)tv.tv_sec * 1000000000 + tv.tv_usec * 1000;
 	if (ns != *timeo) {
 		*timeo = ns;
 		*deadline = conn_deadline_from(ns);

@@ -40,17 +40,13 @@
 /* Reads back one option the core honours (as the kernel stored it: timeouts rounded). */
 static void conn_load_sockopt(struct smc_conn *c, int name)
 {
-	struct timeval tv;
 	struct linger lg;
-	socklen_t len = sizeof(tv);
+	socklen_t len = sizeof(lg);
 
-	if (name == SO_RCVTIMEO &&
-	    REAL(getsockopt)(c->fd, SOL_SOCKET, SO_RCVTIMEO, &tv, &len) == 0)
-		c->rcvtimeo_ns = (int64_t)tv.tv_sec * 1000000000 + tv.tv_usec * 1000;
-	if (name == SO_SNDTIMEO &&
-	    REAL(getsockopt)(c->fd, SOL_SOCKET, SO_SNDTIMEO, &tv, &len) == 0)
-		c->sndtimeo_ns = (int64_t)tv.tv_sec * 1000000000 + tv.tv_usec * 1000;
-	len = sizeof(lg);
+	if (name == SO_RCVTIMEO)
+		(void)conn_timeo_read(c->fd, SO_RCVTIMEO, &c->rcvtimeo_ns);
+	if (name == SO_SNDTIMEO)
+		(void)conn_timeo_read(c->fd, SO_SNDTIMEO, &c->sndtimeo_ns);
 	if (name == SO_LINGER &&
 	    REAL(getsockopt)(c->fd, SOL_SOCKET, SO_LINGER, &lg, &len) == 0) {
 		c->linger_on = lg.l_onoff != 0;

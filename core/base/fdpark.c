@@ -49,6 +49,8 @@ static bool park_area(rlim_t *floor, rlim_t *limit)
 
 /* Below it select() sees descriptors, and programs pick numbers themselves. */
 #define FD_LOW_FILL_TOP 1024
+/* fd_park_low: the park area starts at least this far above FD_LOW_FILL_TOP. */
+#define FD_PARK_LOW_ROOM 256
 
 size_t fd_low_fill(int **fill)
 {
@@ -152,6 +154,28 @@ int fd_park(int fd)
 	nfd = park_dup(fd, true);
 	if (nfd < 0 || nfd == fd)
 		return fd_own(fd);
+	fd_own_close(fd);
+	return fd_own(nfd);
+}
+
+int fd_park_low(int fd)
+{
+	rlim_t floor, limit;
+	int nfd;
+
+	if (fd < 0)
+		return fd;
+	/* a low limit: its park area is below 1024 + FD_PARK_LOW_ROOM, as cheap to copy */
+	if (!park_area(&floor, &limit) || floor < FD_LOW_FILL_TOP + FD_PARK_LOW_ROOM)
+		return fd_park(fd);
+	if (fd >= FD_LOW_FILL_TOP && (rlim_t)fd < floor)
+		return fd_own(fd);
+	nfd = REAL(fcntl)(fd, F_DUPFD_CLOEXEC, FD_LOW_FILL_TOP);
+	if (nfd < 0 || (rlim_t)nfd >= floor) {
+		if (nfd >= 0)
+			REAL(close)(nfd);
+		return fd_park(fd);
+	}
 	fd_own_close(fd);
 	return fd_own(nfd);
 }

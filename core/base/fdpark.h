@@ -20,6 +20,13 @@ int fd_park(int fd);
 /* A new descriptor of fd's file, parked as fd_park would put it and marked the
  * library's own; -1 with errno when there is none. */
 int fd_park_dup(int fd);
+/* For the few descriptors a process keeps whatever its connections (a listener's
+ * rendezvous name, the TCP option's map, the smcpstat server): fd_park, but at the
+ * lowest free number from 1024 up when the limit is high. fork() copies the fd table up
+ * to the highest open number (dup_fd), so one descriptor near a limit of 20,000 costs a
+ * server that forks per connection ~40 us per fork; 1024 keeps select()'s numbers the
+ * program's, and a handful there shifts a growing program's numbers by no more. */
+int fd_park_low(int fd);
 
 /*
  * The library's own descriptors are FD_OWN in the fd table: a program that closes

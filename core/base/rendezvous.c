@@ -184,7 +184,7 @@ int rdv_listener_register(int lfd)
 		/* EADDRINUSE: a forked sibling already holds the name for this port. */
 		return -e;
 	}
-	return fd_park(fd);
+	return fd_park_low(fd);
 }
 
 void rdv_listener_shut(int name_fd)

@@ -39,7 +39,7 @@ static pthread_once_t inert_once = PTHREAD_ONCE_INIT;
 
 static void inert_open(void)
 {
-	inert_fd = fd_park(open("/dev/null", O_RDONLY | O_CLOEXEC));
+	inert_fd = fd_park_low(open("/dev/null", O_RDONLY | O_CLOEXEC));
 }
 
 void conn_watch_let_go(struct smc_conn *c)

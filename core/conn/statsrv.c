@@ -430,7 +430,7 @@ static int statsrv_listen(void)
 		return -1;
 	/* out of the application's numbers at once, as every fd we keep: another thread
 	 * of the program may be opening its next file (fdpark.h) */
-	fd = fd_park(fd);
+	fd = fd_park_low(fd);
 	if (REAL(bind)(fd, (struct sockaddr *)&sun, len) < 0 || REAL(listen)(fd, 8) < 0) {
 		/* EADDRINUSE: same pid in another pid namespace sharing our network one. */
 		log_debug("statsrv: cannot serve @%s: %s", sun.sun_path + 1, strerror(errno));

@@ -161,7 +161,7 @@ static int map_open(void)
 		return fd;
 	}
 	snprintf(map_dir, sizeof(map_dir), "%.*s", (int)(strrchr(path, '/') - path), path);
-	fd = fd_park(fd);
+	fd = fd_park_low(fd);
 	fd_budget_take(1);
 	log_debug("tcpopt: using %s (fd %d)", path, fd);
 	return fd;

@@ -15,6 +15,9 @@
 #           itself, accepts and opens a file: four numbers in a row, as over TCP (the
 #           listener's rendezvous name took the next one: the library's descriptors had
 #           no high place below a limit of 256). Its connection stays TCP (fd-limit).
+#   highlimit: a listener under a high RLIMIT_NOFILE: its rendezvous name sits just above
+#           1024, not near the limit, since fork() copies the fd table up to the highest
+#           open number (a server that forks per connection paid ~40 us per fork).
 # Before, the first connection left libevent's descriptors at the lowest free numbers
 # (and the program's close() of them was ignored, as they are the library's), and the
 # stats server's thread held one reserved while blocked in accept().
@@ -99,6 +102,23 @@ print("listen, connect, accept, open: %s" % got)
 sys.exit(got != list(range(got[0], got[0] + 4)))
 PY
 
+cat >"$SMC_TMP/highlimit.py" <<'PY'
+import os, resource, socket, sys
+soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+want = hard if hard != resource.RLIM_INFINITY else 65536
+want = min(want, 65536)
+if want < 4096:
+    print("skip: hard limit %d" % hard)
+    sys.exit(0)
+resource.setrlimit(resource.RLIMIT_NOFILE, (want, hard))
+ls = socket.socket()
+ls.bind(("127.0.0.1", 0))
+ls.listen(4)
+top = max(int(f) for f in os.listdir("/proc/self/fd"))
+print("limit %d, highest fd %d" % (want, top))
+sys.exit(top >= 1024 + 256)
+PY
+
 srv=$(smc_stats_dir server)
 smc_start_server server "$srv" python3 "$SMC_TMP/server.py" 2
 smc_wait_log server '^port '
@@ -121,4 +141,9 @@ if [ "$SMC_TEST_EXPECT" = shm ]; then
 	smc_require_stats "$cli"
 	smc_assert_ge "lowlimit: fallback fd-limit" "$(smc_stats "$cli" '.fallback["fd-limit"] // 0')" 1
 fi
+cli=$(smc_stats_dir client-highlimit)
+out=$(smc_run "$cli" python3 "$SMC_TMP/highlimit.py" 2>&1)
+rc=$?
+smc_log "highlimit: $out"
+smc_assert_eq "highlimit: exit status (1: a descriptor near the limit)" "$rc" 0
 smc_pass

@@ -323,6 +323,18 @@ static bool connect_refused_already(int fd)
 	       ti.tcpi_state == TCP_CLOSE;
 }
 
+/* A nonblocking connect() returned EINPROGRESS and the SYN is still unanswered. On
+ * loopback the handshake is over by the time connect() returns unless the server's
+ * listener dropped the SYN (its accept queue full) or softirq work was deferred. */
+static bool connect_syn_unanswered(int fd)
+{
+	struct tcp_info ti;
+	socklen_t len = sizeof(ti);
+
+	return REAL(getsockopt)(fd, IPPROTO_TCP, TCP_INFO, &ti, &len) == 0 &&
+	       ti.tcpi_state == TCP_SYN_SENT;
+}
+
 /*
  * Whether fd still holds the socket this connect() started with. A library preloaded
  * after ours that wraps connect() too may swap the socket while it connects:
@@ -378,6 +390,18 @@ static int connect_pooled_finish(struct smc_conn *c, int fd, const struct sockad
 		epoll_track_undo(fd); /* still a TCP socket, registered in the kernel's sets */
 		conn_pool_withdraw(c, e == ECONNREFUSED);
 		conn_put(c);
+		errno = e;
+		return r;
+	}
+	if (r < 0 && connect_syn_unanswered(fd) && conn_pool_withdraw(c, false)) {
+		/* A SYN the server's full accept queue dropped waits for its retransmission
+		 * (a second): over TCP the program meanwhile sees no POLLOUT and a repeated
+		 * connect() says EALREADY, but a pooled connection is writable at once (ab
+		 * then took EALREADY for a failed connect). The server cannot have accepted
+		 * it, so the slot is given back and the connection goes on as TCP. */
+		epoll_track_undo(fd);
+		conn_put(c);
+		connect_stays_tcp(fd, SMC_REASON_SHORT_LIVED);
 		errno = e;
 		return r;
 	}

@@ -334,6 +334,15 @@ int stats_write(const char *path)
 	return 0;
 }
 
+static bool stats_all_zero(void)
+{
+	struct smc_stats_snapshot snap, zero;
+
+	stats_snapshot(&snap);
+	memset(&zero, 0, sizeof(zero));
+	return memcmp(&snap, &zero, sizeof(snap)) == 0;
+}
+
 void stats_at_exit(void)
 {
 	int saved_errno = errno;
@@ -348,6 +357,14 @@ void stats_at_exit(void)
 		smc_log(SMC_LOG_ERR, "cannot expand SMC_STATS_FILE (out of memory)");
 		return;
 	}
+	/* A program exec'd by a process that wrote its counts before the exec (same pid,
+	 * stats_before_exec: a forked child that handed its connection over) keeps them
+	 * when it counted nothing itself: /bin/true must not erase a downgrade. */
+	if (stats_all_zero() && access(path, F_OK) == 0) {
+		free(path);
+		errno = saved_errno;
+		return;
+	}
 	if (stats_write(path) < 0)
 		smc_log(SMC_LOG_ERR, "cannot write SMC_STATS_FILE %s: %s", path, strerror(errno));
 	else
@@ -358,10 +375,6 @@ void stats_at_exit(void)
 
 void stats_before_exec(void)
 {
-	struct smc_stats_snapshot snap, zero;
-
-	stats_snapshot(&snap);
-	memset(&zero, 0, sizeof(zero));
-	if (memcmp(&snap, &zero, sizeof(snap)) != 0)
+	if (!stats_all_zero())
 		stats_at_exit();
 }

@@ -8,6 +8,10 @@
 # bytes, none of the parent's; the parent's shows exactly its N connections and its own
 # bytes, none of the child's. The sink server counts every connection and byte once,
 # and the two sides agree.
+# A forked child that execs a program which makes no connection (/bin/true) with an
+# upgraded connection inherited: the child's downgrade, written just before its exec,
+# stays in its stats file (the new image counted nothing and leaves it), and the sink
+# counts the peer's downgrade.
 [ -n "${BASH_VERSION:-}" ] || exec bash "$0" "$@"
 . "$(dirname -- "$0")/lib.sh"
 
@@ -58,4 +62,56 @@ smc_expect_payload "$srv" $((pbytes + cbytes)) "sink"
 smc_assert_eq "sink's $mode connections" "$(smc_stats "$srv" ".connections.$mode")" $((N + M))
 smc_assert_eq "sink's bytes received over $mode" \
 	"$(smc_stats "$srv" ".bytes.$mode.received")" $((pbytes + cbytes))
+
+cat >"$SMC_TMP/sink.py" <<'PY'
+import socket, sys
+ls = socket.socket()
+ls.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+ls.bind(("127.0.0.1", int(sys.argv[1])))
+ls.listen(1)
+print("listening", flush=True)
+c, _ = ls.accept()
+n = 0
+while True:
+    b = c.recv(65536)
+    if not b:
+        break
+    n += len(b)
+print("received %d" % n, flush=True)
+PY
+cat >"$SMC_TMP/forkexec.py" <<'PY'
+import os, socket, sys
+s = socket.create_connection(("127.0.0.1", int(sys.argv[1])))
+s.sendall(b"a" * 100000)
+os.set_inheritable(s.fileno(), True)
+pid = os.fork()
+if pid == 0:
+    os.execv("/bin/true", ["true"])
+os.waitpid(pid, 0)
+print("child %d" % pid, flush=True)
+s.sendall(b"b" * 100000)
+s.close()
+PY
+smc_free_port port
+srv=$(smc_stats_dir sink-exec)
+cli=$(smc_stats_dir forkexec)
+smc_start_server sinkexec "$srv" python3 "$SMC_TMP/sink.py" "$port"
+smc_wait_log sinkexec '^listening'
+out=$(smc_run "$cli" python3 "$SMC_TMP/forkexec.py" "$port" 2>&1)
+rc=$?
+smc_assert_eq "fork+exec client exit status" "$rc" 0
+smc_wait_server_exit sinkexec 20
+grep -q '^received 200000$' "$(smc_server_log sinkexec)" || smc_fail "the sink did not get 200000 bytes"
+cpid=$(sed -n 's/^child \([0-9]*\)$/\1/p' <<<"$out")
+[ -n "$cpid" ] || smc_fail "the fork+exec client did not report its child: $out"
+cfile=$cli/$cpid.json
+smc_require_stats "$srv"
+if [ "$mode" = shm ]; then
+	[ -f "$cfile" ] || smc_fail "no stats file of the exec'ing child ($cfile)"
+	smc_log "exec'ing child: $(jq -c . "$cfile")"
+	smc_assert_eq "exec'ing child's events.downgrades" "$(jq '.events.downgrades' "$cfile")" 1
+	smc_assert_ge "sink's events.peer_downgrades" "$(smc_stats "$srv" '.events.peer_downgrades')" 1
+else
+	smc_assert_eq "sink's events.peer_downgrades" "$(smc_stats "$srv" '.events.peer_downgrades')" 0
+fi
 smc_pass

@@ -69,6 +69,37 @@ static bool client_decided_now(struct smc_conn *c, enum smc_reason why)
 	return decided;
 }
 
+/* How often a fork looks again at a handshake it could not end at once. */
+#define FORK_RECHECK_NS (10 * 1000000LL)
+
+/*
+ * A server connection still negotiating on the progress thread, decided before it
+ * leaves this process's hands (a fork, stdio, an exec, a descriptor passed on): while
+ * the client can take a Decline, it gets one now and the connection is plain TCP for
+ * both (`why`). Once our Accept is out, only the client's Confirm (it answers in
+ * microseconds once it has the Accept) or the handshake's own deadline ends it, and that
+ * is waited for until `until` (a fork: one handshake timeout past the settle time for
+ * all such connections of one fork together, so that clients holding their Confirm
+ * back cannot make a fork wait longer than that).
+ */
+static void settle_pending(struct smc_conn *c, int64_t until, enum smc_reason why)
+{
+	if (c->fork_orphan || c->side != CONN_SERVER)
+		return; /* an earlier fork's (never decided here), or a client's */
+	while (progress_flow_refuse(c, why) != 1 &&
+	       __atomic_load_n(&c->state, __ATOMIC_ACQUIRE) == CONN_PENDING) {
+		int64_t left = until - (int64_t)clock_now_ns();
+
+		/* Past the Accept; or no flow yet, as the progress thread has not taken up
+		 * what accept() left it (a busy host delays that by tens of milliseconds);
+		 * or an in-band negotiation still reads the client's Proposal, which no
+		 * Decline can overtake: its decision is waited for, within the bound. */
+		if (left <= 0)
+			break;
+		conn_wait_pending(c, false, left < FORK_RECHECK_NS ? left : FORK_RECHECK_NS);
+	}
+}
+
 /* The connection of fd, if it is one, leaves the rings (a no-op for any other fd). */
 static void fd_leave_rings(int fd, enum smc_reason why, bool image_ends)
 {
@@ -77,9 +108,20 @@ static void fd_leave_rings(int fd, enum smc_reason why, bool image_ends)
 
 	if (!c)
 		return;
+	/* A server's handshake on the progress thread that a signal cut this wait short
+	 * for is refused while the client can take a Decline, or waited for past our
+	 * Accept (settle_pending): ended here alone, the program's bytes would go over
+	 * TCP to a client the thread upgraded (exim fdopen()s the accepted socket at
+	 * once, and its children's SIGCHLD came in the wait: its greeting reached such a
+	 * client as invalid bytes on the TCP channel). */
 	if (__atomic_load_n(&c->state, __ATOMIC_ACQUIRE) == CONN_PENDING &&
-	    !client_decided_now(c, why))
+	    !client_decided_now(c, why)) {
+		int64_t until = (int64_t)clock_now_ns() + settle_ns;
+
 		conn_wait_pending(c, false, settle_ns);
+		if (__atomic_load_n(&c->state, __ATOMIC_ACQUIRE) == CONN_PENDING)
+			settle_pending(c, until, why);
+	}
 	pthread_mutex_lock(&c->lock);
 	if (__atomic_load_n(&c->state, __ATOMIC_ACQUIRE) == CONN_PENDING)
 		conn_fallback(c, why); /* staged data goes out over TCP */
@@ -114,38 +156,6 @@ void smc_sock_before_exec(bool image_replaced, const char *path, char *const env
  * (below): a client answers in microseconds. */
 #define FORK_SETTLE_NS (200 * 1000000LL)
 
-/* How often a fork looks again at a handshake it could not end at once, and how long
- * it waits for the progress thread to take up one that accept() just left to it. */
-#define FORK_RECHECK_NS (10 * 1000000LL)
-#define FORK_FLOW_WAIT_NS (50 * 1000000LL)
-
-/*
- * A server connection still negotiating after FORK_SETTLE_NS: while the client can take
- * a Decline, it gets one now and the connection is plain TCP in parent and child alike
- * (fork-pending). Once our Accept is out, only the client's Confirm (it answers in
- * microseconds once it has the Accept) or the handshake's own deadline ends it, and the
- * fork waits for that until `until`: one handshake timeout past the settle time for all
- * such connections of one fork together, so that clients holding their Confirm back
- * cannot make a fork wait longer than that.
- */
-static void settle_pending(struct smc_conn *c, int64_t until)
-{
-	int64_t flow_until = (int64_t)clock_now_ns() + FORK_FLOW_WAIT_NS;
-	int r;
-
-	if (c->fork_orphan || c->side != CONN_SERVER)
-		return; /* an earlier fork's (never decided here), or a client's */
-	while ((r = progress_flow_refuse(c, SMC_REASON_FORK_PENDING)) != 1) {
-		int64_t now = (int64_t)clock_now_ns(), left = until - now;
-
-		/* no flow: an in-band negotiation still reading the client's TCP Proposal,
-		 * which no Decline can overtake; it stays the parent's */
-		if (left <= 0 || (r == -ENOENT && now >= flow_until))
-			break;
-		conn_wait_pending(c, false, left < FORK_RECHECK_NS ? left : FORK_RECHECK_NS);
-	}
-}
-
 /*
  * Before fork():
  *  - a connection still negotiating is given until FORK_SETTLE_NS to be decided, then
@@ -179,7 +189,7 @@ void smc_sock_before_fork(void)
 			if (left > 0)
 				conn_wait_pending(c, false, left);
 			if (__atomic_load_n(&c->state, __ATOMIC_ACQUIRE) == CONN_PENDING)
-				settle_pending(c, confirm_until);
+				settle_pending(c, confirm_until, SMC_REASON_FORK_PENDING);
 		}
 		if (c->tp->process_bound && fd_survives_exec(fd) &&
 		    __atomic_load_n(&c->state, __ATOMIC_ACQUIRE) == CONN_ACTIVE)

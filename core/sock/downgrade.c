@@ -229,8 +229,16 @@ void smc_sock_before_fd_pass(const struct msghdr *msg)
  */
 void smc_sock_before_stdio(int fd)
 {
-	if (fdtab_kind(fd) == FD_SMC)
-		fd_leave_rings(fd, SMC_REASON_STDIO, false);
+	struct smc_conn *c;
+
+	if (fdtab_kind(fd) != FD_SMC)
+		return;
+	fd_leave_rings(fd, SMC_REASON_STDIO, false);
+	c = conn_from_fd(fd);
+	if (c) {
+		smc_sock_release_tcp_conn(c);
+		conn_put(c);
+	}
 }
 
 void smc_sock_before_spawn_dup(int fd)

@@ -343,6 +343,42 @@ static void conn_drop_fd(struct smc_conn *c, int fd)
 	conn_put(c);
 }
 
+/*
+ * A connection handed to stdio is plain TCP here from then on (downgrade.c), and the
+ * program's FILE closes its descriptors with libc's internal close(), which no wrapper
+ * sees: exim's daemon fclose()s both FILEs of every accepted connection after its
+ * fork, and kept four eventfds and the connection per mail for ever. Its descriptors
+ * become plain TCP sockets to the library now, as if closed and never upgraded; the
+ * kernel's FIN still comes with the last real close. Kept while the epoll emulation
+ * still holds a registration of it.
+ */
+void smc_sock_release_tcp_conn(struct smc_conn *c)
+{
+	bool regs;
+
+	pthread_mutex_lock(&c->lock);
+	regs = c->regs != NULL;
+	pthread_mutex_unlock(&c->lock);
+	if (regs || __atomic_load_n(&c->state, __ATOMIC_ACQUIRE) != CONN_FALLBACK)
+		return;
+	for (int f = fdtab_next_tracked(0); f >= 0; f = fdtab_next_tracked(f + 1)) {
+		struct fd_entry *e = fdtab_peek(f);
+		bool mine;
+
+		if (!e || e->kind != FD_SMC || e->obj != c)
+			continue;
+		pthread_mutex_lock(fd_lock(f));
+		mine = e->kind == FD_SMC && e->obj == c;
+		if (mine) {
+			fdtab_set(f, FD_TCP, NULL);
+			fdtab_flags_set(f, FDF_TCP_FINAL);
+		}
+		pthread_mutex_unlock(fd_lock(f));
+		if (mine)
+			conn_drop_fd(c, f);
+	}
+}
+
 void smc_sock_before_close(int fd)
 {
 	struct fd_entry *e = fdtab_peek(fd);

@@ -48,6 +48,9 @@ ssize_t smc_sock_send(int fd, const struct iovec *iov, int iovcnt, int flags);
 int smc_sock_shutdown(int fd, int how);
 /* Called BEFORE the real close(fd): releases the core's state for fd. */
 void smc_sock_before_close(int fd);
+/* The FALLBACK connection c leaves the library's table: its descriptors are plain TCP
+ * sockets to it from now on (a stdio hand-off, whose close no wrapper sees). */
+void smc_sock_release_tcp_conn(struct smc_conn *c);
 /* After a successful real dup/dup2/dup3/F_DUPFD: newfd refers to the same socket. */
 void smc_sock_dup(int oldfd, int newfd);
 /* O_NONBLOCK changed through fcntl(F_SETFL) or ioctl(FIONBIO). */

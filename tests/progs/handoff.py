@@ -11,6 +11,11 @@
 #                          came back in order, exits 1 otherwise
 #   stdio-client PORT      writes a line with fdopen() + fputs() + fflush() (C stdio)
 #                          and prints the echo it reads back
+#   stdio-loop PORT N      N connections one after the other, each written through a
+#                          FILE on a dup of it (fdopen, fputs, fflush), its echo read,
+#                          then fclose() (libc's own close, which no wrapper sees) and
+#                          close(): prints "EVENTFDS first=A last=B", the process's
+#                          eventfds after the first connection and after the last
 #   listener-server PORT K serves K connections (a line, its echo), then passes its
 #                          listener to a child process over a unix socket pair
 #                          (socket.send_fds) and stops accepting: the child serves the
@@ -107,6 +112,49 @@ def stdio_client(port):
     print(got.decode().strip(), flush=True)
 
 
+def count_eventfds():
+    n = 0
+    for f in os.listdir("/proc/self/fd"):
+        try:
+            if os.readlink("/proc/self/fd/" + f) == "anon_inode:[eventfd]":
+                n += 1
+        except OSError:
+            pass
+    return n
+
+
+def stdio_loop(port, n):
+    import ctypes
+
+    libc = ctypes.CDLL(None)
+    libc.fdopen.restype = ctypes.c_void_p
+    libc.fdopen.argtypes = [ctypes.c_int, ctypes.c_char_p]
+    libc.fputs.argtypes = [ctypes.c_char_p, ctypes.c_void_p]
+    libc.fflush.argtypes = [ctypes.c_void_p]
+    libc.fclose.argtypes = [ctypes.c_void_p]
+    first = None
+    for i in range(n):
+        s = socket.create_connection(("127.0.0.1", port))
+        s.settimeout(30)
+        f = libc.fdopen(os.dup(s.fileno()), b"w")
+        libc.fputs(b"line-%d\n" % i, f)
+        libc.fflush(f)
+        got = b""
+        while not got.endswith(b"\n"):
+            d = s.recv(100)
+            if not d:
+                break
+            got += d
+        if got != b"line-%d\n" % i:
+            print("WRONG echo on connection %d: %r" % (i, got), flush=True)
+            sys.exit(1)
+        libc.fclose(f)
+        s.close()
+        if first is None:
+            first = count_eventfds()
+    print("EVENTFDS first=%d last=%d" % (first, count_eventfds()), flush=True)
+
+
 def serve_one(c):
     c.settimeout(30)
     d = b""
@@ -184,6 +232,8 @@ elif role == "client":
     client(int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]))
 elif role == "stdio-client":
     stdio_client(int(sys.argv[2]))
+elif role == "stdio-loop":
+    stdio_loop(int(sys.argv[2]), int(sys.argv[3]))
 elif role == "listener-server":
     listener_server(int(sys.argv[2]), int(sys.argv[3]))
 elif role == "short-clients":

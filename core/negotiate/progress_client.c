@@ -527,7 +527,12 @@ static void pending_register(evutil_socket_t fd, short what, void *arg)
 fail:
 	conn_watch_fd_close(c);
 	progress_hs_watch_set(c, HS_WATCH_DONE);
-	log_debug("fd %d: no memory to watch the handshake: declining", c->fd);
+	/* a program's close before the watch began put /dev/null in the watch's place
+	 * (conn_watch_let_go), which epoll refuses: not a lack of memory */
+	if (__atomic_load_n(&c->state, __ATOMIC_ACQUIRE) != CONN_PENDING)
+		log_debug("fd %d: closed before its handshake's watch began: declining", c->fd);
+	else
+		log_debug("fd %d: no memory to watch the handshake: declining", c->fd);
 	pending_refuse(c, SMC_REASON_RESOURCES);
 	conn_put(c);
 }

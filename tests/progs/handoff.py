@@ -90,7 +90,8 @@ def client(port, msgs, size):
     print("OK", flush=True)
 
 
-def stdio_client(port):
+def libc_stdio():
+    """The C library's fdopen, fputs, fflush and fclose, through ctypes."""
     import ctypes
 
     libc = ctypes.CDLL(None)
@@ -98,10 +99,17 @@ def stdio_client(port):
     libc.fdopen.argtypes = [ctypes.c_int, ctypes.c_char_p]
     libc.fputs.argtypes = [ctypes.c_char_p, ctypes.c_void_p]
     libc.fflush.argtypes = [ctypes.c_void_p]
+    libc.fclose.argtypes = [ctypes.c_void_p]
+    return libc
+
+
+def stdio_echo(libc, port, line):
+    """Connects, writes line through a FILE on a dup of the socket, reads the echo:
+    returns the socket, the FILE and what came back."""
     s = socket.create_connection(("127.0.0.1", port))
     s.settimeout(30)
     f = libc.fdopen(os.dup(s.fileno()), b"w")
-    libc.fputs(b"hello-through-stdio\n", f)
+    libc.fputs(line, f)
     libc.fflush(f)
     got = b""
     while not got.endswith(b"\n"):
@@ -109,6 +117,11 @@ def stdio_client(port):
         if not d:
             break
         got += d
+    return s, f, got
+
+
+def stdio_client(port):
+    _, _, got = stdio_echo(libc_stdio(), port, b"hello-through-stdio\n")
     print(got.decode().strip(), flush=True)
 
 
@@ -124,27 +137,10 @@ def count_eventfds():
 
 
 def stdio_loop(port, n):
-    import ctypes
-
-    libc = ctypes.CDLL(None)
-    libc.fdopen.restype = ctypes.c_void_p
-    libc.fdopen.argtypes = [ctypes.c_int, ctypes.c_char_p]
-    libc.fputs.argtypes = [ctypes.c_char_p, ctypes.c_void_p]
-    libc.fflush.argtypes = [ctypes.c_void_p]
-    libc.fclose.argtypes = [ctypes.c_void_p]
+    libc = libc_stdio()
     first = None
     for i in range(n):
-        s = socket.create_connection(("127.0.0.1", port))
-        s.settimeout(30)
-        f = libc.fdopen(os.dup(s.fileno()), b"w")
-        libc.fputs(b"line-%d\n" % i, f)
-        libc.fflush(f)
-        got = b""
-        while not got.endswith(b"\n"):
-            d = s.recv(100)
-            if not d:
-                break
-            got += d
+        s, f, got = stdio_echo(libc, port, b"line-%d\n" % i)
         if got != b"line-%d\n" % i:
             print("WRONG echo on connection %d: %r" % (i, got), flush=True)
             sys.exit(1)

@@ -18,6 +18,7 @@
 #include "core/base/random.h"
 #include "core/base/real.h"
 #include "core/ib/ib_int.h"
+#include "core/ib/ibv_load.h"
 
 #define MS 1000000ull
 #define NEGATIVE_CACHE_NS (5000 * MS) /* retry a failed device open after this */
@@ -117,8 +118,12 @@ static int open_locked(void)
 		return dev_err;
 	if (!peer_id_set)
 		draw_peer_id_locked();
-	fork_init_locked();
-	rc = ib_dev_open(smc_cfg.ib_dev, smc_cfg.ib_port, smc_cfg.ib_gid_index, &dev);
+	if (!ibv_load()) {
+		rc = -ENODEV; /* no libibverbs (logged): as without a device */
+	} else {
+		fork_init_locked();
+		rc = ib_dev_open(smc_cfg.ib_dev, smc_cfg.ib_port, smc_cfg.ib_gid_index, &dev);
+	}
 	if (rc == 0) {
 		rc = set_nonblock(dev.ctx->async_fd);
 		if (rc < 0)
@@ -153,6 +158,7 @@ int ib_lgr_open(void)
 {
 	int rc;
 
+	ibv_load(); /* not under the lock: dlopen takes the loader's */
 	pthread_mutex_lock(&lock);
 	rc = open_locked();
 	pthread_mutex_unlock(&lock);
@@ -163,6 +169,7 @@ int ib_lgr_local(struct clc_smcr_local *out)
 {
 	int rc;
 
+	ibv_load(); /* not under the lock: dlopen takes the loader's */
 	pthread_mutex_lock(&lock);
 	rc = open_locked();
 	if (rc == 0) {
@@ -212,6 +219,7 @@ int ib_lgr_get_server(const uint8_t *pid, const uint8_t *gid, struct ib_link **o
 	struct ib_lgr_entry *e;
 	int rc = 0;
 
+	ibv_load(); /* not under the lock: dlopen takes the loader's */
 	pthread_mutex_lock(&lock);
 	e = ib_lgr_book_find_server(&book, pid, gid);
 	if (e && ib_link_failed(e->link)) { /* failed since the last tick */
@@ -236,6 +244,7 @@ int ib_lgr_get_client(const struct ib_link_params *server, bool first_contact,
 	struct ib_lgr_entry *e;
 	int rc = 0;
 
+	ibv_load(); /* not under the lock: dlopen takes the loader's */
 	pthread_mutex_lock(&lock);
 	if (first_contact) {
 		rc = new_link_locked(server->peer_id, server->gid, IB_LGR_CLIENT, out);

@@ -1,0 +1,20 @@
+/* SPDX-License-Identifier: GPL-2.0-only OR BSD-2-Clause */
+/*
+ * libibverbs, loaded on first use (see ibv_load.c): the library is not linked with it.
+ * The ibv_* functions the SMC-R code calls are defined in ibv_load.c (hidden) and
+ * forward to libibverbs.so.1 once ibv_load() has loaded it.
+ */
+#ifndef SMC_IBV_LOAD_H
+#define SMC_IBV_LOAD_H
+
+#include <stdbool.h>
+
+/*
+ * Loads libibverbs.so.1 and resolves every function the library uses, once per process
+ * (later calls return the first result). false: no libibverbs, or one without a symbol
+ * at the version we were built against; RDMA is then unavailable, as with no device
+ * (logged at debug level). Device discovery calls it before any other verb.
+ */
+bool ibv_load(void);
+
+#endif

@@ -23,8 +23,14 @@
  * number comes back for the program's next socket). Made by the thread that starts the
  * watch, which holds the fd; closed under c->lock, so a fork sees it open or gone.
  */
+static void inert_open(void);
+static pthread_once_t inert_once = PTHREAD_ONCE_INIT;
+
 int conn_watch_fd_open(struct smc_conn *c)
 {
+	/* the stand-in comes with the first watch, not at some later close: a process's
+	 * descriptors are then those of its first connection from the start */
+	pthread_once(&inert_once, inert_open);
 	c->watch_fd = fd_park_dup(c->fd);
 	if (c->watch_fd < 0)
 		return -errno;
@@ -35,7 +41,6 @@ int conn_watch_fd_open(struct smc_conn *c)
 /* An open file that is nothing (/dev/null), the library's, put in place of a watch's
  * socket when the program closes the socket (conn_watch_let_go). */
 static int inert_fd = -1;
-static pthread_once_t inert_once = PTHREAD_ONCE_INIT;
 
 static void inert_open(void)
 {

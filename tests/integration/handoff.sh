@@ -10,9 +10,10 @@
 #    child.send('socket', sock), which pipes it back (node installed);
 #  - stdio: a client writes through fdopen() + fputs() + fflush() (C stdio, whose
 #    writes no wrapper sees), and bash's /dev/tcp: `echo ... >&3; read <&3`;
-#  - stdio-loop: 12 connections in a row, each written through a FILE on a dup and
-#    fclose()d (libc's own close, unseen) as exim's daemon does: the process holds no
-#    more eventfds after the last than after the first (4 more per connection before).
+#  - stdio-loop: 12 connections in a row, each upgraded by a first line, then written
+#    through a FILE on a dup and fclose()d (libc's own close, unseen) as exim's daemon
+#    does: each counted as a downgrade, and the process holds no more eventfds after the
+#    last than after the first (4 more per connection before).
 # Checked: every client's bytes; where an upgrade is expected, the server's (or the
 # stdio client's) stats count the downgrades and the peer's the peer downgrades, with
 # no abort (a stdio connection whose handshake still ran at its fdopen() is TCP at once
@@ -154,15 +155,26 @@ out=$(smc_run "$cdir" bash -c 'exec 3<>"/dev/tcp/127.0.0.1/$1"; echo "hello-from
 smc_assert_eq "stdio: bash's echo >&3, read <&3" "$out" "hello-from-bash"
 smc_wait_server_exit stdio 30
 smc_free_port port
+ldir=$(smc_stats_dir stdio-loop-client)
 smc_start_server stdio-loop "$(smc_stats_dir stdio-loop-server)" python3 "$ECHO" echo "$port" 12
 smc_wait_port stdio-loop "$port"
-out=$(smc_run "$(smc_stats_dir stdio-loop-client)" python3 "$PROG" stdio-loop "$port" 12 2>&1)
+out=$(smc_run "$ldir" python3 "$PROG" stdio-loop "$port" 12 2>&1)
 smc_log "stdio-loop: $out"
 read -r first last < <(sed -n 's/^EVENTFDS first=\([0-9]*\) last=\([0-9]*\)$/\1 \2/p' <<<"$out")
 [ -n "${last:-}" ] || smc_fail "stdio-loop: no eventfd count: $out"
 smc_assert_eq "stdio-loop: eventfds after 12 fclose()d connections (after the first: $first)" \
 	"$last" "$first"
 smc_wait_server_exit stdio-loop 30
+if [ "$SMC_TEST_EXPECT" = shm ]; then
+	smc_require_stats "$ldir"
+	smc_log "stats stdio-loop client: $(smc_stats_summary "$ldir")"
+	# each connection upgraded and went back to TCP at its fdopen(), or ended its
+	# handshake there (reason stdio)
+	smc_assert_eq "stdio-loop: downgrades and handshakes ended for stdio" \
+		"$(smc_stats "$ldir" '.events.downgrades + (.fallback.stdio // 0)')" 12
+	smc_assert_ge "stdio-loop: connections upgraded" "$(smc_stats "$ldir" '.connections.shm')" 1
+	smc_assert_eq "stdio-loop: client aborts" "$(smc_stats "$ldir" '.events.aborts')" 0
+fi
 if [ "$SMC_TEST_EXPECT" = shm ]; then
 	smc_require_stats "$cdir"
 	smc_log "stats stdio clients: $(smc_stats_summary "$cdir")"

@@ -51,6 +51,7 @@ smc_require_stats "$cli"
 smc_log "client: $(smc_stats_summary "$cli")"
 if [ "$SMC_TEST_EXPECT" = shm ]; then
 	smc_assert_ge "client connections on a pool slot" "$(smc_stats "$cli" '.events.shm_pooled')" 1
+	smc_assert_ge "client bytes received over shm" "$(smc_stats "$cli" '.bytes.shm.received')" 10000
 	smc_assert_eq "client aborts" "$(smc_stats "$cli" '.events.aborts')" 0
 fi
 smc_pass

@@ -11,8 +11,9 @@
 #                          came back in order, exits 1 otherwise
 #   stdio-client PORT      writes a line with fdopen() + fputs() + fflush() (C stdio)
 #                          and prints the echo it reads back
-#   stdio-loop PORT N      N connections one after the other, each written through a
-#                          FILE on a dup of it (fdopen, fputs, fflush), its echo read,
+#   stdio-loop PORT N      N connections one after the other, each with a line and its
+#                          echo, then a line written through a FILE on a dup of it
+#                          (fdopen, fputs, fflush) and its echo read,
 #                          then fclose() (libc's own close, which no wrapper sees) and
 #                          close(): prints "EVENTFDS first=A last=B", the process's
 #                          eventfds after the first connection and after the last
@@ -103,11 +104,20 @@ def libc_stdio():
     return libc
 
 
-def stdio_echo(libc, port, line):
+def stdio_echo(libc, port, line, warm=False):
     """Connects, writes line through a FILE on a dup of the socket, reads the echo:
-    returns the socket, the FILE and what came back."""
+    returns the socket, the FILE and what came back. warm: a first line and its echo
+    go through the socket itself, so the FILE takes an established connection."""
     s = socket.create_connection(("127.0.0.1", port))
     s.settimeout(30)
+    if warm:
+        s.sendall(b"warm\n")
+        got = b""
+        while not got.endswith(b"\n"):
+            d = s.recv(100)
+            if not d:
+                break
+            got += d
     f = libc.fdopen(os.dup(s.fileno()), b"w")
     libc.fputs(line, f)
     libc.fflush(f)
@@ -140,7 +150,7 @@ def stdio_loop(port, n):
     libc = libc_stdio()
     first = None
     for i in range(n):
-        s, f, got = stdio_echo(libc, port, b"line-%d\n" % i)
+        s, f, got = stdio_echo(libc, port, b"line-%d\n" % i, warm=True)
         if got != b"line-%d\n" % i:
             print("WRONG echo on connection %d: %r" % (i, got), flush=True)
             sys.exit(1)

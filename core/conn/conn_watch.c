@@ -39,7 +39,8 @@ int conn_watch_fd_open(struct smc_conn *c)
 }
 
 /* An open file that is nothing (/dev/null), the library's, put in place of a watch's
- * socket when the program closes the socket (conn_watch_let_go). */
+ * socket when the program closes the socket (conn_watch_let_go); opened with the
+ * first watch (conn_watch_fd_open), the only place a watch_fd comes from. */
 static int inert_fd = -1;
 
 static void inert_open(void)
@@ -51,7 +52,6 @@ void conn_watch_let_go(struct smc_conn *c)
 {
 	if (c->watch_fd < 0)
 		return;
-	pthread_once(&inert_once, inert_open);
 	/* the number stays ours (libevent still keys the watch's events by it) but no
 	 * longer holds the socket, whose end is now the program's close; the kernel
 	 * drops the socket's epoll registration with it */

@@ -306,33 +306,22 @@ static void connect_stays_tcp(int fd, enum smc_reason why)
 }
 
 /*
- * A nonblocking connect() that returned EINPROGRESS and whose SYN was already answered
- * by a reset: no connection to count (a blocking one returns ECONNREFUSED and is not
- * counted either). On loopback the answer comes within the connect() call itself, so a
- * client that retries a local port nobody listens on (ZeroMQ's reconnects) is not
- * counted once per attempt. TCP_INFO leaves the error for the program's SO_ERROR. A
- * socket whose connect() is still in progress is in SYN_SENT; one that is closed already
- * was refused (or unreachable): it cannot have been established and closed since.
+ * Where a nonblocking connect() that returned EINPROGRESS stands, from TCP_INFO (which
+ * leaves the error for the program's SO_ERROR); -1 when the kernel does not say. On
+ * loopback the TCP handshake is over by the time connect() returns, so:
+ *  - TCP_CLOSE: the SYN was answered by a reset (it cannot have been established and
+ *    closed since). No connection to count, as a blocking connect's ECONNREFUSED is
+ *    not: a client that retries a local port nobody listens on (ZeroMQ's reconnects)
+ *    is not counted once per attempt;
+ *  - TCP_SYN_SENT: the server's listener dropped the SYN (its accept queue full), or
+ *    softirq work was deferred: the answer comes with the SYN's retransmission.
  */
-static bool connect_refused_already(int fd)
+static int connect_tcp_state(int fd)
 {
 	struct tcp_info ti;
 	socklen_t len = sizeof(ti);
 
-	return REAL(getsockopt)(fd, IPPROTO_TCP, TCP_INFO, &ti, &len) == 0 &&
-	       ti.tcpi_state == TCP_CLOSE;
-}
-
-/* A nonblocking connect() returned EINPROGRESS and the SYN is still unanswered. On
- * loopback the handshake is over by the time connect() returns unless the server's
- * listener dropped the SYN (its accept queue full) or softirq work was deferred. */
-static bool connect_syn_unanswered(int fd)
-{
-	struct tcp_info ti;
-	socklen_t len = sizeof(ti);
-
-	return REAL(getsockopt)(fd, IPPROTO_TCP, TCP_INFO, &ti, &len) == 0 &&
-	       ti.tcpi_state == TCP_SYN_SENT;
+	return REAL(getsockopt)(fd, IPPROTO_TCP, TCP_INFO, &ti, &len) == 0 ? ti.tcpi_state : -1;
 }
 
 /*
@@ -393,7 +382,7 @@ static int connect_pooled_finish(struct smc_conn *c, int fd, const struct sockad
 		errno = e;
 		return r;
 	}
-	if (r < 0 && connect_syn_unanswered(fd) && conn_pool_withdraw(c, false)) {
+	if (r < 0 && connect_tcp_state(fd) == TCP_SYN_SENT && conn_pool_withdraw(c, false)) {
 		/* A SYN the server's full accept queue dropped waits for its retransmission
 		 * (a second): over TCP the program meanwhile sees no POLLOUT and a repeated
 		 * connect() says EALREADY, but a pooled connection is writable at once (ab
@@ -489,7 +478,7 @@ int smc_sock_connect(int fd, const struct sockaddr *addr, socklen_t len)
 		connect_abandon(c, SMC_REASON_RESOURCES);
 	} else if (c) {
 		epoll_track_forget_fd(fd);
-	} else if (r == 0 || (e == EINPROGRESS && !connect_refused_already(fd))) {
+	} else if (r == 0 || (e == EINPROGRESS && connect_tcp_state(fd) != TCP_CLOSE)) {
 		connect_stays_tcp(fd, why);
 		if (miss != POOL_MISS_NONE)
 			stats_count_pool_miss(miss == POOL_MISS_FULL);

@@ -151,7 +151,7 @@ int smc_impl_pselect(int nfds, fd_set *r, fd_set *w, fd_set *e, const struct tim
  * registration. */
 SMC_EXPORT int epoll_create(int size)
 {
-	int fd = REAL(epoll_create)(size);
+	int fd = FD_MAKING_CALL(REAL(epoll_create)(size));
 
 	if (fd >= 0)
 		smc_epoll_created(fd);
@@ -160,7 +160,7 @@ SMC_EXPORT int epoll_create(int size)
 
 SMC_EXPORT int epoll_create1(int flags)
 {
-	int fd = REAL(epoll_create1)(flags);
+	int fd = FD_MAKING_CALL(REAL(epoll_create1)(flags));
 
 	if (fd >= 0)
 		smc_epoll_created(fd);

@@ -23,7 +23,7 @@
 
 SMC_EXPORT int socket(int domain, int type, int protocol)
 {
-	int fd = REAL(socket)(domain, type, protocol);
+	int fd = FD_MAKING_CALL(REAL(socket)(domain, type, protocol));
 
 	if (fd >= 0)
 		KEEP_ERRNO(smc_sock_created(fd, domain, type, protocol));
@@ -34,7 +34,7 @@ int smc_impl_socket(int domain, int type, int protocol) SMC_INTERNAL_ALIAS(socke
 /* socketpair() only makes AF_UNIX (or other local) pairs: never ours. */
 SMC_EXPORT int socketpair(int domain, int type, int protocol, int sv[2])
 {
-	return REAL(socketpair)(domain, type, protocol, sv);
+	return FD_MAKING_CALL(REAL(socketpair)(domain, type, protocol, sv));
 }
 
 SMC_EXPORT int bind(int fd, __CONST_SOCKADDR_ARG addr, socklen_t len)
@@ -64,7 +64,7 @@ static bool accepts_via_core(enum fd_kind k)
 SMC_EXPORT int accept(int fd, __SOCKADDR_ARG addr, socklen_t *restrict len)
 {
 	if (!accepts_via_core(fdtab_kind(fd)))
-		return REAL(accept)(fd, SA_PTR(addr), len);
+		return FD_MAKING_CALL(REAL(accept)(fd, SA_PTR(addr), len));
 	return smc_sock_accept(fd, SA_PTR(addr), len, 0);
 }
 int smc_impl_accept(int fd, __SOCKADDR_ARG addr, socklen_t *len) SMC_INTERNAL_ALIAS(accept);
@@ -72,7 +72,7 @@ int smc_impl_accept(int fd, __SOCKADDR_ARG addr, socklen_t *len) SMC_INTERNAL_AL
 SMC_EXPORT int accept4(int fd, __SOCKADDR_ARG addr, socklen_t *restrict len, int flags)
 {
 	if (!accepts_via_core(fdtab_kind(fd)))
-		return REAL(accept4)(fd, SA_PTR(addr), len, flags);
+		return FD_MAKING_CALL(REAL(accept4)(fd, SA_PTR(addr), len, flags));
 	return smc_sock_accept(fd, SA_PTR(addr), len, flags);
 }
 int smc_impl_accept4(int fd, __SOCKADDR_ARG addr, socklen_t *len, int flags)
@@ -201,7 +201,7 @@ static bool release_replaced_fd(int oldfd, int newfd)
 
 SMC_EXPORT int dup(int oldfd)
 {
-	int fd = REAL(dup)(oldfd);
+	int fd = FD_MAKING_CALL(REAL(dup)(oldfd));
 
 	note_dup(oldfd, fd);
 	return fd;

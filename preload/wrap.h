@@ -45,6 +45,20 @@ static inline bool kind_is_sock(enum fd_kind k)
 	return k == FD_TCP || k == FD_LISTEN || k == FD_SMC;
 }
 
+/* A call that makes a descriptor: when it fails with EMFILE and the library gives some
+ * of its own back (core/sock/fd_pressure.c), it is made once more, as the program would
+ * have had that room without the library. */
+#define FD_MAKING_CALL(call) \
+	({ int fd_ = (call); \
+	   if (fd_ < 0) { \
+		   int e_ = errno; \
+		   if (smc_sock_fd_pressure(e_)) \
+			   fd_ = (call); \
+		   else \
+			   errno = e_; \
+	   } \
+	   fd_; })
+
 /* Notifications to the core after a successful libc call must not disturb errno:
  * libc leaves it untouched on success and some programs look at it anyway. */
 #define KEEP_ERRNO(stmt) do { int saved_errno_ = errno; stmt; errno = saved_errno_; } while (0)

@@ -41,7 +41,7 @@ long cpu_cache_parse_size(const char *text)
 /* Reads a small sysfs file into buf as a string; -1 when it cannot. */
 static int read_small_file(const char *path, char *buf, size_t len)
 {
-	int fd = open(path, O_RDONLY | O_CLOEXEC);
+	int fd = REAL(open)(path, O_RDONLY | O_CLOEXEC);
 	ssize_t n;
 
 	if (fd < 0)

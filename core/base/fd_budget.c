@@ -39,6 +39,14 @@ void fd_budget_on_pressure(void (*fn)(void))
 	__atomic_store_n(&pressure_hook, fn, __ATOMIC_RELAXED);
 }
 
+void fd_budget_relieve(void)
+{
+	void (*hook)(void) = __atomic_load_n(&pressure_hook, __ATOMIC_RELAXED);
+
+	if (hook)
+		hook();
+}
+
 void fd_budget_reserve(unsigned n)
 {
 	__atomic_add_fetch(&reserved, n, __ATOMIC_RELAXED);
@@ -74,7 +82,7 @@ static uint64_t nr_open(void)
 	if (v)
 		return v;
 	v = 1048576; /* the kernel's default */
-	fd = open("/proc/sys/fs/nr_open", O_RDONLY | O_CLOEXEC);
+	fd = REAL(open)("/proc/sys/fs/nr_open", O_RDONLY | O_CLOEXEC);
 	if (fd >= 0) {
 		n = REAL(read)(fd, buf, sizeof(buf) - 1);
 		if (n > 0) {

@@ -26,11 +26,11 @@
  * alone would let the library take L/4 from a program that already uses 3L/4. The
  * library's total never exceeds L/4 either, which is the park area (fdpark.h): its
  * descriptors never have to come down among the application's numbers. What this
- * cannot give: a program that, after the library upgraded connections, grows to within
- * `held` of its limit gets EMFILE that much earlier than over TCP, for as long as
- * those connections are open: an active connection's doorbells cannot be given back.
- * What is kept only as a cache (connection pools) is given back when the rule refuses
- * (fd_budget_on_pressure).
+ * cannot give by itself: a program that, after the library upgraded connections, grows
+ * to within `held` of its limit. Its EMFILE makes the library give descriptors back
+ * (core/sock/fd_pressure.c: upgraded connections go back to TCP) and the call is made
+ * again. What is kept only as a cache (connection pools) is given back when the rule
+ * refuses (fd_budget_on_pressure), and at such an EMFILE.
  */
 #ifndef SMC_FD_BUDGET_H
 #define SMC_FD_BUDGET_H
@@ -65,6 +65,8 @@ bool fd_budget_allows(int app_fd, unsigned n);
  * decision with app_fd -1, which pools make under their own lock), and the rule asked
  * again if they gave any. */
 void fd_budget_on_pressure(void (*fn)(void));
+/* Calls that fn now (never under a pool's lock). */
+void fd_budget_relieve(void);
 
 /* An error from creating a descriptor or a mapping: the reason the connection stays
  * TCP for (fd-limit for EMFILE/ENFILE, resources otherwise). */

@@ -63,7 +63,7 @@ size_t fd_low_fill(int **fill)
 		return 0; /* a limit this low: there is no high place to land either */
 	if (floor < (rlim_t)top)
 		top = (int)floor;
-	null = open("/dev/null", O_RDONLY | O_CLOEXEC);
+	null = REAL(open)("/dev/null", O_RDONLY | O_CLOEXEC);
 	if (null < 0)
 		return 0;
 	v = malloc((size_t)top * sizeof(*v));
@@ -103,7 +103,7 @@ void fd_park_prepare(void)
 
 	if (!park_area(&floor, &limit) || limit > FD_PARK_PREPARE_MAX)
 		return;
-	fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
+	fd = REAL(open)("/dev/null", O_RDONLY | O_CLOEXEC);
 	if (fd < 0)
 		return;
 	nfd = REAL(fcntl)(fd, F_DUPFD_CLOEXEC, (int)(limit - 1));

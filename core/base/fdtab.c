@@ -56,7 +56,7 @@ static long read_nr_open(void)
 {
 	char buf[32];
 	long val = -1;
-	int fd = open("/proc/sys/fs/nr_open", O_RDONLY | O_CLOEXEC);
+	int fd = REAL(open)("/proc/sys/fs/nr_open", O_RDONLY | O_CLOEXEC);
 
 	if (fd < 0)
 		return -1;

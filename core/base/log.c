@@ -136,7 +136,7 @@ void log_init(void)
 		return;
 	}
 	/* Owner-only: logs may name peers and ports. */
-	fd = open(path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600);
+	fd = REAL(open)(path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600);
 	if (fd < 0)
 		smc_log(SMC_LOG_ERR, "cannot open SMC_LOG_FILE %s: %s; logging to stderr", path,
 			strerror(errno));

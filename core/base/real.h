@@ -54,6 +54,12 @@ struct mmsghdr;
 	X(int, close_range, (unsigned int, unsigned int, int)) \
 	X(int, shutdown, (int, int)) \
 	X(int, dup, (int)) \
+	X(int, open, (const char *, int, ...)) \
+	X(int, open64, (const char *, int, ...)) \
+	X(int, openat, (int, const char *, int, ...)) \
+	X(int, openat64, (int, const char *, int, ...)) \
+	X(int, pipe, (int[2])) \
+	X(int, pipe2, (int[2], int)) \
 	X(int, dup2, (int, int)) \
 	X(int, dup3, (int, int, int)) \
 	X(int, fcntl, (int, int, ...)) \

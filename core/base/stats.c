@@ -315,7 +315,7 @@ int stats_write(const char *path)
 		errno = ENAMETOOLONG;
 		return -1;
 	}
-	fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+	fd = REAL(open)(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
 	if (fd < 0)
 		return -1;
 	if (write_all(fd, jb.data, jb.len) < 0) {

@@ -45,7 +45,7 @@ static int inert_fd = -1;
 
 static void inert_open(void)
 {
-	inert_fd = fd_park_low(open("/dev/null", O_RDONLY | O_CLOEXEC));
+	inert_fd = fd_park_low(REAL(open)("/dev/null", O_RDONLY | O_CLOEXEC));
 }
 
 void conn_watch_let_go(struct smc_conn *c)

@@ -235,7 +235,7 @@ static void format_view(struct outbuf *b, const struct conn_view *v, long pid,
 /* The process name (the main thread's comm), without its newline. */
 static void read_comm(char *buf, size_t len)
 {
-	int fd = open("/proc/self/comm", O_RDONLY | O_CLOEXEC);
+	int fd = REAL(open)("/proc/self/comm", O_RDONLY | O_CLOEXEC);
 	ssize_t n = -1;
 
 	if (fd >= 0) {

@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/base/fdtab.h"
 #include "core/base/log.h"
 #include "core/wire/ib_proto.h"
 
@@ -132,7 +133,16 @@ int ib_dev_open(const char *want_dev, unsigned want_port, int want_gid_index,
 	memset(out, 0, sizeof(*out));
 	if (want_port == 0 || want_port > 255)
 		return -ENODEV;
-	rc = open_ctx(want_dev, want_port, out);
+	{
+		/* libibverbs opens device files through our wrappers, maybe under the link
+		 * group's lock: no EMFILE there may send connections back to TCP
+		 * (core/sock/fd_pressure.c) */
+		bool internal = smc_thread_internal;
+
+		smc_thread_internal = true;
+		rc = open_ctx(want_dev, want_port, out);
+		smc_thread_internal = internal;
+	}
 	if (rc < 0)
 		return rc;
 	rc = choose_gid(out, want_gid_index);

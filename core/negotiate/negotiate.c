@@ -49,7 +49,7 @@ static void host_id_load(void)
 	uint8_t id[16];
 	size_t n = 0;
 	ssize_t r;
-	int fd = open("/proc/sys/kernel/random/boot_id", O_RDONLY | O_CLOEXEC);
+	int fd = REAL(open)("/proc/sys/kernel/random/boot_id", O_RDONLY | O_CLOEXEC);
 
 	if (fd < 0)
 		return;

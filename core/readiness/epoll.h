@@ -63,6 +63,9 @@ void epoll_emul_forget_fd(int fd);
 /* Connection c's last fd in this process was closed while two threads closed two of its
  * fds at once (each saw the other's fd open): drops what epoll_emul_forget_fd left. */
 void epoll_emul_forget_conn(struct smc_conn *c);
+/* Connection c is FALLBACK for good: its registrations move to the kernel's sets now
+ * rather than at their next scan, and c->regs is empty after. */
+void epoll_emul_hand_back_conn(struct smc_conn *c);
 /* The application is closing an epoll fd of kind FD_EPOLL (call before the real close). */
 void epoll_emul_close_epfd(int epfd);
 /* fork: the cookie exists before the first fork (prepare), and from then on every wait

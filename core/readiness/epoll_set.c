@@ -317,6 +317,30 @@ void epoll_emul_forget_conn(struct smc_conn *c)
 	ep_forget_all(-1, c, true);
 }
 
+/* The hand-back an epoll_wait scan makes when it finds the connection FALLBACK
+ * (ep_convert_watch), made now in every set. */
+void epoll_emul_hand_back_conn(struct smc_conn *c)
+{
+	struct smc_epoll *stack[16], **arr;
+	int n;
+
+	if (__atomic_load_n(&eps_count, __ATOMIC_ACQUIRE) == 0)
+		return;
+	arr = eps_snapshot(stack, 16, &n);
+	for (int i = 0; arr && i < n; i++) {
+		struct smc_epoll *ep = arr[i];
+		struct smc_ep_reg *w;
+
+		ep_lock(ep);
+		if (!ep->dead && (w = watch_find_conn(ep, c)) != NULL)
+			ep_convert_watch(ep, w);
+		ep_unlock(ep);
+		ep_put(ep);
+	}
+	if (arr && arr != stack)
+		free(arr);
+}
+
 void epoll_emul_close_epfd(int epfd)
 {
 	struct smc_epoll *ep = NULL;

@@ -158,7 +158,7 @@ static long kernel_events(int epfd, int fd)
 	int f;
 
 	snprintf(path, sizeof(path), "/proc/self/fdinfo/%d", epfd);
-	f = open(path, O_RDONLY | O_CLOEXEC);
+	f = REAL(open)(path, O_RDONLY | O_CLOEXEC);
 	if (f < 0)
 		return -1;
 	/* one line per registration: "tfd: %8d events: %8x data: ..." */

@@ -343,6 +343,24 @@ static void conn_drop_fd(struct smc_conn *c, int fd)
 	conn_put(c);
 }
 
+static void release_tcp_fd(struct smc_conn *c, int f)
+{
+	struct fd_entry *e = fdtab_peek(f);
+	bool mine;
+
+	if (!e || e->kind != FD_SMC || e->obj != c)
+		return;
+	pthread_mutex_lock(fd_lock(f));
+	mine = e->kind == FD_SMC && e->obj == c;
+	if (mine) {
+		fdtab_set(f, FD_TCP, NULL);
+		fdtab_flags_set(f, FDF_TCP_FINAL);
+	}
+	pthread_mutex_unlock(fd_lock(f));
+	if (mine)
+		conn_drop_fd(c, f);
+}
+
 /*
  * A connection handed to stdio is plain TCP here from then on (downgrade.c), and the
  * program's FILE closes its descriptors with libc's internal close(), which no wrapper
@@ -350,33 +368,30 @@ static void conn_drop_fd(struct smc_conn *c, int fd)
  * fork, and kept four eventfds and the connection per mail for ever. Its descriptors
  * become plain TCP sockets to the library now, as if closed and never upgraded; the
  * kernel's FIN still comes with the last real close. Kept while the epoll emulation
- * still holds a registration of it.
+ * still holds a registration of it. The same for a connection given back to TCP when
+ * the program ran out of descriptors (fd_pressure.c).
  */
 void smc_sock_release_tcp_conn(struct smc_conn *c)
 {
-	bool regs;
+	int fds[1 + sizeof(c->dup_fds) / sizeof(c->dup_fds[0])], n = 0;
+	bool regs, known;
 
 	pthread_mutex_lock(&c->lock);
 	regs = c->regs != NULL;
+	/* its numbers are c->fd and dup_fds unless it has more dups than that holds */
+	known = c->fd_refs <= 1 + c->ndups;
+	if (known) {
+		fds[n++] = c->fd;
+		for (int i = 0; i < c->ndups; i++)
+			fds[n++] = c->dup_fds[i];
+	}
 	pthread_mutex_unlock(&c->lock);
 	if (regs || __atomic_load_n(&c->state, __ATOMIC_ACQUIRE) != CONN_FALLBACK)
 		return;
-	for (int f = fdtab_next_tracked(0); f >= 0; f = fdtab_next_tracked(f + 1)) {
-		struct fd_entry *e = fdtab_peek(f);
-		bool mine;
-
-		if (!e || e->kind != FD_SMC || e->obj != c)
-			continue;
-		pthread_mutex_lock(fd_lock(f));
-		mine = e->kind == FD_SMC && e->obj == c;
-		if (mine) {
-			fdtab_set(f, FD_TCP, NULL);
-			fdtab_flags_set(f, FDF_TCP_FINAL);
-		}
-		pthread_mutex_unlock(fd_lock(f));
-		if (mine)
-			conn_drop_fd(c, f);
-	}
+	for (int i = 0; i < n; i++)
+		release_tcp_fd(c, fds[i]);
+	for (int f = known ? -1 : fdtab_next_tracked(0); f >= 0; f = fdtab_next_tracked(f + 1))
+		release_tcp_fd(c, f);
 }
 
 void smc_sock_before_close(int fd)

@@ -118,6 +118,10 @@ void smc_sock_before_fd_pass(const struct msghdr *msg);
 /* fd is about to be used through stdio (fdopen, or it became fd 0, 1 or 2): an
  * upgraded connection goes back to plain TCP first (downgrade.c). */
 void smc_sock_before_stdio(int fd);
+/* A call of the program that makes a descriptor failed with err: when it is EMFILE and
+ * the library holds descriptors, some go back (fd_pressure.c); true when any did, and
+ * the call is worth making again. */
+bool smc_sock_fd_pressure(int err);
 /* Every upgraded connection of the process goes back to plain TCP (io_uring). */
 void smc_sock_downgrade_all(enum smc_reason why);
 /* An io_uring instance was created (core/base/io_uring_watch.h): from now on no

@@ -747,7 +747,13 @@ static int accept_rendezvous(int lfd, int nfd, const struct sockaddr *peer, int 
 		return 0;
 	/* a client that asks for a pool makes this connection's handshake (pool.h) */
 	listener_serve_pools(lfd);
+	/* The rendezvous costs a descriptor before even a Decline can go out: without it
+	 * the client waits out its handshake timeout with its first bytes staged (a wrk
+	 * request 2 s late against nginx at its limit), so at EMFILE the library gives
+	 * descriptors back first (fd_pressure.c). */
 	ufd = rdv_conn_connect(peer, (struct sockaddr *)&local);
+	if (ufd == -EMFILE && smc_sock_fd_pressure(EMFILE))
+		ufd = rdv_conn_connect(peer, (struct sockaddr *)&local);
 	if (ufd < 0) {
 		/* no rendezvous because the client already closed or exited */
 		if (tcp_peer_gone(nfd))
@@ -875,8 +881,18 @@ int smc_sock_accept(int fd, struct sockaddr *addr, socklen_t *len, int flags)
 	int nfd, r;
 
 	nfd = REAL(accept4)(fd, (struct sockaddr *)&peer, &plen, flags);
-	if (nfd < 0)
-		return nfd;
+	if (nfd < 0) {
+		int e = errno;
+
+		if (!smc_sock_fd_pressure(e)) { /* fd_pressure.c */
+			errno = e;
+			return nfd;
+		}
+		plen = sizeof(peer);
+		nfd = REAL(accept4)(fd, (struct sockaddr *)&peer, &plen, flags);
+		if (nfd < 0)
+			return nfd;
+	}
 	/* an accepted socket inherits the listener's timeouts and linger */
 	fdtab_flags_reset(nfd, fdtab_flags(fd) & (FDF_SOCKOPTS | FDF_TCP_ONLY));
 	copy_addr_out(&peer, plen, addr, len);

@@ -363,6 +363,11 @@ void conn_fallback(struct smc_conn *c, enum smc_reason why)
 	conn_fallback_to_tcp(c, why, true);
 }
 
+void conn_fallback_failed(struct smc_conn *c, enum smc_reason why)
+{
+	conn_fallback_to_tcp(c, why, false);
+}
+
 /* Marks the connection aborted because the peer broke the protocol: the connection
  * ends with ECONNRESET, nothing is read or written outside the rings. */
 void conn_abort_protocol(struct smc_conn *c, const char *what)

@@ -202,6 +202,9 @@ void conn_negotiate_ops_set(const struct conn_negotiate_ops *ops);
  * thread and a socket): its caller calls statsrv_ensure once it holds no lock. */
 void conn_activate(struct smc_conn *c);
 void conn_fallback(struct smc_conn *c, enum smc_reason why);
+/* The same for a connection that never was (its connect failed): not counted, as the
+ * kernel's refused connect is no connection. */
+void conn_fallback_failed(struct smc_conn *c, enum smc_reason why);
 /* Waits while the handshake runs: -EAGAIN when nonblock or after timeo_ns (the socket's
  * SO_RCVTIMEO/SO_SNDTIMEO; 0 = none), -EINTR on a signal. A handshake left undecided
  * far past its deadline resets the connection (conn_wait.c: the watchdog). */

@@ -127,15 +127,24 @@ static void pending_finish(struct pending *p)
 }
 
 /* Decides PENDING -> FALLBACK unless something else decided first. */
-static void pending_give_up(struct pending *p, enum smc_reason why)
+static void pending_end_tcp(struct pending *p, enum smc_reason why, bool counted)
 {
 	struct smc_conn *c = p->c;
 
 	pthread_mutex_lock(&c->lock);
-	if (__atomic_load_n(&c->state, __ATOMIC_ACQUIRE) == CONN_PENDING)
-		conn_fallback(c, why);
+	if (__atomic_load_n(&c->state, __ATOMIC_ACQUIRE) == CONN_PENDING) {
+		if (counted)
+			conn_fallback(c, why);
+		else
+			conn_fallback_failed(c, why);
+	}
 	pthread_mutex_unlock(&c->lock);
 	pending_finish(p);
+}
+
+static void pending_give_up(struct pending *p, enum smc_reason why)
+{
+	pending_end_tcp(p, why, true);
 }
 
 /* In-band: after our Proposal the connection may no longer simply turn into plain TCP
@@ -329,6 +338,7 @@ static void on_deadline(evutil_socket_t fd, short what, void *arg)
 
 /* Under c->lock, PENDING: the state a finished TCP handshake leaves. 1: both sent the
  * option. 0: plain TCP (*why). */
+/* 1: the server sent the option; 0: it did not; -1: the connect failed. */
 static int inband_peer_is_smc(struct smc_conn *c, enum smc_reason *why)
 {
 	struct pollfd pfd = { .fd = c->fd, .events = POLLOUT };
@@ -337,7 +347,7 @@ static int inband_peer_is_smc(struct smc_conn *c, enum smc_reason *why)
 	/* A failed connect leaves its error for the application's SO_ERROR: give up
 	 * without reading it. */
 	if (REAL(poll)(&pfd, 1, 0) == 1 && (pfd.revents & (POLLERR | POLLNVAL | POLLHUP)))
-		return 0;
+		return -1;
 	return tcpopt_peer_sent(c->fd) == 1;
 }
 
@@ -437,9 +447,12 @@ static void on_connected(evutil_socket_t fd, short what, void *arg)
 		pending_finish(p);
 		return;
 	}
-	if (!inband_peer_is_smc(c, &why)) {
+	r = inband_peer_is_smc(c, &why);
+	if (r <= 0) {
 		pthread_mutex_unlock(&c->lock);
-		pending_give_up(p, why); /* not one byte was sent */
+		/* not one byte was sent; a refused connect is no connection to count, as a
+		 * blocking one's ECONNREFUSED is not (sock_connect.c) */
+		pending_end_tcp(p, why, r == 0);
 		return;
 	}
 	r = neg_client_propose(c->fd, &p->nc, &why);

@@ -135,4 +135,16 @@ for mode in $CHURN_MODES; do
 	smc_expect_connections "$srv" "$total" "server ($mode)"
 	smc_expect_connections "$cli" "$total" "clients ($mode server)"
 done
+
+# Connects refused by a port nobody listens on are no connections, on this path too
+# (fallback.sh checks the rendezvous path): with the option map, each is pending on the
+# progress thread when the reset comes.
+cli=$(smc_stats_dir refused-client)
+smc_free_port refused_port
+out=$(SMC_SHORT_CONN_US=0 smc_run "$cli" python3 "$top_srcdir/tests/progs/refused_connects.py" \
+	"$refused_port" 2>&1) || smc_fail "refused-connect client failed: $out"
+smc_require_stats "$cli"
+smc_log "stats refused-client: $(smc_stats_summary "$cli")"
+smc_assert_eq "refused connects: connections counted" \
+	"$(smc_stats "$cli" '.connections.tcp + .connections.shm + .connections.ib')" 2
 smc_pass

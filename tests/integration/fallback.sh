@@ -86,44 +86,9 @@ smc_expect_fallback "$srv" peer-not-smc $((2 << 20)) "its server"
 # nonblocking connects, each refused, are no connection at all, as 50 blocking ones are
 # not: the stats count none (the program still gets ECONNREFUSED from SO_ERROR), and
 # one connect that does reach a listener counts two (the same process accepts it).
-cat >"$SMC_TMP/refused.py" <<'PY'
-import errno, select, socket, sys
-
-port = int(sys.argv[1])
-for _ in range(50):
-    s = socket.socket()
-    s.setblocking(False)
-    try:
-        s.connect(("127.0.0.1", port))
-    except BlockingIOError:
-        select.select([], [s], [], 5)
-    except ConnectionRefusedError:
-        pass
-    err = s.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR)
-    if err not in (0, errno.ECONNREFUSED):
-        sys.exit("unexpected error %d" % err)
-    if err == 0:
-        sys.exit("connected to a port nobody listens on")
-    s.close()
-l = socket.socket()
-l.bind(("127.0.0.1", 0))
-l.listen(1)
-s = socket.socket()
-s.setblocking(False)
-try:
-    s.connect(l.getsockname())
-except BlockingIOError:
-    pass
-a, _ = l.accept()
-a.sendall(b"x")
-s.setblocking(True)
-if s.recv(1) != b"x":
-    sys.exit("the connection to our own listener failed")
-print("OK")
-PY
 cli=$(smc_stats_dir refused-client)
 smc_free_port refused_port
-out=$(SMC_SHORT_CONN_US=0 smc_run "$cli" python3 "$SMC_TMP/refused.py" "$refused_port" 2>&1) ||
+out=$(SMC_SHORT_CONN_US=0 smc_run "$cli" python3 "$top_srcdir/tests/progs/refused_connects.py" "$refused_port" 2>&1) ||
 	smc_fail "refused-connect client failed: $out"
 smc_require_stats "$cli"
 smc_log "stats refused-client: $(smc_stats_summary "$cli")"

@@ -57,7 +57,11 @@ static inline bool fd_is_own(int fd)
  * such a number. fd_low_fill takes every free number below 1024 (or below the park
  * area, when that starts lower) with a descriptor of /dev/null marked ours, so that the
  * call lands above them; fd_low_unfill gives them back. *fill gets the numbers (the
- * count is returned; 0 and nothing to give back when no memory or descriptor).
+ * count is returned; 0 and nothing to give back when no memory or descriptor). Only
+ * in a process whose only thread is the caller: meanwhile another thread's open() or
+ * socket() would get a number from 1024 up, past select()'s FD_SETSIZE (a program
+ * that put it in an fd_set aborted, 1 run in 30). With other threads the library's
+ * call gets the lowest free numbers, as one of the program's own libraries would.
  */
 size_t fd_low_fill(int **fill);
 void fd_low_unfill(int *fill, size_t n);

@@ -49,7 +49,10 @@ int smc_impl_bind(int fd, __CONST_SOCKADDR_ARG addr, socklen_t len) SMC_INTERNAL
 
 SMC_EXPORT int listen(int fd, int backlog)
 {
-	if (!kind_is_sock(fdtab_kind(fd)))
+	enum fd_kind k = fdtab_kind(fd);
+
+	/* FD_NONE too: a TCP socket made in another process (core/sock/sock_accept.c) */
+	if (!kind_is_sock(k) && k != FD_NONE)
 		return REAL(listen)(fd, backlog);
 	return smc_sock_listen(fd, backlog);
 }

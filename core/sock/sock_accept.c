@@ -145,10 +145,32 @@ static void listener_track(int fd, bool opted_in, bool inherited)
 	fdtab_set(fd, FD_LISTEN, l);
 }
 
+static bool tcp_stream_socket(int fd);
+
+/*
+ * A TCP socket this process did not make, received over a unix socket or inherited
+ * before it listened, that the program now makes listen itself: Node's cluster with
+ * NODE_CLUSTER_SCHED_POLICY=none hands the bound socket to each worker, which calls
+ * listen(). A worker that received it after another's listen() adopts it as a listener
+ * (adopt_listener), and its rendezvous name brings clients that offer SMC: this one
+ * must answer them too (left untracked, a client whose connection it accepted waited
+ * out its handshake timeout, 2 s, with its request staged). Tracked as its own socket
+ * from here, whose history (options, bind) the kernel is asked for.
+ */
+static void track_foreign_tcp(int fd)
+{
+	if (fdtab_kind(fd) != FD_NONE || !tcp_stream_socket(fd))
+		return;
+	smc_sock_created(fd, AF_INET, SOCK_STREAM, IPPROTO_TCP);
+	fdtab_flags_reset(fd, FDF_SOCKOPTS | FDF_BOUND);
+}
+
 int smc_sock_listen(int fd, int backlog)
 {
 	bool opted_in = false;
 	int r;
+
+	track_foreign_tcp(fd);
 
 	/* a process that uses io_uring may accept where we never see it (io_uring_watch.h):
 	 * its new listeners announce no SMC, so their clients never wait for it */
@@ -168,15 +190,12 @@ int smc_sock_listen(int fd, int backlog)
 	return r;
 }
 
-/* An inherited socket (fd) that listens for TCP. */
-static bool inherited_tcp_listener(int fd)
+/* fd is an AF_INET or AF_INET6 TCP stream socket. */
+static bool tcp_stream_socket(int fd)
 {
-	int v = 0, dom = 0, type = 0, proto = 0;
-	socklen_t len = sizeof(v);
+	int dom = 0, type = 0, proto = 0;
+	socklen_t len = sizeof(dom);
 
-	if (REAL(getsockopt)(fd, SOL_SOCKET, SO_ACCEPTCONN, &v, &len) < 0 || !v)
-		return false;
-	len = sizeof(dom);
 	if (REAL(getsockopt)(fd, SOL_SOCKET, SO_DOMAIN, &dom, &len) < 0 ||
 	    (dom != AF_INET && dom != AF_INET6))
 		return false;
@@ -186,6 +205,17 @@ static bool inherited_tcp_listener(int fd)
 	len = sizeof(proto);
 	return REAL(getsockopt)(fd, SOL_SOCKET, SO_PROTOCOL, &proto, &len) == 0 &&
 	       proto == IPPROTO_TCP;
+}
+
+/* An inherited socket (fd) that listens for TCP. */
+static bool inherited_tcp_listener(int fd)
+{
+	int v = 0;
+	socklen_t len = sizeof(v);
+
+	if (REAL(getsockopt)(fd, SOL_SOCKET, SO_ACCEPTCONN, &v, &len) < 0 || !v)
+		return false;
+	return tcp_stream_socket(fd);
 }
 
 /*

@@ -168,18 +168,21 @@ smc_make_www() {
 	printf 'smc-preload %s test\n' "$1" >"$www/small.txt"
 }
 
-# smc_start_nginx STATSDIR PORT WORKERS HTTP-DIRECTIVES [NAME [SERVER-DIRECTIVES]]:
+# smc_start_nginx STATSDIR PORT WORKERS HTTP-DIRECTIVES [NAME [SERVER-DIRECTIVES
+# [MAIN-DIRECTIVES]]]:
 # nginx (master + WORKERS workers) serving $www (smc_make_www) on 127.0.0.1:PORT as
 # server NAME (default "nginx"), its configuration, pid file and error log in
 # $SMC_TMP/NAME.conf, NAME.pid and NAME-error.log; HTTP-DIRECTIVES go into its http
-# block, SERVER-DIRECTIVES into its server block (a proxy's location, for instance).
+# block, SERVER-DIRECTIVES into its server block (a proxy's location, for instance),
+# MAIN-DIRECTIVES into its main context (worker_rlimit_nofile, for instance).
 # Workers run as the current user so they can read $www and write their stats. Returns
 # once it listens.
 smc_start_nginx() {
-	local srv=$1 port=$2 workers=$3 directives=$4 name=${5:-nginx} server=${6:-}
+	local srv=$1 port=$2 workers=$3 directives=$4 name=${5:-nginx} server=${6:-} main=${7:-}
 	cat >"$SMC_TMP/$name.conf" <<CONF
 user $(id -un) $(id -gn);
 worker_processes $workers;
+$main
 daemon off;
 master_process on;
 pid $SMC_TMP/$name.pid;

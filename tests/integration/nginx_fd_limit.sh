@@ -29,32 +29,9 @@ run() {
 	smc_free_port port
 	srv=$(smc_stats_dir "server-$label")
 	cli=$(smc_stats_dir "client-$label")
-	cat >"$SMC_TMP/$name.conf" <<CONF
-user $(id -un) $(id -gn);
-worker_processes 1;
-worker_rlimit_nofile $LIMIT;
-daemon off;
-pid $SMC_TMP/$name.pid;
-error_log $SMC_TMP/$name-error.log warn;
-events { worker_connections 4096; }
-http {
-	access_log off;
-	keepalive_requests 1000000;
-	keepalive_timeout 60s;
-	client_body_temp_path $SMC_TMP/$name-tmp-body;
-	proxy_temp_path $SMC_TMP/$name-tmp-proxy;
-	fastcgi_temp_path $SMC_TMP/$name-tmp-fastcgi;
-	uwsgi_temp_path $SMC_TMP/$name-tmp-uwsgi;
-	scgi_temp_path $SMC_TMP/$name-tmp-scgi;
-	server {
-		listen 127.0.0.1:$port backlog=4096;
-		root $www;
-	}
-}
-CONF
-	SMC_TRANSPORT=$transport smc_start_server "$name" "$srv" nginx -e "$SMC_TMP/$name-error.log" \
-		-p "$SMC_TMP/" -c "$SMC_TMP/$name.conf"
-	smc_wait_port "$name" "$port"
+	SMC_TRANSPORT=$transport smc_start_nginx "$srv" "$port" 1 \
+		"access_log off; keepalive_requests 1000000; keepalive_timeout 60s;" \
+		"$name" "" "worker_rlimit_nofile $LIMIT;"
 	smc_log "wrk $label: $CONNS connections"
 	SMC_TRANSPORT=$transport smc_run "$cli" wrk -t2 -c"$CONNS" -d4s \
 		"http://127.0.0.1:$port/small.txt" >"$out" 2>&1 ||

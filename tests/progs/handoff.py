@@ -104,6 +104,17 @@ def libc_stdio():
     return libc
 
 
+def recv_line(s):
+    """What s sends up to and including its first newline (less at EOF)."""
+    got = b""
+    while not got.endswith(b"\n"):
+        d = s.recv(100)
+        if not d:
+            break
+        got += d
+    return got
+
+
 def stdio_echo(libc, port, line, warm=False):
     """Connects, writes line through a FILE on a dup of the socket, reads the echo:
     returns the socket, the FILE and what came back. warm: a first line and its echo
@@ -112,22 +123,11 @@ def stdio_echo(libc, port, line, warm=False):
     s.settimeout(30)
     if warm:
         s.sendall(b"warm\n")
-        got = b""
-        while not got.endswith(b"\n"):
-            d = s.recv(100)
-            if not d:
-                break
-            got += d
+        recv_line(s)
     f = libc.fdopen(os.dup(s.fileno()), b"w")
     libc.fputs(line, f)
     libc.fflush(f)
-    got = b""
-    while not got.endswith(b"\n"):
-        d = s.recv(100)
-        if not d:
-            break
-        got += d
-    return s, f, got
+    return s, f, recv_line(s)
 
 
 def stdio_client(port):
@@ -163,12 +163,7 @@ def stdio_loop(port, n):
 
 def serve_one(c):
     c.settimeout(30)
-    d = b""
-    while not d.endswith(b"\n"):
-        b = c.recv(100)
-        if not b:
-            break
-        d += b
+    d = recv_line(c)
     c.sendall(d)
     c.close()
     return d
@@ -214,13 +209,8 @@ def short_clients(port, n):
         s.settimeout(10)
         m = b"QUIT\n" if i == n else b"line-%d\n" % i
         s.sendall(m)
-        got = b""
         try:
-            while not got.endswith(b"\n"):
-                d = s.recv(100)
-                if not d:
-                    break
-                got += d
+            got = recv_line(s)
         except socket.timeout:
             print("TIMEOUT on connection %d" % i, flush=True)
             sys.exit(1)

@@ -115,6 +115,8 @@ smc_log "stats server (kept): $(smc_stats_summary "$srv")"
 shm=$(smc_stats "$cli" '.connections.shm')
 down=$(smc_stats "$cli" '.events.downgrades')
 smc_assert_ge "kept: client connections over shm" "$shm" 8
+smc_assert_ge "kept: client payload bytes over shm" \
+	"$(smc_stats "$cli" '.bytes.shm.sent + .bytes.shm.received')" $((8 * 128))
 smc_assert_ge "kept: client connections sent back to TCP at EMFILE" "$down" 8
 smc_assert_eq "kept: server saw the client's downgrades" \
 	"$(smc_stats "$srv" '.events.peer_downgrades')" "$down"

@@ -153,6 +153,9 @@ done
 smc_assert_eq "threads: runs in which the other thread got a number from 1024 up, or no echo" \
 	"$high" 0
 smc_expect_connections "$cli" "$RACE_RUNS" "client threads"
+smc_assert_ge "threads: payload bytes over $SMC_TEST_EXPECT" \
+	"$(smc_stats "$cli" ".bytes.$SMC_TEST_EXPECT.sent + .bytes.$SMC_TEST_EXPECT.received")" \
+	$((RACE_RUNS * 10))
 smc_wait_server_exit server-threads 10
 
 cli=$(smc_stats_dir client-lowlimit)

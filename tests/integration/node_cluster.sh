@@ -64,4 +64,6 @@ smc_assert_eq "client: connections that failed their handshake" \
 	"$(smc_stats "$cli" '.fallback["handshake-failed"] // 0')" 0
 smc_expect_connections "$cli" "$CLIENTS" "curl"
 smc_expect_connections "$srv" "$CLIENTS" "node workers"
+# every request and answer: the curl request line alone is more than 20 bytes
+smc_expect_payload "$cli" $((CLIENTS * 20)) "curl"
 smc_pass

@@ -49,6 +49,8 @@ smc_log "stats server: $(smc_stats_summary "$srv")"
 smc_log "stats client: $(smc_stats_summary "$cli")"
 down=$(smc_stats "$srv" '.events.downgrades')
 smc_assert_ge "redis-server: connections over shm" "$(smc_stats "$srv" '.connections.shm')" 1
+smc_assert_ge "redis-server: payload bytes over shm" \
+	"$(smc_stats "$srv" '.bytes.shm.sent + .bytes.shm.received')" 1
 smc_assert_ge "redis-server: connections sent back to TCP at EMFILE" "$down" 1
 smc_assert_eq "redis-benchmark: its peer's downgrades" \
 	"$(smc_stats "$cli" '.events.peer_downgrades')" "$down"

@@ -93,6 +93,7 @@
 #define SMC_STATS_KEY_HS_BACKGROUND "hs_background"
 #define SMC_STATS_KEY_DOWNGRADES   "downgrades"
 #define SMC_STATS_KEY_PEER_DOWNGRADES "peer_downgrades"
+#define SMC_STATS_KEY_EXEC_CARRIED "exec_carried" /* connections carried into the image across exec */
 
 /* Mode names: keys inside "connections" and "bytes". */
 #define SMC_STATS_MODE_SHM "shm"
@@ -123,5 +124,8 @@
 #define SMC_STATS_REASON_PEER_DOWNGRADE "peer-downgrade" /* the peer took it back to TCP */
 #define SMC_STATS_REASON_FD_PASSED     "fd-passed"        /* its fd went to another process (SCM_RIGHTS) */
 #define SMC_STATS_REASON_STDIO         "stdio"            /* stdio got its fd (fdopen, dup2 onto 0-2) */
+/* Counted in "fallback": a connection carried across exec whose description the new
+ * image refused; it is reset. */
+#define SMC_STATS_REASON_EXEC_STATE    "exec-state"
 
 #endif

@@ -1,13 +1,17 @@
 /* SPDX-License-Identifier: GPL-2.0-only OR BSD-2-Clause */
 /*
  * The exec family, posix_spawn, system and popen: before a new program gets our
- * descriptors, the core takes the upgraded connections it would inherit back to plain
- * TCP (core/conn/downgrade.c) and withdraws the listeners from the SMC TCP option
- * (core/sock/exec.c); an exec or a spawn that fails gives them back. libc's own exec variants call execve internally, where no wrapper
- * sees them: each is wrapped, the execl* forms by building their argument vector.
+ * descriptors, the core carries the upgraded connections it inherits into it when it
+ * loads this library (core/sock/exec_carry.c: the exec then passes the core's
+ * environment), or takes them back to plain TCP (core/sock/downgrade.c), and withdraws
+ * the listeners from the SMC TCP option (core/sock/exec.c); an exec or a spawn that
+ * fails gives them back. libc's own exec variants call execve internally, where no
+ * wrapper sees them: each is wrapped, the execl* forms by building their argument
+ * vector.
  */
 #include "preload/wrap.h"
 
+#include <fcntl.h>
 #include <spawn.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -23,41 +27,59 @@ static int exec_returned(int r)
 	return r;
 }
 
+/* The environment the exec passes: the caller's, or the core's copy naming the
+ * connections it carries into the new image. */
+#define BEFORE_EXEC(env, how, path, envp) KEEP_ERRNO(env = smc_sock_before_exec(how, path, envp))
+
 SMC_EXPORT int execve(const char *path, char *const argv[], char *const envp[])
 {
-	KEEP_ERRNO(smc_sock_before_exec(true, path, envp));
-	return exec_returned(CALL_REAL(execve, path, argv, envp));
+	char *const *env;
+
+	BEFORE_EXEC(env, SMC_EXEC_REPLACES, path, envp);
+	return exec_returned(CALL_REAL(execve, path, argv, env));
 }
 
 SMC_EXPORT int execveat(int dirfd, const char *path, char *const argv[], char *const envp[],
 			int flags)
 {
-	KEEP_ERRNO(smc_sock_before_exec(true, path[0] == '/' ? path : NULL, envp));
-	return exec_returned(CALL_REAL(execveat, dirfd, path, argv, envp, flags));
+	char buf[64], *const *env;
+
+	BEFORE_EXEC(env, SMC_EXEC_REPLACES, exec_image_at(dirfd, path, flags, buf, sizeof(buf)),
+		    envp);
+	return exec_returned(CALL_REAL(execveat, dirfd, path, argv, env, flags));
 }
 
 SMC_EXPORT int fexecve(int fd, char *const argv[], char *const envp[])
 {
-	KEEP_ERRNO(smc_sock_before_exec(true, NULL, envp));
-	return exec_returned(CALL_REAL(fexecve, fd, argv, envp));
+	char buf[64], *const *env;
+
+	BEFORE_EXEC(env, SMC_EXEC_REPLACES, exec_image_at(fd, "", AT_EMPTY_PATH, buf, sizeof(buf)),
+		    envp);
+	return exec_returned(CALL_REAL(fexecve, fd, argv, env));
 }
 
 SMC_EXPORT int execv(const char *path, char *const argv[])
 {
-	KEEP_ERRNO(smc_sock_before_exec(true, path, environ));
-	return exec_returned(CALL_REAL(execv, path, argv));
+	char *const *env;
+
+	BEFORE_EXEC(env, SMC_EXEC_REPLACES, path, environ);
+	return exec_returned(CALL_REAL(execve, path, argv, env));
 }
 
 SMC_EXPORT int execvp(const char *file, char *const argv[])
 {
-	KEEP_ERRNO(smc_sock_before_exec(true, file, environ));
-	return exec_returned(CALL_REAL(execvp, file, argv));
+	char *const *env;
+
+	BEFORE_EXEC(env, SMC_EXEC_REPLACES | SMC_EXEC_SEARCH, file, environ);
+	return exec_returned(CALL_REAL(execvpe, file, argv, env));
 }
 
 SMC_EXPORT int execvpe(const char *file, char *const argv[], char *const envp[])
 {
-	KEEP_ERRNO(smc_sock_before_exec(true, file, envp));
-	return exec_returned(CALL_REAL(execvpe, file, argv, envp));
+	char *const *env;
+
+	BEFORE_EXEC(env, SMC_EXEC_REPLACES | SMC_EXEC_SEARCH, file, envp);
+	return exec_returned(CALL_REAL(execvpe, file, argv, env));
 }
 
 /* The arguments after arg up to the terminating NULL; for execle the environment
@@ -83,29 +105,35 @@ SMC_EXPORT int execl(const char *path, const char *arg, ...)
 {
 	char **argv, **unused;
 
+	char *const *env;
+
 	EXECL_ARGV(arg, argv, unused);
 	(void)unused;
-	KEEP_ERRNO(smc_sock_before_exec(true, path, environ));
-	return exec_returned(CALL_REAL(execve, path, argv, environ));
+	BEFORE_EXEC(env, SMC_EXEC_REPLACES, path, environ);
+	return exec_returned(CALL_REAL(execve, path, argv, env));
 }
 
 SMC_EXPORT int execlp(const char *file, const char *arg, ...)
 {
 	char **argv, **unused;
 
+	char *const *env;
+
 	EXECL_ARGV(arg, argv, unused);
 	(void)unused;
-	KEEP_ERRNO(smc_sock_before_exec(true, file, environ));
-	return exec_returned(CALL_REAL(execvp, file, argv));
+	BEFORE_EXEC(env, SMC_EXEC_REPLACES | SMC_EXEC_SEARCH, file, environ);
+	return exec_returned(CALL_REAL(execvpe, file, argv, env));
 }
 
 SMC_EXPORT int execle(const char *path, const char *arg, ...)
 {
 	char **argv, **envp;
 
+	char *const *env;
+
 	EXECL_ARGV(arg, argv, envp);
-	KEEP_ERRNO(smc_sock_before_exec(true, path, envp));
-	return exec_returned(CALL_REAL(execve, path, argv, envp));
+	BEFORE_EXEC(env, SMC_EXEC_REPLACES, path, envp);
+	return exec_returned(CALL_REAL(execve, path, argv, env));
 }
 
 SMC_EXPORT int posix_spawn(pid_t *pid, const char *path, const posix_spawn_file_actions_t *fa,
@@ -113,7 +141,7 @@ SMC_EXPORT int posix_spawn(pid_t *pid, const char *path, const posix_spawn_file_
 {
 	int r;
 
-	KEEP_ERRNO(smc_sock_before_exec(false, path, envp));
+	KEEP_ERRNO(smc_sock_before_exec(0, path, envp));
 	r = REAL(posix_spawn) ? REAL(posix_spawn)(pid, path, fa, attr, argv, envp) : ENOSYS;
 	if (r != 0) /* no child: the listeners answer again */
 		KEEP_ERRNO(smc_sock_exec_failed());
@@ -125,7 +153,7 @@ SMC_EXPORT int posix_spawnp(pid_t *pid, const char *file, const posix_spawn_file
 {
 	int r;
 
-	KEEP_ERRNO(smc_sock_before_exec(false, file, envp));
+	KEEP_ERRNO(smc_sock_before_exec(SMC_EXEC_SEARCH, file, envp));
 	r = REAL(posix_spawnp) ? REAL(posix_spawnp)(pid, file, fa, attr, argv, envp) : ENOSYS;
 	if (r != 0)
 		KEEP_ERRNO(smc_sock_exec_failed());
@@ -142,13 +170,13 @@ SMC_EXPORT int posix_spawn_file_actions_adddup2(posix_spawn_file_actions_t *fa, 
 SMC_EXPORT int system(const char *cmd)
 {
 	if (cmd)
-		KEEP_ERRNO(smc_sock_before_exec(false, NULL, environ));
+		KEEP_ERRNO(smc_sock_before_exec(0, "/bin/sh", environ));
 	return CALL_REAL(system, cmd);
 }
 
 SMC_EXPORT FILE *popen(const char *cmd, const char *mode)
 {
-	KEEP_ERRNO(smc_sock_before_exec(false, NULL, environ));
+	KEEP_ERRNO(smc_sock_before_exec(0, "/bin/sh", environ));
 	if (!REAL(popen)) {
 		errno = ENOSYS;
 		return NULL;

@@ -40,6 +40,7 @@ struct conn_rec {
 	char local_addr[64], peer_addr[64];
 	long local_port, peer_port; /* -1 when unknown */
 	unsigned long long rx_size, tx_size, bytes_sent, bytes_received;
+	bool carried; /* came into its process's image across exec */
 	char error[64]; /* the server refused: {"error":"..."} */
 };
 
@@ -188,6 +189,7 @@ static bool jp_value(struct jparse *j, struct jvalue *v)
 		if ((size_t)(j->end - j->p) >= n && memcmp(j->p, words[i].word, n) == 0) {
 			j->p += n;
 			v->kind = words[i].kind;
+			v->num = i == 1; /* true */
 			return true;
 		}
 	}
@@ -240,6 +242,8 @@ static void rec_set(struct conn_rec *r, const char *key, const struct jvalue *v)
 		r->bytes_sent = as_u64(v);
 	else if (!strcmp(key, "bytes_received"))
 		r->bytes_received = as_u64(v);
+	else if (!strcmp(key, "carried"))
+		r->carried = v->kind == JV_BOOL && v->num;
 	else if (!strcmp(key, "error"))
 		copy_str(r->error, sizeof(r->error), v);
 }
@@ -479,8 +483,8 @@ static void print_json_array(const struct rec_list *l)
 		json_addr(stdout, "local", r->local_addr, r->local_port);
 		json_addr(stdout, "peer", r->peer_addr, r->peer_port);
 		fprintf(stdout, ",\"rx_size\":%llu,\"tx_size\":%llu,\"bytes_sent\":%llu,"
-			"\"bytes_received\":%llu}", r->rx_size, r->tx_size, r->bytes_sent,
-			r->bytes_received);
+			"\"bytes_received\":%llu,\"carried\":%s}", r->rx_size, r->tx_size,
+			r->bytes_sent, r->bytes_received, r->carried ? "true" : "false");
 	}
 	fputs(l->n ? "\n]" : "]", stdout);
 }
@@ -650,9 +654,10 @@ static void fill_row(row_t row, const struct conn_rec *r)
 	format_size(row[COL_TX], sizeof(row[0]), r->tx_size);
 	snprintf(row[COL_SENT], sizeof(row[0]), "%llu", r->bytes_sent);
 	snprintf(row[COL_RECV], sizeof(row[0]), "%llu", r->bytes_received);
-	/* "none" means upgraded: nothing to explain. */
+	/* "none" means upgraded: nothing to explain, unless it came across exec. */
 	snprintf(row[COL_REASON], sizeof(row[0]), "%s",
-		 strcmp(r->reason, "none") && r->reason[0] ? r->reason : "-");
+		 strcmp(r->reason, "none") && r->reason[0] ? r->reason
+							    : r->carried ? "carried" : "-");
 }
 
 static void print_row(const char *const cells[NCOLS], const int width[NCOLS])

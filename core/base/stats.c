@@ -36,6 +36,7 @@ static uint64_t pool_pending;
 static uint64_t pool_full;
 static uint64_t hs_background;
 static uint64_t downgrades, peer_downgrades;
+static uint64_t exec_carried;
 static uint64_t ib_events[SMC_IB_EVENT_MAX];
 
 static const char *const ib_event_names[SMC_IB_EVENT_MAX] = {
@@ -77,6 +78,7 @@ static const char *const reason_names[SMC_REASON_MAX] = {
 	[SMC_REASON_PEER_DOWNGRADE] = SMC_STATS_REASON_PEER_DOWNGRADE,
 	[SMC_REASON_FD_PASSED] = SMC_STATS_REASON_FD_PASSED,
 	[SMC_REASON_STDIO] = SMC_STATS_REASON_STDIO,
+	[SMC_REASON_EXEC_STATE] = SMC_STATS_REASON_EXEC_STATE,
 };
 
 /* Order of modes in the JSON objects, as documented. */
@@ -163,6 +165,35 @@ void stats_count_downgrade(bool by_peer)
 	count(by_peer ? &peer_downgrades : &downgrades, 1);
 }
 
+void stats_count_carried(void)
+{
+	count(&exec_carried, 1);
+}
+
+void stats_add_snapshot(const struct smc_stats_snapshot *s)
+{
+	for (int m = 0; m < SMC_MODE_MAX; m++) {
+		count(&conns[m], s->conns[m]);
+		count(&bytes_sent[m], s->sent[m]);
+		count(&bytes_received[m], s->received[m]);
+	}
+	for (int r = 0; r < SMC_REASON_MAX; r++)
+		count(&reasons[r], s->reasons[r]);
+	count(&aborts, s->aborts);
+	count(&wakeups_sent, s->wakeups_sent);
+	count(&stream_bytes, s->stream_bytes);
+	count(&rewinds, s->rewinds);
+	count(&pooled, s->pooled);
+	count(&pool_pending, s->pool_pending);
+	count(&pool_full, s->pool_full);
+	count(&hs_background, s->hs_background);
+	count(&downgrades, s->downgrades);
+	count(&peer_downgrades, s->peer_downgrades);
+	count(&exec_carried, s->exec_carried);
+	for (int e = 0; e < SMC_IB_EVENT_MAX; e++)
+		count(&ib_events[e], s->ib[e]);
+}
+
 void stats_count_ib(enum smc_ib_event e, uint64_t n)
 {
 	if ((unsigned)e < SMC_IB_EVENT_MAX)
@@ -178,7 +209,7 @@ void stats_atfork_child(void)
 	memset(bytes_received, 0, sizeof(bytes_received));
 	memset(ib_events, 0, sizeof(ib_events));
 	aborts = wakeups_sent = stream_bytes = rewinds = pooled = pool_pending = pool_full = 0;
-	hs_background = downgrades = peer_downgrades = 0;
+	hs_background = downgrades = peer_downgrades = exec_carried = 0;
 }
 
 void stats_snapshot(struct smc_stats_snapshot *out)
@@ -200,6 +231,7 @@ void stats_snapshot(struct smc_stats_snapshot *out)
 	out->hs_background = load(&hs_background);
 	out->downgrades = load(&downgrades);
 	out->peer_downgrades = load(&peer_downgrades);
+	out->exec_carried = load(&exec_carried);
 	for (int e = 0; e < SMC_IB_EVENT_MAX; e++)
 		out->ib[e] = load(&ib_events[e]);
 }
@@ -275,9 +307,10 @@ static void stats_format_json(struct json_buf *jb, const struct smc_stats_snapsh
 		  SMC_STATS_KEY_POOL_PENDING, (unsigned long long)s->pool_pending,
 		  SMC_STATS_KEY_POOL_FULL, (unsigned long long)s->pool_full,
 		  SMC_STATS_KEY_HS_BACKGROUND, (unsigned long long)s->hs_background);
-	jb_printf(jb, ",\"%s\":%llu,\"%s\":%llu", SMC_STATS_KEY_DOWNGRADES,
+	jb_printf(jb, ",\"%s\":%llu,\"%s\":%llu,\"%s\":%llu", SMC_STATS_KEY_DOWNGRADES,
 		  (unsigned long long)s->downgrades, SMC_STATS_KEY_PEER_DOWNGRADES,
-		  (unsigned long long)s->peer_downgrades);
+		  (unsigned long long)s->peer_downgrades, SMC_STATS_KEY_EXEC_CARRIED,
+		  (unsigned long long)s->exec_carried);
 	jb_printf(jb, "}}\n");
 }
 

@@ -38,6 +38,9 @@ enum smc_reason {
 	SMC_REASON_PEER_DOWNGRADE,  /* the peer took it back to TCP */
 	SMC_REASON_FD_PASSED,       /* its fd went to another process over a unix socket */
 	SMC_REASON_STDIO,           /* stdio got it (fdopen, a standard stream), unseen by us */
+	/* counted: a connection carried across exec whose description the new image
+	 * refused (exec_carry.c); it is reset */
+	SMC_REASON_EXEC_STATE,
 	SMC_REASON_MAX
 };
 
@@ -78,6 +81,7 @@ struct smc_stats_snapshot {
 	uint64_t hs_background; /* server handshakes accept() left to the progress thread */
 	uint64_t downgrades;    /* upgraded connections this process took back to TCP */
 	uint64_t peer_downgrades; /* upgraded connections whose peer took them back to TCP */
+	uint64_t exec_carried;  /* upgraded connections carried into this image across exec */
 	uint64_t ib[SMC_IB_EVENT_MAX];
 };
 void stats_snapshot(struct smc_stats_snapshot *out);
@@ -92,6 +96,9 @@ void stats_count_pool_miss(bool full);
 void stats_count_hs_background(void);
 /* An upgraded connection went back to TCP mid-stream, taken by us or by the peer. */
 void stats_count_downgrade(bool by_peer);
+void stats_count_carried(void);
+/* The counts the image before an exec left (same process): added to ours. */
+void stats_add_snapshot(const struct smc_stats_snapshot *s);
 
 /* Writes the JSON summary to `path` (already %p-expanded); 0 or -1 with errno. */
 int stats_write(const char *path);

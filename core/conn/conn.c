@@ -35,7 +35,7 @@ size_t conn_iov_total(const struct iovec *iov, int iovcnt)
 
 /* ------------------------------------------------------------------ lifecycle */
 
-static struct smc_conn *conn_alloc(int fd, enum conn_side side)
+struct smc_conn *conn_alloc(int fd, enum conn_side side)
 {
 	struct smc_conn *c = calloc(1, sizeof(*c));
 

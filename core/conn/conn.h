@@ -94,6 +94,8 @@ struct smc_conn {
 	bool fork_shared;           /* another process may drive this side too (fork) */
 	unsigned fork_held;         /* the fork (number) that counted a child's holder */
 	bool fork_orphan;           /* forked child: PENDING at the fork, decided by the parent */
+	bool carried;               /* came into this image across exec (conn_carry.h) */
+	bool carry_held;            /* held for an exec that carries it (conn_carry_hold) */
 	bool side_rest_waited;      /* conn_down.c, side_rest_wait: done once */
 	bool deferred;              /* server, PENDING: negotiated on the progress thread */
 	uint8_t hs_watch;           /* enum conn_hs_watch, atomic stores */

@@ -21,6 +21,7 @@
 #include "core/base/config.h"
 #include "core/base/sandbox.h"
 #include "core/conn/conn_int.h"
+#include "core/conn/statsrv.h"
 #include "core/conn/transport.h"
 
 /* The transport's cursors (transport.h), for the rest of conn/ and readiness. A side
@@ -354,6 +355,10 @@ ssize_t conn_recv(struct smc_conn *c, const struct iovec *iov, int iovcnt, int f
 	const struct iovec *dst = (flags & MSG_TRUNC) ? NULL : iov;
 	int err = 0;
 
+	/* the old image's stats server went with it: smcpstat finds this one's from the
+	 * first call on (not from the constructor: no thread before main) */
+	if (__builtin_expect(c->carried, 0))
+		statsrv_ensure();
 	if (conn_side_went_tcp(c)) {
 		conn_side_rest_wait(c, nonblock);
 		return conn_tcp_tail(c, iov, iovcnt, 0, flags, false);
@@ -535,6 +540,8 @@ ssize_t conn_send(struct smc_conn *c, const struct iovec *iov, int iovcnt, int f
 	bool side_left = false; /* another process of our side went back to TCP (fork) */
 	int err = 0;
 
+	if (__builtin_expect(c->carried, 0))
+		statsrv_ensure(); /* as in conn_recv */
 	if (conn_side_went_tcp(c))
 		return conn_tcp_tail(c, iov, iovcnt, 0, flags, true);
 	/* urgent data has no place in the rings: the connection goes back to TCP

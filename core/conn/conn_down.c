@@ -429,7 +429,7 @@ static void down_leave_second(struct smc_conn *c, bool rest_resent)
 
 /* A lock held only for a copy is had soon; one held through a sleep in the library is
  * not, and is gone without us (an exec ends every other thread). */
-static bool lock_briefly(pthread_mutex_t *m)
+bool conn_lock_briefly(pthread_mutex_t *m)
 {
 	for (int i = 0; i < 1000; i++) {
 		if (pthread_mutex_trylock(m) == 0)
@@ -477,8 +477,8 @@ int conn_downgrade(struct smc_conn *c, enum smc_reason why, bool image_ends)
 		pthread_mutex_unlock(&c->lock);
 		return -EINVAL;
 	}
-	rx_locked = lock_briefly(&c->rx_lock);
-	tx_locked = lock_briefly(&c->tx_lock);
+	rx_locked = conn_lock_briefly(&c->rx_lock);
+	tx_locked = conn_lock_briefly(&c->tx_lock);
 	if (!image_ends && (!rx_locked || !tx_locked)) {
 		if (tx_locked)
 			pthread_mutex_unlock(&c->tx_lock);

@@ -62,6 +62,8 @@ static inline uint32_t conn_peer_wflags(struct smc_conn *c)
 }
 
 /* conn.c */
+/* A PENDING connection of fd with no resources yet (conn_new makes its doorbells). */
+struct smc_conn *conn_alloc(int fd, enum conn_side side);
 size_t conn_iov_total(const struct iovec *iov, int iovcnt);
 void conn_free(struct smc_conn *c);
 void conn_fallback_to_tcp(struct smc_conn *c, enum smc_reason why, bool counted);
@@ -102,6 +104,9 @@ ssize_t conn_tcp_tail(struct smc_conn *c, const struct iovec *iov, int iovcnt, s
 ssize_t conn_down_send(struct smc_conn *c, const struct iovec *iov, int iovcnt, size_t skip,
 		       int flags, bool nonblock, uint64_t deadline);
 bool conn_oob_tcp(struct smc_conn *c);
+/* A lock held only for a copy is had soon; one held through a sleep in the library is
+ * not: false after ~1000 tries. */
+bool conn_lock_briefly(pthread_mutex_t *m);
 
 /* conn_wait.c */
 void conn_tx_full(struct smc_conn *c);

@@ -91,9 +91,10 @@ bool conn_orphan_adopt(struct smc_conn *c)
 	return orphan_add(c, true);
 }
 
+/* Not one the exec carries into the new image (conn_carry.h): it stays open there. */
 static bool shm_unpooled(const struct smc_conn *c)
 {
-	return c->tp->orphans && !c->pool;
+	return c->tp->orphans && !c->pool && !__atomic_load_n(&c->carry_held, __ATOMIC_ACQUIRE);
 }
 
 /* Connections still open when the image ends are closed by the kernel: a FIN, which

@@ -176,6 +176,7 @@ struct conn_view {
 	enum smc_reason reason;
 	uint32_t rx_size, tx_size;
 	uint64_t bytes_sent, bytes_received;
+	bool carried;
 };
 
 struct snapshot {
@@ -214,6 +215,7 @@ static void snapshot_conn(struct smc_conn *c, void *arg)
 	v->tx_size = v->state == CONN_PENDING ? 0 : c->tx_size;
 	v->bytes_sent = __atomic_load_n(&c->bytes_sent, __ATOMIC_RELAXED);
 	v->bytes_received = __atomic_load_n(&c->bytes_received, __ATOMIC_RELAXED);
+	v->carried = c->carried;
 }
 
 /* One line of JSON for one connection. */
@@ -227,9 +229,10 @@ static void format_view(struct outbuf *b, const struct conn_view *v, long pid,
 		  stats_mode_name(v->mode), stats_reason_name(v->reason));
 	ob_address(b, "local", v->fd, false);
 	ob_address(b, "peer", v->fd, true);
-	ob_printf(b, ",\"rx_size\":%u,\"tx_size\":%u,\"bytes_sent\":%llu,\"bytes_received\":%llu}\n",
+	ob_printf(b, ",\"rx_size\":%u,\"tx_size\":%u,\"bytes_sent\":%llu,\"bytes_received\":%llu"
+		  ",\"carried\":%s}\n",
 		  v->rx_size, v->tx_size, (unsigned long long)v->bytes_sent,
-		  (unsigned long long)v->bytes_received);
+		  (unsigned long long)v->bytes_received, v->carried ? "true" : "false");
 }
 
 /* The process name (the main thread's comm), without its newline. */

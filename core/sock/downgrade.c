@@ -137,19 +137,36 @@ static bool closed_by_exec(const struct smc_conn *c)
 	return c->tp->process_bound && !fd_survives_exec(c->fd);
 }
 
-void smc_sock_before_exec(bool image_replaced, const char *path, char *const envp[])
+static void leave_for_exec(int fd)
 {
+	fd_leave_rings(fd, SMC_REASON_EXEC, true);
+}
+
+char *const *smc_sock_before_exec(unsigned how, const char *path, char *const envp[])
+{
+	bool replaced = how & SMC_EXEC_REPLACES;
+	bool runs_library = exec_image_runs_library(path, how & SMC_EXEC_SEARCH, envp);
+	bool carry = replaced && runs_library;
+	char *const *env = envp;
+
 	for (int fd = fdtab_next_tracked(0); fd >= 0; fd = fdtab_next_tracked(fd + 1))
-		if (fdtab_kind(fd) == FD_SMC && fd_survives_exec(fd))
-			fd_leave_rings(fd, SMC_REASON_EXEC, true);
-	exec_listeners_withdraw(path, envp);
-	if (image_replaced) {
+		if (fdtab_kind(fd) == FD_SMC && fd_survives_exec(fd) &&
+		    !(carry && exec_carry_candidate(fd)))
+			leave_for_exec(fd);
+	exec_listeners_withdraw(runs_library);
+	if (replaced) {
+		/* before the re-sends are finished: a connection it cannot carry leaves */
+		if (carry)
+			exec_carry_hold_all(leave_for_exec);
 		conn_orphans_settle(CONN_ORPHAN_END_IDLE_NS, false);
 		smc_sock_finish_resends();
 		smc_sock_drain_rdma(closed_by_exec);
 		/* at exit() it would be too late: the image is gone, atexit handlers too */
 		stats_before_exec();
+		if (carry)
+			env = exec_carry_finish(envp, leave_for_exec);
 	}
+	return env;
 }
 
 /* How long a fork waits in all for the handshakes still running to end by themselves

@@ -27,7 +27,6 @@
  * the connection when no CLC answer comes (docs/design.md, "Listeners across exec").
  */
 #include <arpa/inet.h>
-#include <dlfcn.h>
 #include <fcntl.h>
 #include <netinet/in.h>
 #include <stdio.h>
@@ -71,39 +70,6 @@ static void withdraw_all(bool withdraw)
 }
 
 /*
- * Whether the program an exec starts will load this library: its environment's
- * LD_PRELOAD names our file (entries split at spaces and colons, as ld.so does), and
- * the file it runs is not set-user-ID or set-group-ID (ld.so then ignores a preload
- * named by a path). Unknown counts as no: the cost of a wrong no is TCP, of a wrong yes
- * a client waiting for a handshake nobody answers.
- */
-static bool new_image_loads_library(const char *path, char *const envp[])
-{
-	struct stat self, st;
-	const char *v = NULL;
-	char *list, *save = NULL;
-	bool found = false;
-	Dl_info info;
-
-	/* this library's file (an exec is rare: looked up each time) */
-	if (!envp || !dladdr((void *)new_image_loads_library, &info) || !info.dli_fname ||
-	    stat(info.dli_fname, &self) < 0)
-		return false;
-	for (char *const *e = envp; *e; e++)
-		if (strncmp(*e, "LD_PRELOAD=", 11) == 0)
-			v = *e + 11;
-	if (!v || !(list = strdup(v)))
-		return false;
-	for (char *t = strtok_r(list, " :", &save); t && !found; t = strtok_r(NULL, " :", &save))
-		found = stat(t, &st) == 0 && st.st_dev == self.st_dev && st.st_ino == self.st_ino;
-	free(list);
-	if (found && path && strchr(path, '/') && stat(path, &st) == 0 &&
-	    (st.st_mode & (S_ISUID | S_ISGID)))
-		found = false;
-	return found;
-}
-
-/*
  * On the same-host rendezvous a client offers SMC to a port whose listener's name is
  * bound, and then waits for the process that accepts to answer. A listener handed to a
  * program without the library would accept and never answer: every such client would
@@ -119,15 +85,16 @@ static void shut_names(void)
 			sock_listener_shut_name(fd);
 }
 
-void exec_listeners_withdraw(const char *path, char *const envp[])
+void exec_listeners_withdraw(bool new_image_runs_library)
 {
 	withdraw_all(true);
-	if (!new_image_loads_library(path, envp))
+	if (!new_image_runs_library)
 		shut_names();
 }
 
 void smc_sock_exec_failed(void)
 {
+	exec_carry_release();
 	withdraw_all(false);
 }
 

@@ -83,17 +83,39 @@ int smc_epoll_after_kernel(int epfd, struct epoll_event *ev, int n, int max,
 /* epoll_create*: the epoll fd itself is tracked lazily, on its first SMC registration. */
 
 
-/* Before a new program starts with our descriptors (core/sock/exec.c): image_replaced for
- * the exec family (our own image ends), false for posix_spawn, system and popen (a
- * child runs it). Every upgraded connection it inherits goes back to plain TCP. path
- * (may be NULL) and envp: the file and environment the program starts with. */
-void smc_sock_before_exec(bool image_replaced, const char *path, char *const envp[]);
-/* The exec that smc_sock_before_exec(true) prepared for failed: this image goes on with
- * its listeners as before (core/sock/exec.c). */
+/* Before a new program starts with our descriptors (core/sock/downgrade.c): how says
+ * whether the exec family replaces our image (SMC_EXEC_REPLACES; posix_spawn, system and
+ * popen run the program in a child) and whether path is searched in $PATH
+ * (SMC_EXEC_SEARCH). Every upgraded connection it inherits goes back to plain TCP, or,
+ * when the new image loads this library, is carried into it (exec_carry.c). path (may
+ * be NULL: unknown) and envp: the file and environment the program starts with.
+ * Returns the environment the exec must pass: envp, or a copy that names the carried
+ * connections. */
+#define SMC_EXEC_REPLACES 0x1u
+#define SMC_EXEC_SEARCH   0x2u
+char *const *smc_sock_before_exec(unsigned how, const char *path, char *const envp[]);
+/* The exec that smc_sock_before_exec prepared for failed: this image goes on with its
+ * listeners and carried connections as before. */
 void smc_sock_exec_failed(void);
+/* execveat's file as a path for exec_image_runs_library (buf when one is built), or
+ * NULL. */
+const char *exec_image_at(int dirfd, const char *path, int flags, char *buf, size_t len);
+/* core/sock/exec_image.c: whether the program at path (searched in $PATH when search)
+ * loads this library with environment envp. */
+bool exec_image_runs_library(const char *path, bool search, char *const envp[]);
+/* core/sock/exec_carry.c: the old image's side (candidate: ACTIVE over shared memory;
+ * hold_all: holds and records every one the new program inherits, `leave` taking
+ * the others back to TCP; finish: the description and the new environment; release:
+ * the exec failed) and the new image's (adopt, from the constructor). */
+bool exec_carry_candidate(int fd);
+void exec_carry_hold_all(void (*leave)(int fd));
+char *const *exec_carry_finish(char *const envp[], void (*leave)(int fd));
+void exec_carry_release(void);
+void exec_carry_adopt(void);
 /* core/sock/exec.c, for smc_sock_before_exec and smc_sock_before_spawn_dup: the opted-in
- * listeners a new program inherits stop answering the SMC TCP option. */
-void exec_listeners_withdraw(const char *path, char *const envp[]);
+ * listeners a new program inherits stop answering the SMC TCP option, and their names
+ * are shut when it does not load the library. */
+void exec_listeners_withdraw(bool new_image_runs_library);
 void exec_listener_spawn_dup(int fd);
 /* Listener fd goes to a program without the library: its rendezvous name stops
  * answering, for every process that holds it (rdv_listener_shut). */

@@ -256,6 +256,7 @@ void smc_sock_adopt_inherited(void)
 	DIR *d;
 	struct dirent *de;
 
+	exec_carry_adopt(); /* with SMC off too: they go back to TCP losslessly */
 	if (!smc_enabled())
 		return;
 	d = opendir("/proc/self/fd");

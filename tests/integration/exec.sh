@@ -101,6 +101,14 @@ peer_after_downgrade() {
 		"$(smc_stats "$dir" '.bytes.tcp.sent + .bytes.tcp.received')" 1
 }
 
+# carried MODE: the exec'ing side's connection goes into a new image under the library
+# on its rings (core/sock/exec_carry.c): shared memory only (an RDMA connection's QP
+# stays with the old image), and only where its region can be reopened (root here).
+carried() {
+	[ "$DATA" = shm ] && [ "$SMC_TEST_EXPECT" = shm ] && [ "$(id -u)" = 0 ] &&
+		case $1 in keep | fexecve | fork-exec) true ;; *) false ;; esac
+}
+
 # midstream LABEL EXEC-SIDE MODE [OPTIONS...]: one exec_midstream connection, the side
 # EXEC-SIDE (server or client) exec'ing in MODE.
 midstream() {
@@ -145,7 +153,12 @@ midstream() {
 		grep -q "^EXEC $side " "$out" "$(smc_server_log "server-$label")" ||
 			smc_fail "midstream $label: the $side did not exec"
 	fi
-	if [ "$mode" != none ] && [ "$mode" != fork ]; then
+	if carried "$mode"; then
+		# the connection itself: its socket, its four doorbells and its ring mapping
+		grep -Eq "^CONTINUE $side pid=[0-9]+ preloaded=yes sockets=1 eventfds=4 memfds=0 memfd_maps=1\$" \
+			"$out" "$(smc_server_log "server-$label")" ||
+			smc_fail "midstream $label: the new image did not get the connection's rings alone (CONTINUE line above)"
+	elif [ "$mode" != none ] && [ "$mode" != fork ]; then
 		grep -Eq "^CONTINUE $side pid=[0-9]+ preloaded=(yes|no) sockets=1 eventfds=0 memfds=0 memfd_maps=0\$" \
 			"$out" "$(smc_server_log "server-$label")" ||
 			smc_fail "midstream $label: the new image got more than the connection across the exec (CONTINUE line above)"
@@ -155,14 +168,22 @@ midstream() {
 			"$(smc_server_log "server-$label")" ||
 			smc_fail "midstream $label: the $peer holds rings after its connection closed"
 	fi
-	# a forked child goes on on the shared ring: nothing to downgrade
-	if [ "$mode" = none ] || { [ "$mode" = fork ] && [ "$DATA" = shm ]; }; then
+	# a forked child goes on on the shared ring, a new image under the library on the
+	# rings it was handed: nothing to downgrade, every byte over shared memory (the
+	# exec'ing process's counts span its images)
+	if [ "$mode" = none ] || { [ "$mode" = fork ] && [ "$DATA" = shm ]; } || carried "$mode"; then
 		expect_payload "$srv" $((2 * n)) "server ($label)"
 		expect_payload "$cli" $((2 * n)) "client ($label)"
 		for d in "$srv" "$cli"; do
-			smc_assert_eq "$label: downgrades without an exec" \
+			smc_assert_eq "$label: downgrades" \
 				"$(smc_stats "$d" '(.events.downgrades // 0) + (.events.peer_downgrades // 0)')" 0
 		done
+		if carried "$mode"; then
+			smc_assert_eq "$side ($label): events.exec_carried" \
+				"$(smc_stats "$edir" '.events.exec_carried // 0')" 1
+			smc_assert_eq "$side ($label): connections upgraded" \
+				"$(smc_stats "$edir" ".connections.$DATA")" 1
+		fi
 		return
 	fi
 	peer_after_downgrade "$peer ($label)" "$pdir"
@@ -326,15 +347,23 @@ ncat_exec() {
 			"$(smc_stats "$cli" ".connections.$DATA")" 0
 		return
 	fi
-	# every connection was upgraded, then taken back to TCP by cat's exec; or, when
-	# ncat forked its relay before the client answered the handshake, declined at the
-	# fork (fork-pending, plain TCP in client and server alike)
+	# every connection was upgraded, then carried into cat's image (which never uses
+	# it: the relay goes on on the rings), or taken back to TCP by cat's exec where it
+	# cannot be carried; or, when ncat forked its relay before the client answered the
+	# handshake, declined at the fork (fork-pending, plain TCP in client and server)
 	up=$(smc_stats "$cli" ".connections.$DATA")
 	fp=$(smc_stats "$cli" '.fallback["fork-pending"] // 0')
 	smc_assert_eq "ncat --exec: connections upgraded or fork-pending" \
 		$((up + fp)) $((${NCAT_ROUNDS:-8} * ${NCAT_CLIENTS:-5}))
-	smc_assert_eq "ncat --exec: peer downgrades seen by the clients" \
-		"$(smc_stats "$cli" '.events.peer_downgrades // 0')" "$up"
+	if carried keep; then
+		smc_assert_eq "ncat --exec: peer downgrades seen by the clients" \
+			"$(smc_stats "$cli" '.events.peer_downgrades // 0')" 0
+		smc_assert_eq "ncat --exec: connections carried into cat" \
+			"$(smc_stats "$srv" '.events.exec_carried // 0')" "$up"
+	else
+		smc_assert_eq "ncat --exec: peer downgrades seen by the clients" \
+			"$(smc_stats "$cli" '.events.peer_downgrades // 0')" "$up"
+	fi
 }
 
 if want ncat-exec; then

@@ -145,7 +145,9 @@ static void leave_for_exec(int fd)
 char *const *smc_sock_before_exec(unsigned how, const char *path, char *const envp[])
 {
 	bool replaced = how & SMC_EXEC_REPLACES;
-	bool runs_library = exec_image_runs_library(path, how & SMC_EXEC_SEARCH, envp);
+	/* a process with no socket of ours has nothing to decide (a shell's exec) */
+	bool runs_library = fdtab_next_tracked(0) >= 0 &&
+			    exec_image_runs_library(path, how & SMC_EXEC_SEARCH, envp);
 	bool carry = replaced && runs_library;
 	char *const *env = envp;
 

@@ -721,7 +721,7 @@ START_TEST(stats_json_shape)
 		 "\"ib\":{\"sent\":0,\"received\":0},\"tcp\":{\"sent\":0,\"received\":5}},"
 		 "\"events\":{\"aborts\":1,\"wakeups_sent\":2,\"rnr\":0,\"ib_wc_errors\":0,"
 		 "\"ib_link_failures\":0,\"ib_links\":0,\"ib_rdma_writes\":0,\"ib_cdc_sent\":0,"
-		 "\"ib_cons_updates\":0,\"ib_credit_waits\":0,\"shm_stream_bytes\":0,\"shm_rewinds\":0,\"shm_pooled\":0,\"pool_pending\":0,\"pool_full\":0,\"hs_background\":0,\"downgrades\":0,\"peer_downgrades\":0}}\n",
+		 "\"ib_cons_updates\":0,\"ib_credit_waits\":0,\"shm_stream_bytes\":0,\"shm_rewinds\":0,\"shm_pooled\":0,\"pool_pending\":0,\"pool_full\":0,\"hs_background\":0,\"downgrades\":0,\"peer_downgrades\":0,\"exec_carried\":0}}\n",
 		 (long)getpid());
 	ck_assert_str_eq(json, expect);
 
@@ -758,7 +758,7 @@ START_TEST(stats_names)
 		"none", "disabled", "peer-not-smc", "not-local", "handshake-failed", "declined",
 		"mem-cap", "resources", "sockopt", "peer-closed", "short-lived", "readiness",
 		"io-uring", "fd-limit", "rendezvous-taken", "fork-pending", "exec", "fork", "peer-downgrade",
-		"fd-passed", "stdio",
+		"fd-passed", "stdio", "exec-state",
 	};
 
 	for (int r = 0; r < SMC_REASON_MAX; r++)

@@ -271,34 +271,52 @@ static bool is_memfd(int fd)
 }
 
 /* A refused record: the socket is reset (its peer's bytes in the ring cannot reach the
- * program any more), and the descriptors that are what the record says are closed. */
+ * program any more), and the descriptors that are what the record says are closed;
+ * none that an adopted connection holds. */
 static void refuse(const struct conn_carry *r, const char *why)
 {
+	int32_t aux[4] = { r->rx_bell, r->tx_bell, r->peer_rx_bell, r->peer_tx_bell };
 	struct stat st;
 
 	log_warn("fd %d: the connection carried across exec is refused (%s): reset", r->fds[0], why);
-	if (r->fds[0] > STDERR_FILENO && fstat(r->fds[0], &st) == 0 && S_ISSOCK(st.st_mode))
+	if (r->fds[0] > STDERR_FILENO && fdtab_kind(r->fds[0]) == FD_NONE &&
+	    fstat(r->fds[0], &st) == 0 && S_ISSOCK(st.st_mode))
 		conn_tcp_reset(r->fds[0]);
-	int32_t aux[4] = { r->rx_bell, r->tx_bell, r->peer_rx_bell, r->peer_tx_bell };
 	for (int i = 0; i < 4; i++) {
 		char path[64], link[64];
 		ssize_t n;
 
+		if (aux[i] <= STDERR_FILENO || fdtab_kind(aux[i]) != FD_NONE)
+			continue;
 		snprintf(path, sizeof(path), "/proc/self/fd/%d", aux[i]);
 		n = readlink(path, link, sizeof(link) - 1);
 		if (n > 0 && (link[n] = '\0', strcmp(link, "anon_inode:[eventfd]") == 0))
 			REAL(close)(aux[i]);
 	}
-	if (r->memfd > STDERR_FILENO && is_memfd(r->memfd))
+	if (r->memfd > STDERR_FILENO && fdtab_kind(r->memfd) == FD_NONE && is_memfd(r->memfd))
 		REAL(close)(r->memfd);
 	stats_conn(SMC_MODE_TCP, SMC_REASON_EXEC_STATE);
 	stats_count_abort();
 }
 
+/* No descriptor of r is taken by an earlier record already. */
+static bool fds_untaken(const struct conn_carry *r)
+{
+	int32_t bells[4] = { r->rx_bell, r->tx_bell, r->peer_rx_bell, r->peer_tx_bell };
+
+	for (int i = 0; i < CONN_CARRY_FDS && r->fds[i] >= 0; i++)
+		if (fdtab_kind(r->fds[i]) != FD_NONE)
+			return false;
+	for (int i = 0; i < 4; i++)
+		if (bells[i] < 0 || fdtab_kind(bells[i]) != FD_NONE)
+			return false;
+	return r->memfd >= 0 && fdtab_kind(r->memfd) == FD_NONE;
+}
+
 static void adopt(const struct conn_carry *r)
 {
-	const char *why = NULL;
-	struct smc_conn *c = conn_carry_in(r, &why);
+	const char *why = "a descriptor is named by another record";
+	struct smc_conn *c = fds_untaken(r) ? conn_carry_in(r, &why) : NULL;
 
 	if (!c) {
 		refuse(r, why);

@@ -117,8 +117,10 @@
 #define SMC_STATS_REASON_FD_LIMIT      "fd-limit"         /* descriptors near RLIMIT_NOFILE */
 #define SMC_STATS_REASON_RDV_TAKEN     "rendezvous-taken" /* another user holds the connection's rendezvous name */
 #define SMC_STATS_REASON_FORK_PENDING  "fork-pending"     /* fork() while its handshake was still running */
-/* Reasons of a connection taken back to TCP after its upgrade (smcpstat; never in
- * "fallback": the connection counts as upgraded). */
+/* Reasons of a connection taken back to TCP after its upgrade (smcpstat; not in
+ * "fallback": the connection counts as upgraded). exec, fd-passed and stdio are
+ * counted in "fallback" for a connection whose handshake was still running at that
+ * moment: it was decided as plain TCP. */
 #define SMC_STATS_REASON_EXEC          "exec"             /* its fd went into a new program */
 #define SMC_STATS_REASON_FORK          "fork"             /* an RDMA connection a forked child inherits */
 #define SMC_STATS_REASON_PEER_DOWNGRADE "peer-downgrade" /* the peer took it back to TCP */

@@ -32,7 +32,9 @@ enum smc_reason {
 	SMC_REASON_RDV_TAKEN,       /* the connection's rendezvous name is held by another user */
 	SMC_REASON_FORK_PENDING,    /* fork() while its handshake was still running */
 	/* an upgraded connection taken back to TCP (conn_downgrade): the reason is the
-	 * connection's own (smcpstat), not counted in "fallback" (it was upgraded) */
+	 * connection's own (smcpstat), not counted in "fallback" (it was upgraded); EXEC,
+	 * FD_PASSED and STDIO are counted there for a connection still negotiating at that
+	 * moment, decided as TCP (downgrade.c, fd_leave_rings) */
 	SMC_REASON_EXEC,            /* its fd went into a new program (exec, posix_spawn) */
 	SMC_REASON_FORK,            /* an RDMA connection a forked child inherits */
 	SMC_REASON_PEER_DOWNGRADE,  /* the peer took it back to TCP */

@@ -10,6 +10,7 @@
 #include <fcntl.h>
 #include <limits.h>
 #include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/socket.h>
@@ -121,13 +122,17 @@ static bool is_eventfd(int fd)
 	return strcmp(link, "anon_inode:[eventfd]") == 0;
 }
 
-/* A connected TCP socket; *ino: its inode. */
+/* A TCP socket that is not listening: connected, or closed since (the peer's close and
+ * ours may both have come before the new image: its reads see the end of the stream
+ * then, or what the peer left in the ring first); *ino: its inode. */
 static bool is_tcp_socket(int fd, ino_t *ino)
 {
 	struct sockaddr_storage ss;
 	socklen_t len = sizeof(ss);
-	int type = 0, proto = 0;
+	int type = 0, proto = 0, listening = 1;
 	socklen_t ol = sizeof(int);
+	struct tcp_info ti;
+	socklen_t tl = sizeof(ti);
 	struct stat st;
 
 	if (fstat(fd, &st) < 0 || !S_ISSOCK(st.st_mode))
@@ -138,7 +143,12 @@ static bool is_tcp_socket(int fd, ino_t *ino)
 	ol = sizeof(int);
 	if (REAL(getsockopt)(fd, SOL_SOCKET, SO_PROTOCOL, &proto, &ol) < 0 || proto != IPPROTO_TCP)
 		return false;
-	return REAL(getpeername)(fd, (struct sockaddr *)&ss, &len) == 0;
+	ol = sizeof(int);
+	if (REAL(getsockopt)(fd, SOL_SOCKET, SO_ACCEPTCONN, &listening, &ol) < 0 || listening)
+		return false;
+	if (REAL(getpeername)(fd, (struct sockaddr *)&ss, &len) == 0)
+		return true;
+	return REAL(getsockopt)(fd, IPPROTO_TCP, TCP_INFO, &ti, &tl) == 0 && ti.tcpi_state == TCP_CLOSE;
 }
 
 /* Every descriptor the record names: distinct and of its kind. */
@@ -151,7 +161,7 @@ static const char *check_fds(const struct conn_carry *in, int *nfds)
 		ino_t ino;
 
 		if (in->fds[i] <= STDERR_FILENO || !is_tcp_socket(in->fds[i], &ino))
-			return "a descriptor is not a connected TCP socket";
+			return "a descriptor is not a TCP connection";
 		if (i == 0)
 			ino0 = ino;
 		else if (ino != ino0)

@@ -544,6 +544,11 @@ ssize_t conn_send(struct smc_conn *c, const struct iovec *iov, int iovcnt, int f
 		statsrv_ensure(); /* as in conn_recv */
 	if (conn_side_went_tcp(c))
 		return conn_tcp_tail(c, iov, iovcnt, 0, flags, true);
+	/* another process of our side (fork) shut the stream for writing: one socket, one
+	 * shutdown, as TCP has it (EPIPE) */
+	if (c->fork_shared && !c->shut_wr &&
+	    (__atomic_load_n(&c->tx->wflags, __ATOMIC_ACQUIRE) & SHM_W_DONE_WRITING))
+		c->shut_wr = true;
 	/* urgent data has no place in the rings: the connection goes back to TCP
 	 * (conn_oob_tcp); the peer gone back already, it follows our re-send (conn_down_send) */
 	if ((flags & MSG_OOB) && !conn_peer_went_tcp(c)) {

@@ -31,6 +31,7 @@
 #include "core/conn/transport.h"
 #include "core/negotiate/hs_policy.h"
 #include "core/negotiate/progress.h"
+#include "core/readiness/epoll.h"
 #include "core/shm/pool.h"
 #include "core/sock/sock.h"
 
@@ -137,9 +138,20 @@ static bool closed_by_exec(const struct smc_conn *c)
 	return c->tp->process_bound && !fd_survives_exec(c->fd);
 }
 
+/* An epoll set the new program inherits must hold the socket itself, as without the
+ * library, not the emulation's entries: the registrations of a connection that went
+ * back to TCP move there now, not at the old image's next epoll_wait, which never
+ * comes. */
 static void leave_for_exec(int fd)
 {
+	struct smc_conn *c;
+
 	fd_leave_rings(fd, SMC_REASON_EXEC, true);
+	if (!exec_epoll_inherited() || !(c = conn_from_fd(fd)))
+		return;
+	if (__atomic_load_n(&c->state, __ATOMIC_ACQUIRE) == CONN_FALLBACK)
+		epoll_emul_hand_back_conn(c);
+	conn_put(c);
 }
 
 char *const *smc_sock_before_exec(unsigned how, const char *path, char *const envp[])

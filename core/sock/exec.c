@@ -92,6 +92,16 @@ void exec_listeners_withdraw(bool new_image_runs_library)
 		shut_names();
 }
 
+/* An epoll set that holds one of our connections and that the new program inherits:
+ * its kernel set holds the emulation's shadow entries, which mean nothing there. */
+bool exec_epoll_inherited(void)
+{
+	for (int fd = fdtab_next_tracked(0); fd >= 0; fd = fdtab_next_tracked(fd + 1))
+		if (fdtab_kind(fd) == FD_EPOLL && survives_exec(fd))
+			return true;
+	return false;
+}
+
 void smc_sock_exec_failed(void)
 {
 	exec_carry_release();

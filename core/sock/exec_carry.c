@@ -125,6 +125,12 @@ static bool hold_one(struct smc_conn *c)
 	memset(&rec, 0, sizeof(rec));
 	if (!surviving_fds(c, rec.fds) || !conn_carry_hold(c))
 		return false;
+	/* in an epoll set the new program inherits: the new image's emulation would not
+	 * know the registration (it goes back to TCP, the kernel's set takes the socket) */
+	if (c->regs && exec_epoll_inherited()) {
+		conn_carry_unhold(c);
+		return false;
+	}
 	memfd = conn_carry_region_fd(c);
 	if (memfd < 0) {
 		static bool told;
@@ -313,7 +319,7 @@ static bool fds_untaken(const struct conn_carry *r)
 	return r->memfd >= 0 && fdtab_kind(r->memfd) == FD_NONE;
 }
 
-static void adopt(const struct conn_carry *r)
+static void adopt(const struct conn_carry *r, bool keep)
 {
 	const char *why = "a descriptor is named by another record";
 	struct smc_conn *c = fds_untaken(r) ? conn_carry_in(r, &why) : NULL;
@@ -331,9 +337,10 @@ static void adopt(const struct conn_carry *r)
 	log_debug("fd %d: connection carried across exec (%s, sent %llu, received %llu)", c->fd,
 		  c->side == CONN_CLIENT ? "client" : "server", (unsigned long long)c->bytes_sent,
 		  (unsigned long long)c->bytes_received);
-	if (!smc_enabled())
-		/* SMC_TRANSPORT=tcp in the new program: it goes back to TCP, losslessly */
-		(void)conn_downgrade(c, SMC_REASON_DISABLED, false);
+	if (!keep)
+		/* SMC_TRANSPORT=tcp in the new program, or a Go program (the old image
+		 * judged it wrong): it goes back to TCP, losslessly */
+		(void)conn_downgrade(c, smc_enabled() ? SMC_REASON_EXEC : SMC_REASON_DISABLED, false);
 }
 
 /* The description fd names, checked: ours (sealed, this process, this layout). */
@@ -367,7 +374,7 @@ void exec_carry_adopt(void)
 	struct carry_hdr h;
 	char *end;
 	long fd;
-	bool ours;
+	bool ours, keep;
 
 	if (!v)
 		return;
@@ -386,13 +393,15 @@ void exec_carry_adopt(void)
 		return;
 	}
 	stats_add_snapshot(&h.stats);
+	/* its runtime reads and writes sockets past our wrappers */
+	keep = smc_enabled() && !exec_image_is_go("/proc/self/exe");
 	for (uint32_t i = 0; i < h.count; i++) {
 		struct conn_carry r;
 
 		if (pread((int)fd, &r, sizeof(r), (off_t)(sizeof(h) + (size_t)i * sizeof(r))) !=
 		    (ssize_t)sizeof(r))
 			break;
-		adopt(&r);
+		adopt(&r, keep);
 	}
 	REAL(close)((int)fd);
 }

@@ -10,7 +10,8 @@
  * (it has a PT_INTERP header: a static binary, most Go programs among them, has no
  * loader) by our loader (musl's would fail on this library), is of our ELF class and
  * machine (another one is "ignored" with a message), and does not run in
- * secure-execution mode (set-user-ID, set-group-ID, file
+ * secure-execution mode. A Go program built with cgo passes all that but does its
+ * socket I/O with its own system calls: it counts as not loading the library (set-user-ID, set-group-ID, file
  * capabilities: a preload named by a path is ignored then). A script runs its "#!"
  * interpreter, which the kernel follows up to four levels deep.
  */
@@ -106,13 +107,100 @@ static const char *our_interp(void)
 	return interp;
 }
 
-/* A dynamically linked ELF of our class and machine, run by our loader. */
+/* A note named "Go" in a PT_NOTE segment (the Go linker's build ID, kept by cgo's
+ * external link too). */
+static bool go_note(int fd, const Elf64_Ehdr *eh)
+{
+	for (unsigned i = 0; i < eh->e_phnum; i++) {
+		unsigned char buf[4096];
+		Elf64_Phdr ph;
+		size_t len, at = 0;
+
+		if (pread(fd, &ph, sizeof(ph), (off_t)(eh->e_phoff + (uint64_t)i * sizeof(ph))) !=
+		    (ssize_t)sizeof(ph))
+			return false;
+		if (ph.p_type != PT_NOTE)
+			continue;
+		len = ph.p_filesz < sizeof(buf) ? ph.p_filesz : sizeof(buf);
+		if (pread(fd, buf, len, (off_t)ph.p_offset) != (ssize_t)len)
+			continue;
+		while (at + sizeof(Elf64_Nhdr) <= len) {
+			Elf64_Nhdr nh;
+			size_t name_at = at + sizeof(nh);
+
+			memcpy(&nh, buf + at, sizeof(nh));
+			if (nh.n_namesz == 3 && name_at + 3 <= len && memcmp(buf + name_at, "Go", 3) == 0)
+				return true;
+			at = name_at + ((nh.n_namesz + 3u) & ~3u) + ((nh.n_descsz + 3u) & ~3u);
+		}
+	}
+	return false;
+}
+
+/* A section named .go.buildinfo or .note.go.buildid (when section headers are there). */
+static bool go_section(int fd, const Elf64_Ehdr *eh)
+{
+	char *names;
+	Elf64_Shdr strs;
+	size_t len;
+	bool found = false;
+
+	if (eh->e_shoff == 0 || eh->e_shentsize != sizeof(Elf64_Shdr) || eh->e_shnum == 0 ||
+	    eh->e_shnum > 4096 || eh->e_shstrndx >= eh->e_shnum ||
+	    pread(fd, &strs, sizeof(strs), (off_t)(eh->e_shoff + (uint64_t)eh->e_shstrndx *
+						     sizeof(strs))) != (ssize_t)sizeof(strs))
+		return false;
+	len = strs.sh_size < 65536 ? strs.sh_size : 65536;
+	names = malloc(len + 1);
+	if (!names)
+		return false;
+	if (pread(fd, names, len, (off_t)strs.sh_offset) != (ssize_t)len) {
+		free(names);
+		return false;
+	}
+	names[len] = '\0';
+	for (unsigned i = 0; i < eh->e_shnum && !found; i++) {
+		Elf64_Shdr sh;
+		const char *name;
+
+		if (pread(fd, &sh, sizeof(sh), (off_t)(eh->e_shoff + (uint64_t)i * sizeof(sh))) !=
+		    (ssize_t)sizeof(sh))
+			break;
+		if (sh.sh_name >= len)
+			continue;
+		name = names + sh.sh_name;
+		found = !strcmp(name, ".go.buildinfo") || !strcmp(name, ".note.go.buildid");
+	}
+	free(names);
+	return found;
+}
+
+/* A dynamically linked ELF of our class and machine, run by our loader, and not a Go
+ * program: one built with cgo loads the library, but its runtime reads and writes
+ * sockets with its own system calls, past every wrapper. */
 static bool elf_loads_preload(int fd, const Elf64_Ehdr *eh)
 {
 	char interp[PATH_MAX];
 	const char *ours = our_interp();
 
-	return ours[0] && elf_interp(fd, eh, interp, sizeof(interp)) && strcmp(interp, ours) == 0;
+	return ours[0] && elf_interp(fd, eh, interp, sizeof(interp)) && strcmp(interp, ours) == 0 &&
+	       !go_note(fd, eh) && !go_section(fd, eh);
+}
+
+bool exec_image_is_go(const char *path)
+{
+	char head[256];
+	Elf64_Ehdr eh;
+	int fd;
+	bool go;
+
+	if (!read_ehdr(path, &eh, head, sizeof(head), &fd))
+		return false;
+	go = memcmp(eh.e_ident, ELFMAG, SELFMAG) == 0 && eh.e_ident[EI_CLASS] == ELFCLASS64 &&
+	     eh.e_phentsize == sizeof(Elf64_Phdr) && eh.e_phnum <= 512 &&
+	     (go_note(fd, &eh) || go_section(fd, &eh));
+	close(fd);
+	return go;
 }
 
 /* Secure execution: ld.so then ignores a preload named by a path. The kernel asks for

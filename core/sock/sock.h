@@ -103,6 +103,8 @@ const char *exec_image_at(int dirfd, const char *path, int flags, char *buf, siz
 /* core/sock/exec_image.c: whether the program at path (searched in $PATH when search)
  * loads this library with environment envp. */
 bool exec_image_runs_library(const char *path, bool search, char *const envp[]);
+/* Whether the ELF at path is a Go program (its runtime bypasses the C library). */
+bool exec_image_is_go(const char *path);
 /* core/sock/exec_carry.c: the old image's side (candidate: ACTIVE over shared memory;
  * hold_all: holds and records every one the new program inherits, `leave` taking
  * the others back to TCP; finish: the description and the new environment; release:
@@ -116,6 +118,8 @@ void exec_carry_adopt(void);
  * listeners a new program inherits stop answering the SMC TCP option, and their names
  * are shut when it does not load the library. */
 void exec_listeners_withdraw(bool new_image_runs_library);
+/* Whether an epoll set with one of our connections in it survives the exec. */
+bool exec_epoll_inherited(void);
 void exec_listener_spawn_dup(int fd);
 /* Listener fd goes to a program without the library: its rendezvous name stops
  * answering, for every process that holds it (rdv_listener_shut). */

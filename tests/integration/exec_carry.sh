@@ -24,6 +24,9 @@
 # descriptor, are ignored and the connection goes on. The variable is gone from the
 # new image's environment in every case.
 #
+# corners: an epoll set inherited with the connection, and a connection finished both
+# ways before the new image first touches it (below).
+#
 # The cases that carry need /proc/self/map_files (root); as another user the
 # connections go back to TCP before the exec (exec.sh), which is checked here too.
 [ -n "${BASH_VERSION:-}" ] || exec bash "$0" "$@"
@@ -222,6 +225,46 @@ while True:
 	smc_assert_eq "forge: connections the server saw closed" "$eofs" 2
 }
 
+# ------------------------------------------------------------------ corners
+# tests/progs/exec_cases.py: what the new image sees must be what TCP shows.
+#  epoll: the connection is registered in an epoll set that the new image inherits and
+#    waits on: the set must report the client's line (the emulation's entries mean
+#    nothing to the new image: such a connection goes back to TCP, and the set gets
+#    the socket);
+#  done: the connection is finished both ways (read to EOF, answered, shut down and
+#    closed by the parent, closed by the client) before a forked child's exec'd image
+#    first touches it: its recv sees EOF, its send EPIPE, nothing is refused or reset.
+corners() {
+	local prog=$top_srcdir/tests/progs/exec_cases.py dir out what want
+	smc_free_port port
+	dir=$(smc_stats_dir epoll)
+	smc_start_server epoll "$dir" timeout 30 python3 "$prog" epoll-server "$port"
+	smc_wait_log epoll '^listening'
+	out=$(SMC_CMD_TIMEOUT=30 smc_run "$dir" python3 "$prog" epoll-client "$port" 2>&1)
+	smc_wait_server_exit epoll 30
+	smc_log "epoll: $out"
+	[ "$out" = "CLIENT got b'ECHO hello\n'" ] ||
+		smc_fail "epoll: the new image's inherited epoll set did not report the connection ($(cat "$(smc_server_log epoll)"))"
+	smc_assert_eq "epoll: aborts" "$(smc_stats "$dir" '.events.aborts')" 0
+	for what in recv send; do
+		smc_free_port port
+		dir=$(smc_stats_dir "done-$what")
+		smc_start_server "done-$what" "$dir" timeout 30 python3 "$prog" done-server "$port" \
+			"$SMC_TMP/done-$what.out" "$what"
+		smc_wait_log "done-$what" '^listening'
+		out=$(SMC_CMD_TIMEOUT=30 smc_run "$dir" python3 "$prog" done-client "$port" 2>&1)
+		smc_wait_server_exit "done-$what" 30
+		want="recv b''"
+		[ "$what" = send ] && want="error BrokenPipeError"
+		smc_log "done-$what: $out; the child's image: $(cat "$SMC_TMP/done-$what.out")"
+		smc_assert_eq "done-$what: the child's image saw" "$(cat "$SMC_TMP/done-$what.out")" "$want"
+		smc_assert_eq "done-$what: refused carried connections" \
+			"$(smc_stats "$dir" '.fallback["exec-state"] // 0')" 0
+		smc_assert_eq "done-$what: aborts" "$(smc_stats "$dir" '.events.aborts')" 0
+	done
+}
+
 activate
 forge
+corners
 smc_pass

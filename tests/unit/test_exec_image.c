@@ -122,6 +122,46 @@ START_TEST(another_loader)
 }
 END_TEST
 
+/* /bin/true patched at `from` (len bytes) into `to`, written as name. */
+static void patched_true(const char *name, const void *from, const void *to, size_t len)
+{
+	FILE *f = fopen("/bin/true", "rb");
+	static char buf[1 << 20];
+	size_t n;
+	char *at;
+	int fd;
+
+	ck_assert_ptr_nonnull(f);
+	n = fread(buf, 1, sizeof(buf), f);
+	fclose(f);
+	at = memmem(buf, n, from, len);
+	ck_assert_ptr_nonnull(at);
+	memcpy(at, to, len);
+	fd = open(in_dir(name), O_WRONLY | O_CREAT | O_TRUNC, 0755);
+	ck_assert_int_ge(fd, 0);
+	ck_assert_int_eq(write(fd, buf, n), (ssize_t)n);
+	close(fd);
+}
+
+/* A Go program built with cgo is dynamically linked by our loader, but its runtime
+ * does socket I/O with its own system calls: known by its "Go" note or its sections. */
+START_TEST(go_programs)
+{
+	/* the GNU build-id note (namesz 4, descsz 20, type 3, "GNU") made a Go one */
+	static const unsigned char gnu[16] = { 4, 0, 0, 0, 20, 0, 0, 0, 3, 0, 0, 0, 'G', 'N', 'U', 0 };
+	static const unsigned char go[16] = { 3, 0, 0, 0, 20, 0, 0, 0, 3, 0, 0, 0, 'G', 'o', 0, 0 };
+
+	patched_true("go-note", gnu, go, sizeof(gnu));
+	ck_assert(exec_image_is_go(in_dir("go-note")));
+	ck_assert(!exec_image_runs_library(in_dir("go-note"), false, env_us));
+	patched_true("go-section", ".note.gnu.build-id", ".note.go.buildid\0\0", 18);
+	ck_assert(exec_image_is_go(in_dir("go-section")));
+	ck_assert(!exec_image_runs_library(in_dir("go-section"), false, env_us));
+	ck_assert(!exec_image_is_go("/bin/true"));
+	ck_assert(!exec_image_is_go("/nonexistent/prog"));
+}
+END_TEST
+
 START_TEST(scripts_follow_their_interpreter)
 {
 	char text[256];
@@ -204,6 +244,7 @@ static Suite *exec_image_suite(void)
 	tcase_add_test(tc, static_program);
 	tcase_add_test(tc, foreign_class);
 	tcase_add_test(tc, another_loader);
+	tcase_add_test(tc, go_programs);
 	tcase_add_test(tc, scripts_follow_their_interpreter);
 	tcase_add_test(tc, secure_execution);
 	tcase_add_test(tc, path_search);

@@ -198,8 +198,9 @@ char *const *smc_sock_before_exec(unsigned how, const char *path, char *const en
  *    upgraded it for the peer: the peer's bytes would go into a ring nobody reads;
  *  - an RDMA one whose descriptor a new program may inherit (no FD_CLOEXEC) goes back
  *    to TCP: a child cannot use its parent's QP.
- * A client's own handshake is waited for only until FORK_SETTLE_NS: the server
- * answers it at once, or it ends in TCP at its deadline.
+ * A client's own handshake is waited for until FORK_SETTLE_NS too (the server answers
+ * in microseconds), then ended as TCP (client_decided_now; in band, where the answer
+ * comes on the stream, waited for within the handshake timeout).
  */
 void smc_sock_before_fork(void)
 {
@@ -221,6 +222,16 @@ void smc_sock_before_fork(void)
 				conn_wait_pending(c, false, left);
 			if (__atomic_load_n(&c->state, __ATOMIC_ACQUIRE) == CONN_PENDING)
 				settle_pending(c, confirm_until, SMC_REASON_FORK_PENDING);
+			/* A client's handshake still running (a loaded host delays the server's
+			 * answer): the child could never learn how it ended, and its calls on
+			 * the connection would fail. It ends as TCP now, the server told; in
+			 * band the answer comes on the stream, so it is waited for within its
+			 * own deadline. */
+			if (__atomic_load_n(&c->state, __ATOMIC_ACQUIRE) == CONN_PENDING &&
+			    !client_decided_now(c, SMC_REASON_FORK_PENDING) && c->side == CONN_CLIENT &&
+			    !c->fork_orphan &&
+			    (left = confirm_until - (int64_t)clock_now_ns()) > 0)
+				conn_wait_pending(c, false, left);
 		}
 		if (c->tp->process_bound && fd_survives_exec(fd) &&
 		    __atomic_load_n(&c->state, __ATOMIC_ACQUIRE) == CONN_ACTIVE)

@@ -10,6 +10,8 @@
 # The parent keeps its copy until the child is done (as a relay's parent may): without
 # the Decline the child's copy was an orphan, whose reads failed with ECONNRESET, while
 # the parent's thread went on to upgrade the connection for the client.
+# Then the other side: a client that forks while its server has not answered (below,
+# client-fork).
 [ -n "${BASH_VERSION:-}" ] || exec bash "$0" "$@"
 . "$(dirname -- "$0")/lib.sh"
 
@@ -109,4 +111,66 @@ smc_assert_eq "clients: shm connections (those decided before the fork)" \
 smc_assert_eq "clients: connections" \
 	"$(smc_stats "$cli" '.connections.shm + .connections.tcp')" "$ROUNDS"
 smc_assert_eq "aborts" "$(smc_stats "$cli" '.events.aborts') $(smc_stats "$srv" '.events.aborts')" "0 0"
+
+# The client forks right after connect() while the server has not answered its
+# handshake (the server is stopped: a loaded host delays it the same way): parent and
+# child each write 256 KiB. The fork ends the client's handshake as TCP, the server
+# told (fork-pending); before, the child's copy was an orphan whose writes failed with
+# ECONNRESET (fork_peek.sh's writers on a loaded CI host).
+CLIENT_FORK='
+import os, socket, sys
+s = socket.create_connection(("127.0.0.1", int(sys.argv[1])))
+pid = os.fork()
+try:
+    s.sendall((b"B" if pid == 0 else b"A") * 262144)
+except OSError as e:
+    print("write error", e, flush=True)
+    os._exit(1)
+if pid == 0:
+    os._exit(0)
+_, st = os.waitpid(pid, 0)
+s.close()
+sys.exit(0 if st == 0 else 1)
+'
+SINK='
+import socket, sys
+l = socket.socket()
+l.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+l.bind(("127.0.0.1", int(sys.argv[1])))
+l.listen(8)
+print("listening", flush=True)
+c, _ = l.accept()
+got = b""
+while True:
+    b = c.recv(65536)
+    if not b:
+        break
+    got += b
+print("got A %d B %d other %d" % (got.count(b"A"), got.count(b"B"), len(got) - got.count(b"A") - got.count(b"B")), flush=True)
+'
+srv=$(smc_stats_dir sink)
+cli=$(smc_stats_dir client-fork)
+smc_free_port port
+smc_start_server sink "$srv" python3 -c "$SINK" "$port"
+smc_wait_log sink '^listening'
+# the server's whole process group (its progress thread stops with it)
+kill -STOP -- "-${SMC_SERVER_PID[sink]}"
+_smc_cmd "$cli" python3 -c "$CLIENT_FORK" "$port"
+timeout -k 5 60 "${_smc_argv[@]}" >"$SMC_TMP/client-fork.out" 2>&1 &
+pid=$!
+sleep 1
+kill -CONT -- "-${SMC_SERVER_PID[sink]}"
+wait "$pid"
+rc=$?
+cat "$SMC_TMP/client-fork.out"
+smc_assert_eq "client-fork: client exit status" "$rc" 0
+smc_wait_server_exit sink 30
+grep -q "^got A 262144 B 262144 other 0\$" "$(smc_server_log sink)" ||
+	smc_fail "client-fork: the server did not get both writers' bytes: $(cat "$(smc_server_log sink)")"
+smc_require_stats "$cli"
+smc_log "stats client-fork: $(smc_stats_summary "$cli")"
+smc_assert_eq "client-fork: aborts" "$(smc_stats "$cli" '.events.aborts')" 0
+if [ "$SMC_TEST_EXPECT" = shm ]; then
+	smc_assert_eq "client-fork: fork-pending" "$(smc_stats "$cli" '.fallback["fork-pending"] // 0')" 1
+fi
 smc_pass

@@ -214,11 +214,13 @@ declare -A _smc_ports_given=()
 
 # smc_free_port VAR: sets VAR to a TCP port on which nothing listens or lingers (any
 # state) and that this test has not been given before. Ports are drawn at random in
-# 20000-49999 (below the ephemeral range) so concurrent tests rarely collide.
+# 10000-32767 (below the ephemeral range) so concurrent tests rarely collide.
 smc_free_port() {
 	local _p _i
 	for ((_i = 0; _i < 200; _i++)); do
-		_p=$((20000 + (RANDOM * 32768 + RANDOM) % 30000))
+		# a client's ephemeral port taken between this check and the server's bind()
+		# would fail that bind
+		_p=$((10000 + (RANDOM * 32768 + RANDOM) % 22768))
 		[ -n "${_smc_ports_given[$_p]:-}" ] && continue
 		if [ -z "$(ss -Htan "( sport = :$_p or dport = :$_p )" 2>/dev/null)" ]; then
 			_smc_ports_given[$_p]=1

@@ -25,6 +25,15 @@ import time
 mode, port = sys.argv[1], int(sys.argv[2])
 
 
+def read_all(s, size=65536):
+    got = b""
+    while True:
+        d = s.recv(size)
+        if not d:
+            return got
+        got += d
+
+
 def listen():
     ls = socket.socket()
     ls.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -66,13 +75,7 @@ elif mode == "epoll-client":
     time.sleep(0.5)
     s.sendall(b"hello\n")
     s.settimeout(10)
-    got = b""
-    while True:
-        d = s.recv(100)
-        if not d:
-            break
-        got += d
-    print("CLIENT got", got, flush=True)
+    print("CLIENT got", read_all(s), flush=True)
 elif mode == "done-server":
     out, what = sys.argv[3], sys.argv[4]
     c = listen()
@@ -90,13 +93,7 @@ open(sys.argv[1], 'w').write(r + '\\n')
 """
         os.execv("/bin/bash", ["bash", "-c", 'sleep 0.5; exec "$0" -c "$1" "$2" "$3"',
                                sys.executable, image, out, what])
-    n = 0
-    while True:
-        d = c.recv(65536)
-        if not d:
-            break
-        n += len(d)
-    c.sendall(b"GOT %d" % n)
+    c.sendall(b"GOT %d" % len(read_all(c)))
     c.shutdown(socket.SHUT_WR)
     c.close()
     os.waitpid(pid, 0)
@@ -104,11 +101,6 @@ elif mode == "done-client":
     s = socket.create_connection(("127.0.0.1", port))
     s.sendall(b"x" * 65536)
     s.shutdown(socket.SHUT_WR)
-    got = b""
-    while True:
-        d = s.recv(100)
-        if not d:
-            break
-        got += d
+    got = read_all(s)
     s.close()
     print("CLIENT got", got, flush=True)

@@ -64,6 +64,7 @@ TARGETS = [
     ("node_http_conn_per_request", "rps", "higher", "ratio", 1.0),
     ("haproxy_http_keepalive", "rps", "higher", "ratio", 1.0),
     ("haproxy_tcp_keepalive", "rps", "higher", "ratio", 1.0),
+    ("activate_stream", "MBps", "higher", "ratio", 1.0),
     # more busy processes than CPUs (bench/run --load)
     ("redis_oversub_4c_2s", "rps", "higher", "ratio", 1.0),
 ]

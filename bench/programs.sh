@@ -310,3 +310,38 @@ wl_haproxy() {
 		done
 	done
 }
+
+# systemd-socket-activate --accept forks and execs a new program for each connection,
+# with the connection on fd 3 (socat reading it to /dev/null): under the library the
+# connection is carried into that program over shared memory (events.exec_carried; as
+# another user than root it goes back to TCP at the exec). A socat client streams
+# ACTIVATE_BYTES of zeros, timed from connect to the end of its write.
+wl_activate() {
+	local r mode sdir port spid t0 t1 mbps
+	command -v systemd-socket-activate >/dev/null ||
+		{ log "activate: systemd-socket-activate not installed"; return; }
+	for ((r = 1; r <= ROUNDS; r++)); do
+		for mode in $(modes_for_round "$r"); do
+			sdir=$(new_sdir activate "$mode" "$r")
+			port=$(free_port)
+			start_server "$mode" "$sdir" "$LOGS/activate-server-$mode-$r.log" -- -- \
+				systemd-socket-activate -l "127.0.0.1:$port" -a -E LD_PRELOAD \
+				-E SMC_STATS_FILE socat -b 262144 -u FD:3 /dev/null
+			spid=$SERVER_PID
+			mbps=
+			if wait_listen "$port"; then
+				t0=$(date +%s%N)
+				if run_client "$mode" "$sdir" 120 -- socat -b 262144 -u \
+					"/dev/zero,readbytes=$ACTIVATE_BYTES" "TCP:127.0.0.1:$port" \
+					>"$LOGS/activate-client-$mode-$r.log" 2>&1; then
+					t1=$(date +%s%N)
+					mbps=$(awk -v b="$ACTIVATE_BYTES" -v ns=$((t1 - t0)) \
+						'BEGIN { printf "%.0f", b / (ns / 1000) }')
+				fi
+			fi
+			sleep 0.5 # the exec'd socat writes its stats as it exits
+			stop_server "$spid" TERM
+			record activate_stream MBps "$mode" "$r" "$mbps" "$(check_stats "$mode" "$sdir")"
+		done
+	done
+}

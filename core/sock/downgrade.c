@@ -160,7 +160,7 @@ char *const *smc_sock_before_exec(unsigned how, const char *path, char *const en
 	/* a process with no socket of ours has nothing to decide (a shell's exec) */
 	bool runs_library = fdtab_next_tracked(0) >= 0 &&
 			    exec_image_runs_library(path, how & SMC_EXEC_SEARCH, envp);
-	bool carry = replaced && runs_library;
+	bool carry = replaced && runs_library && exec_carry_possible();
 	char *const *env = envp;
 
 	for (int fd = fdtab_next_tracked(0); fd >= 0; fd = fdtab_next_tracked(fd + 1))

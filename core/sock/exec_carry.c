@@ -22,6 +22,7 @@
  * CAP_SYS_ADMIN: a process without them takes its connections to TCP).
  */
 #include <errno.h>
+#include <pthread.h>
 #include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -50,6 +51,29 @@ static struct {
 	int state_fd;
 	char **env, *var; /* the new environment, and its entry that names state_fd */
 } held = { .state_fd = -1 };
+
+/* The process whose memory this image is: set at load and in a fork's child. A child
+ * made by clone(CLONE_VM) without a thread shares our memory, locks and connections
+ * with its parent, which goes on using them after the child's exec: it carries nothing
+ * (a raw clone without CLONE_VM runs no pthread_atfork handler either, and only loses
+ * the carry). */
+static pid_t image_pid;
+static pthread_once_t image_once = PTHREAD_ONCE_INIT;
+
+static void image_forked(void)
+{
+	image_pid = getpid();
+}
+
+static void image_track(void)
+{
+	(void)pthread_atfork(NULL, NULL, image_forked);
+}
+
+bool exec_carry_possible(void)
+{
+	return image_pid == getpid();
+}
 
 static void set_cloexec(int fd, bool on)
 {
@@ -376,6 +400,8 @@ void exec_carry_adopt(void)
 	long fd;
 	bool ours, keep;
 
+	image_pid = getpid();
+	pthread_once(&image_once, image_track);
 	if (!v)
 		return;
 	fd = strtol(v, &end, 10);

@@ -109,6 +109,7 @@ bool exec_image_is_go(const char *path);
  * hold_all: holds and records every one the new program inherits, `leave` taking
  * the others back to TCP; finish: the description and the new environment; release:
  * the exec failed) and the new image's (adopt, from the constructor). */
+bool exec_carry_possible(void);
 bool exec_carry_candidate(int fd);
 void exec_carry_hold_all(void (*leave)(int fd));
 char *const *exec_carry_finish(char *const envp[], void (*leave)(int fd));

@@ -33,12 +33,14 @@
 . "$(dirname -- "${BASH_SOURCE[0]}")/lib.sh"
 
 : "${SMC_EXEC_FORGE:=$top_builddir/tests/progs/exec_forge}"
+: "${SMC_CLONE_VM_EXEC:=$top_builddir/tests/progs/clone_vm_exec}"
 SESSIONS=${EXEC_CARRY_SESSIONS:-10}
 BYTES=4194304
 
 smc_init
 smc_require_cmd python3 pgrep
 smc_require_built "$SMC_EXEC_FORGE"
+smc_require_built "$SMC_CLONE_VM_EXEC"
 
 cat >"$SMC_TMP/serve_fd3.py" <<'EOF'
 # The connection systemd-socket-activate --accept passed on fd 3: read to EOF, then
@@ -233,7 +235,10 @@ while True:
 #    the socket);
 #  done: the connection is finished both ways (read to EOF, answered, shut down and
 #    closed by the parent, closed by the client) before a forked child's exec'd image
-#    first touches it: its recv sees EOF, its send EPIPE, nothing is refused or reset.
+#    first touches it: its recv sees EOF, its send EPIPE, nothing is refused or reset;
+#  clone-vm (tests/progs/clone_vm_exec): a child made by clone(CLONE_VM | CLONE_VFORK)
+#    execs /bin/true with the connection inherited; the parent, whose memory the child
+#    shared, goes on using the connection (the carry held its locks for ever before).
 corners() {
 	local prog=$top_srcdir/tests/progs/exec_cases.py dir out what want
 	smc_free_port port
@@ -262,6 +267,18 @@ corners() {
 			"$(smc_stats "$dir" '.fallback["exec-state"] // 0')" 0
 		smc_assert_eq "done-$what: aborts" "$(smc_stats "$dir" '.events.aborts')" 0
 	done
+	# a child sharing the client's memory (clone(CLONE_VM | CLONE_VFORK)) execs with the
+	# connection inherited: nothing is carried out of that memory, the parent goes on
+	smc_free_port port
+	dir=$(smc_stats_dir clone-vm)
+	smc_start_server clone-vm "$dir" timeout 30 python3 "$prog" echo-server "$port"
+	smc_wait_log clone-vm '^listening'
+	out=$(SMC_CMD_TIMEOUT=20 smc_run "$dir" "$SMC_CLONE_VM_EXEC" "$port" 2>&1)
+	smc_wait_server_exit clone-vm 30
+	smc_log "clone-vm: $out"
+	smc_assert_eq "clone-vm: the parent after its child's exec" "$out" OK
+	smc_assert_eq "clone-vm: aborts" "$(smc_stats "$dir" '.events.aborts')" 0
+	smc_assert_eq "clone-vm: connections carried" "$(smc_stats "$dir" '.events.exec_carried // 0')" 0
 }
 
 activate

@@ -37,10 +37,11 @@
  *
  *   smc_fork orphan
  *     A connection whose handshake cannot end before the fork (its listener, in this
- *     process, accepts only after): staged bytes, then a fork. The child's send and
- *     recv on it fail (ECONNRESET) instead of staging bytes nobody sends or waiting for
- *     a decision it cannot see, and its close sends nothing; after the child, the
- *     parent accepts and the server end reads the parent's bytes exactly once.
+ *     process, accepts only after): staged bytes, then a fork. The fork ends the
+ *     handshake as TCP (fork-pending): the child's send goes out after the parent's
+ *     staged bytes, as over TCP, its poll reports it writable at once, and its close
+ *     leaves the connection to the parent; after the child, the parent accepts and the
+ *     server end reads the parent's bytes exactly once, then the child's.
  *
  *   smc_fork sink PORT
  *     Accepts every connection, sends it one byte and reads it to its end (a thread
@@ -787,7 +788,7 @@ static int sink(uint16_t port)
 static int orphan(void)
 {
 	static const char staged[] = "staged by the parent before the fork";
-	char buf[256], b;
+	char buf[256];
 	uint16_t port;
 	int lfd = listen_any(0, &port), c, s, st, n = 0;
 	pid_t child;
@@ -804,15 +805,13 @@ static int orphan(void)
 	if (child < 0)
 		return 1;
 	if (child == 0) {
-		struct pollfd p = { .fd = c, .events = POLLIN };
+		struct pollfd p = { .fd = c, .events = POLLOUT };
 
 		alarm(CHILD_ALARM_S);
-		if (send(c, "x", 1, MSG_NOSIGNAL) != -1)
-			_exit(20); /* accepted: staged where nobody sends it, or sent out of turn */
-		if (recv(c, &b, 1, 0) != -1)
-			_exit(21);
-		if (poll(&p, 1, 5000) != 1)
-			_exit(22); /* poll must not wait for a decision either */
+		if (send(c, "x", 1, MSG_NOSIGNAL) != 1)
+			_exit(20); /* refused, or staged where nobody sends it */
+		if (poll(&p, 1, 5000) != 1 || !(p.revents & POLLOUT))
+			_exit(22); /* poll must not wait for a decision */
 		close(c);
 		_exit(0);
 	}
@@ -834,9 +833,10 @@ static int orphan(void)
 		if (n == (int)sizeof(buf))
 			break;
 	}
-	if (n != (int)sizeof(staged) || memcmp(buf, staged, sizeof(staged)) != 0) {
-		fprintf(stderr, "FAIL orphan: the server end read %d bytes, not the %zu staged once\n",
-			n, sizeof(staged));
+	if (n != (int)sizeof(staged) + 1 || memcmp(buf, staged, sizeof(staged)) != 0 ||
+	    buf[sizeof(staged)] != 'x') {
+		fprintf(stderr, "FAIL orphan: the server end read %d bytes, not the %zu staged "
+			"once and the child's one\n", n, sizeof(staged));
 		return 1;
 	}
 	close(s);

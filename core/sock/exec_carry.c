@@ -147,11 +147,12 @@ static bool hold_one(struct smc_conn *c)
 	int memfd;
 
 	memset(&rec, 0, sizeof(rec));
-	if (!surviving_fds(c, rec.fds) || !conn_carry_hold(c))
+	if (!conn_carry_hold(c))
 		return false;
-	/* in an epoll set the new program inherits: the new image's emulation would not
-	 * know the registration (it goes back to TCP, the kernel's set takes the socket) */
-	if (c->regs && exec_epoll_inherited()) {
+	/* its numbers under its lock; in an epoll set the new program inherits, the new
+	 * image's emulation would not know the registration (it goes back to TCP, and the
+	 * kernel's set takes the socket) */
+	if (!surviving_fds(c, rec.fds) || (c->regs && exec_epoll_inherited())) {
 		conn_carry_unhold(c);
 		return false;
 	}

@@ -35,13 +35,6 @@
 #include "core/shm/pool.h"
 #include "core/sock/sock.h"
 
-static bool fd_survives_exec(int fd)
-{
-	int fl = REAL(fcntl)(fd, F_GETFD);
-
-	return fl >= 0 && !(fl & FD_CLOEXEC);
-}
-
 /*
  * A client handshake on the rendezvous ends here at once, as TCP: the connection leaves
  * the rings right after anyway, and waiting for the handshake could mean waiting for a
@@ -135,7 +128,7 @@ static void fd_leave_rings(int fd, enum smc_reason why, bool image_ends)
  * (FD_CLOEXEC) is closed first, as at exit, and the links drained. */
 static bool closed_by_exec(const struct smc_conn *c)
 {
-	return c->tp->process_bound && !fd_survives_exec(c->fd);
+	return c->tp->process_bound && !exec_fd_survives(c->fd);
 }
 
 /* An epoll set the new program inherits must hold the socket itself, as without the
@@ -164,7 +157,7 @@ char *const *smc_sock_before_exec(unsigned how, const char *path, char *const en
 	char *const *env = envp;
 
 	for (int fd = fdtab_next_tracked(0); fd >= 0; fd = fdtab_next_tracked(fd + 1))
-		if (fdtab_kind(fd) == FD_SMC && fd_survives_exec(fd) &&
+		if (fdtab_kind(fd) == FD_SMC && exec_fd_survives(fd) &&
 		    !(carry && exec_carry_candidate(fd)))
 			leave_for_exec(fd);
 	exec_listeners_withdraw(runs_library);
@@ -233,7 +226,7 @@ void smc_sock_before_fork(void)
 			    (left = confirm_until - (int64_t)clock_now_ns()) > 0)
 				conn_wait_pending(c, false, left);
 		}
-		if (c->tp->process_bound && fd_survives_exec(fd) &&
+		if (c->tp->process_bound && exec_fd_survives(fd) &&
 		    __atomic_load_n(&c->state, __ATOMIC_ACQUIRE) == CONN_ACTIVE)
 			fd_leave_rings(fd, SMC_REASON_FORK, false);
 		conn_put(c);

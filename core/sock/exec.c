@@ -41,7 +41,7 @@
 #include "core/negotiate/tcpopt.h"
 #include "core/sock/sock.h"
 
-static bool survives_exec(int fd)
+bool exec_fd_survives(int fd)
 {
 	int fl = REAL(fcntl)(fd, F_GETFD);
 
@@ -51,7 +51,7 @@ static bool survives_exec(int fd)
 /* An opted-in listener of ours that the new program gets. */
 static bool handed_over(int fd)
 {
-	return fdtab_kind(fd) == FD_LISTEN && sock_listener_opted_in(fd) && survives_exec(fd);
+	return fdtab_kind(fd) == FD_LISTEN && sock_listener_opted_in(fd) && exec_fd_survives(fd);
 }
 
 static void withdraw_all(bool withdraw)
@@ -81,7 +81,7 @@ static void withdraw_all(bool withdraw)
 static void shut_names(void)
 {
 	for (int fd = fdtab_next_tracked(0); fd >= 0; fd = fdtab_next_tracked(fd + 1))
-		if (fdtab_kind(fd) == FD_LISTEN && survives_exec(fd))
+		if (fdtab_kind(fd) == FD_LISTEN && exec_fd_survives(fd))
 			sock_listener_shut_name(fd);
 }
 
@@ -97,7 +97,7 @@ void exec_listeners_withdraw(bool new_image_runs_library)
 bool exec_epoll_inherited(void)
 {
 	for (int fd = fdtab_next_tracked(0); fd >= 0; fd = fdtab_next_tracked(fd + 1))
-		if (fdtab_kind(fd) == FD_EPOLL && survives_exec(fd))
+		if (fdtab_kind(fd) == FD_EPOLL && exec_fd_survives(fd))
 			return true;
 	return false;
 }

@@ -80,13 +80,6 @@ static void set_cloexec(int fd, bool on)
 	REAL(fcntl)(fd, F_SETFD, on ? FD_CLOEXEC : 0);
 }
 
-static bool fd_survives_exec(int fd)
-{
-	int fl = REAL(fcntl)(fd, F_GETFD);
-
-	return fl >= 0 && !(fl & FD_CLOEXEC);
-}
-
 bool exec_carry_candidate(int fd)
 {
 	struct smc_conn *c = conn_from_fd(fd);
@@ -122,7 +115,7 @@ static bool surviving_fds(struct smc_conn *c, int32_t *out)
 	for (int i = 0; i < CONN_CARRY_FDS; i++)
 		out[i] = -1;
 	for (int i = 0; i < n; i++) {
-		if (!fd_survives_exec(fds[i]))
+		if (!exec_fd_survives(fds[i]))
 			continue;
 		if (fds[i] <= STDERR_FILENO || k == CONN_CARRY_FDS)
 			return false;
@@ -191,7 +184,7 @@ void exec_carry_hold_all(void (*leave)(int fd))
 	for (int fd = fdtab_next_tracked(0); fd >= 0; fd = fdtab_next_tracked(fd + 1)) {
 		struct smc_conn *c;
 
-		if (fdtab_kind(fd) != FD_SMC || !fd_survives_exec(fd) || !(c = conn_from_fd(fd)))
+		if (fdtab_kind(fd) != FD_SMC || !exec_fd_survives(fd) || !(c = conn_from_fd(fd)))
 			continue;
 		if (!already_held(c) && !hold_one(c))
 			leave(fd);

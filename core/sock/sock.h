@@ -119,6 +119,8 @@ void exec_carry_adopt(void);
  * listeners a new program inherits stop answering the SMC TCP option, and their names
  * are shut when it does not load the library. */
 void exec_listeners_withdraw(bool new_image_runs_library);
+/* Whether descriptor fd goes into the new program of an exec (no FD_CLOEXEC). */
+bool exec_fd_survives(int fd);
 /* Whether an epoll set with one of our connections in it survives the exec. */
 bool exec_epoll_inherited(void);
 void exec_listener_spawn_dup(int fd);

@@ -133,14 +133,14 @@ static bool closed_by_exec(const struct smc_conn *c)
 
 /* An epoll set the new program inherits must hold the socket itself, as without the
  * library, not the emulation's entries: the registrations of a connection that went
- * back to TCP move there now, not at the old image's next epoll_wait, which never
- * comes. */
+ * back to TCP move to the kernel's sets now, as the old image's next epoll_wait would
+ * have moved them (it may never come). */
 static void leave_for_exec(int fd)
 {
 	struct smc_conn *c;
 
 	fd_leave_rings(fd, SMC_REASON_EXEC, true);
-	if (!exec_epoll_inherited() || !(c = conn_from_fd(fd)))
+	if (!(c = conn_from_fd(fd)))
 		return;
 	if (__atomic_load_n(&c->state, __ATOMIC_ACQUIRE) == CONN_FALLBACK)
 		epoll_emul_hand_back_conn(c);

@@ -132,8 +132,9 @@ static void bells_inherited(const struct conn_carry *r, bool on)
 	set_cloexec(r->peer_tx_bell, !on);
 }
 
-/* Holds c for the exec and records it; false: c goes back to TCP instead. */
-static bool hold_one(struct smc_conn *c)
+/* Holds c for the exec and records it; false: c goes back to TCP instead. epoll_kept:
+ * an epoll set with one of our connections goes into the new program. */
+static bool hold_one(struct smc_conn *c, bool epoll_kept)
 {
 	struct conn_carry rec;
 	void *nc, *nr;
@@ -145,7 +146,7 @@ static bool hold_one(struct smc_conn *c)
 	/* its numbers under its lock; in an epoll set the new program inherits, the new
 	 * image's emulation would not know the registration (it goes back to TCP, and the
 	 * kernel's set takes the socket) */
-	if (!surviving_fds(c, rec.fds) || (c->regs && exec_epoll_inherited())) {
+	if (!surviving_fds(c, rec.fds) || (c->regs && epoll_kept)) {
 		conn_carry_unhold(c);
 		return false;
 	}
@@ -181,12 +182,14 @@ static bool hold_one(struct smc_conn *c)
 
 void exec_carry_hold_all(void (*leave)(int fd))
 {
+	bool epoll_kept = exec_epoll_inherited();
+
 	for (int fd = fdtab_next_tracked(0); fd >= 0; fd = fdtab_next_tracked(fd + 1)) {
 		struct smc_conn *c;
 
 		if (fdtab_kind(fd) != FD_SMC || !exec_fd_survives(fd) || !(c = conn_from_fd(fd)))
 			continue;
-		if (!already_held(c) && !hold_one(c))
+		if (!already_held(c) && !hold_one(c, epoll_kept))
 			leave(fd);
 		conn_put(c);
 	}

@@ -18,6 +18,7 @@
 #include <unistd.h>
 
 #include "core/base/fd_budget.h"
+#include "core/base/fdtab.h"
 #include "core/base/fdpark.h"
 #include "core/base/log.h"
 #include "core/base/real.h"
@@ -184,6 +185,26 @@ static const char *check_fds(const struct conn_carry *in, int *nfds)
 				return "a descriptor is named twice";
 	*nfds = napp;
 	return NULL;
+}
+
+static bool is_memfd(int fd)
+{
+	return REAL(fcntl)(fd, F_GET_SEALS) >= 0;
+}
+
+void conn_carry_drop(const struct conn_carry *r)
+{
+	int32_t bells[4] = { r->rx_bell, r->tx_bell, r->peer_rx_bell, r->peer_tx_bell };
+	struct stat st;
+
+	if (r->fds[0] > STDERR_FILENO && fdtab_kind(r->fds[0]) == FD_NONE &&
+	    fstat(r->fds[0], &st) == 0 && S_ISSOCK(st.st_mode))
+		conn_tcp_reset(r->fds[0]);
+	for (int i = 0; i < 4; i++)
+		if (bells[i] > STDERR_FILENO && fdtab_kind(bells[i]) == FD_NONE && is_eventfd(bells[i]))
+			REAL(close)(bells[i]);
+	if (r->memfd > STDERR_FILENO && fdtab_kind(r->memfd) == FD_NONE && is_memfd(r->memfd))
+		REAL(close)(r->memfd);
 }
 
 /* The cursors are a consistent pair for each ring, and the ones this side publishes

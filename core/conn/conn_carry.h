@@ -56,5 +56,8 @@ void conn_carry_out(struct smc_conn *c, struct conn_carry *out, int memfd);
  * table); its doorbells and region descriptor are the connection's then. NULL with
  * *why set when the record is refused: nothing of it is taken. */
 struct smc_conn *conn_carry_in(const struct conn_carry *in, const char **why);
+/* A record refused: its socket is reset, and its doorbells and region are closed where
+ * they are what it says (an eventfd, a memfd) and no connection of ours holds them. */
+void conn_carry_drop(const struct conn_carry *r);
 
 #endif

@@ -292,36 +292,12 @@ void exec_carry_release(void)
 
 /* ------------------------------------------------------------------ the new image */
 
-static bool is_memfd(int fd)
-{
-	return REAL(fcntl)(fd, F_GET_SEALS) >= 0;
-}
-
 /* A refused record: the socket is reset (its peer's bytes in the ring cannot reach the
- * program any more), and the descriptors that are what the record says are closed;
- * none that an adopted connection holds. */
+ * program any more), its other descriptors closed where they are what it says. */
 static void refuse(const struct conn_carry *r, const char *why)
 {
-	int32_t aux[4] = { r->rx_bell, r->tx_bell, r->peer_rx_bell, r->peer_tx_bell };
-	struct stat st;
-
 	log_warn("fd %d: the connection carried across exec is refused (%s): reset", r->fds[0], why);
-	if (r->fds[0] > STDERR_FILENO && fdtab_kind(r->fds[0]) == FD_NONE &&
-	    fstat(r->fds[0], &st) == 0 && S_ISSOCK(st.st_mode))
-		conn_tcp_reset(r->fds[0]);
-	for (int i = 0; i < 4; i++) {
-		char path[64], link[64];
-		ssize_t n;
-
-		if (aux[i] <= STDERR_FILENO || fdtab_kind(aux[i]) != FD_NONE)
-			continue;
-		snprintf(path, sizeof(path), "/proc/self/fd/%d", aux[i]);
-		n = readlink(path, link, sizeof(link) - 1);
-		if (n > 0 && (link[n] = '\0', strcmp(link, "anon_inode:[eventfd]") == 0))
-			REAL(close)(aux[i]);
-	}
-	if (r->memfd > STDERR_FILENO && fdtab_kind(r->memfd) == FD_NONE && is_memfd(r->memfd))
-		REAL(close)(r->memfd);
+	conn_carry_drop(r);
 	stats_conn(SMC_MODE_TCP, SMC_REASON_EXEC_STATE);
 	stats_count_abort();
 }

@@ -24,13 +24,17 @@
  */
 #include "core/ib/ibv_load.h"
 
+#include <dirent.h>
 #include <dlfcn.h>
 #include <errno.h>
 #include <pthread.h>
+#include <stdint.h>
 #include <string.h>
+#include <unistd.h>
 
 #include <infiniband/verbs.h>
 
+#include "core/base/clock.h"
 #include "core/base/log.h"
 
 /* verbs.h turns these into inline helpers calling the functions of the same name */
@@ -94,17 +98,61 @@ static void ibv_open(void)
 	IBV_SYMS(IBV_RESOLVE)
 #undef IBV_RESOLVE
 	log_debug("ib: %s loaded", IBVERBS_SONAME);
-	ibv_ok = true;
+	__atomic_store_n(&ibv_ok, true, __ATOMIC_RELEASE);
 	return;
 fail:
 	memset(&ibv, 0, sizeof(ibv));
 	dlclose(h);
 }
 
+/*
+ * Whether the host has no RDMA device at all, as sysfs tells: libibverbs finds its
+ * devices under /sys/class/infiniband_verbs (one uverbsN per device, beside a file
+ * abi_version). Loading it and libnl to learn that there are none costs ~0.3 ms of a
+ * process's first SMC connection (a one-shot client's), so it is not loaded while
+ * there is none. Without sysfs (/sys/class missing) the answer is unknown: loaded.
+ */
+static bool ibv_host_has_none(void)
+{
+	DIR *d = opendir("/sys/class/infiniband_verbs");
+	struct dirent *e;
+	bool none = true;
+
+	if (!d)
+		return errno == ENOENT && access("/sys/class", F_OK) == 0;
+	while (none && (e = readdir(d)))
+		if (strncmp(e->d_name, "uverbs", 6) == 0)
+			none = false;
+	closedir(d);
+	return none;
+}
+
+/* A device added later (rdma link add) is found: the look is repeated, at most once
+ * in this interval. */
+#define IBV_NONE_RECHECK_NS (1000 * 1000 * 1000ull)
+
 bool ibv_load(void)
 {
+	static uint64_t none_until;
+	uint64_t now;
+
+	if (__atomic_load_n(&ibv_ok, __ATOMIC_ACQUIRE))
+		return true;
+	now = clock_now_ns();
+	if (now < __atomic_load_n(&none_until, __ATOMIC_RELAXED))
+		return false;
+	if (ibv_host_has_none()) {
+		__atomic_store_n(&none_until, now + IBV_NONE_RECHECK_NS, __ATOMIC_RELAXED);
+		log_debug("ib: no RDMA device in sysfs: libibverbs not loaded");
+		return false;
+	}
+	return ibv_load_always();
+}
+
+bool ibv_load_always(void)
+{
 	pthread_once(&ibv_once, ibv_open);
-	return ibv_ok;
+	return __atomic_load_n(&ibv_ok, __ATOMIC_ACQUIRE);
 }
 
 /* The wrappers: the call through the table, or FAIL with errno ENOSYS. */

@@ -5,6 +5,7 @@
 #include <stdbool.h>
 
 #include "core/base/evlib.h"
+#include "core/base/evlib_fds.h"
 #include "core/base/log.h"
 
 struct evlib evlib;
@@ -34,6 +35,8 @@ static void *evlib_sym(void *h, const char *name, bool *ok)
 
 static void evlib_open(void)
 {
+	/* a copy the program loaded is the program's: its calls are left alone */
+	void *program_copy = dlopen(LIBEVENT_CORE_SONAME, RTLD_NOW | RTLD_NOLOAD);
 	/* libevent_pthreads first: dlopen brings its libevent_core in the same local
 	 * scope, and the second dlopen finds that copy */
 	void *th = dlopen(LIBEVENT_PTHREADS_SONAME, EVLIB_DLOPEN_FLAGS);
@@ -55,8 +58,13 @@ static void evlib_open(void)
 	*(void **)&evlib.pending = evlib_sym(core, "event_pending", &ok);
 	*(void **)&evlib.set_log_callback = evlib_sym(core, "event_set_log_callback", &ok);
 	*(void **)&evlib.use_pthreads = evlib_sym(th, "evthread_use_pthreads", &ok);
-	if (ok)
-		evlib_result = 0;
+	if (!ok)
+		return;
+	if (program_copy)
+		dlclose(program_copy);
+	else
+		evlib_fds_redirect(core); /* its descriptors out of the program's numbers */
+	evlib_result = 0;
 }
 
 int evlib_load(void)

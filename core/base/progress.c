@@ -17,6 +17,7 @@
 #include <unistd.h>
 
 #include "core/base/evlib.h"
+#include "core/base/evlib_fds.h"
 #include "core/base/fd_budget.h"
 #include "core/base/fdpark.h"
 #include "core/base/fdtab.h"
@@ -78,9 +79,9 @@ struct event_base *progress_start(void)
 		evthread_use_pthreads();
 		threads_ready = true;
 	}
-	/* libevent, loaded privately, makes its fds without our wrappers: found by what
-	 * appeared meanwhile (2.1: epoll set, notification eventfd, signal pipe or
-	 * socketpair; a timerfd with a precise timer) */
+	/* without the redirection (evlib_fds.h) libevent, loaded privately, makes its fds
+	 * without our wrappers: found by what appeared meanwhile (2.1: epoll set,
+	 * notification eventfd, signal pipe or socketpair; a timerfd with a precise timer) */
 	static const struct fd_own_expect base_fds = {
 		.eventpoll = 1, .eventfd = 1, .timerfd = 1, .pipe = 2, .socket = 2,
 	};
@@ -91,14 +92,25 @@ struct event_base *progress_start(void)
 	int *fill;
 	size_t nfill;
 
-	fd_own_snapshot(&snap);
-	/* above the numbers programs pick themselves (fdpark.h) */
-	nfill = fd_low_fill(&fill);
-	smc_thread_internal = true;
-	base = event_base_new();
-	smc_thread_internal = false;
-	fd_low_unfill(fill, nfill);
-	nfds = fd_own_adopt(&snap, &base_fds, fds, base ? PROGRESS_BASE_FDS + 2 : 0);
+	if (evlib_fds_redirected()) {
+		/* its descriptors are parked as it makes them (evlib_fds.h) */
+		evlib_fds_begin();
+		smc_thread_internal = true;
+		base = event_base_new();
+		smc_thread_internal = false;
+		nfds = evlib_fds_end(fds, PROGRESS_BASE_FDS + 2);
+		for (size_t i = 0; !base && i < nfds; i++)
+			fd_own_forget(fds[i]); /* a failed start closed them */
+	} else {
+		fd_own_snapshot(&snap);
+		/* above the numbers programs pick themselves (fdpark.h) */
+		nfill = fd_low_fill(&fill);
+		smc_thread_internal = true;
+		base = event_base_new();
+		smc_thread_internal = false;
+		fd_low_unfill(fill, nfill);
+		nfds = fd_own_adopt(&snap, &base_fds, fds, base ? PROGRESS_BASE_FDS + 2 : 0);
+	}
 	if (!base)
 		goto out;
 	fd_budget_take(PROGRESS_BASE_FDS);

@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: GPL-2.0-only OR BSD-2-Clause */
 /*
- * Process-level wrappers (fork, vfork, clone, daemon, prctl) and the library constructor.
+ * Process-level wrappers (fork, vfork, clone, daemon, prctl, chroot) and the library
+ * constructor.
  */
 #include "preload/wrap.h"
 #include "core/base/sandbox.h"
@@ -137,8 +138,17 @@ SMC_EXPORT int prctl(int option, ...)
 	for (int i = 0; i < 4; i++)
 		a[i] = va_arg(ap, unsigned long);
 	va_end(ap);
+	if (option == PR_SET_SECCOMP)
+		KEEP_ERRNO(smc_before_confinement());
 	r = CALL_REAL(prctl, option, a[0], a[1], a[2], a[3]);
 	if (r == 0 && option == PR_SET_SECCOMP)
 		KEEP_ERRNO(sandbox_entered());
 	return r;
+}
+
+/* What the library loads on first need must be loaded before the root changes. */
+SMC_EXPORT int chroot(const char *path)
+{
+	KEEP_ERRNO(smc_before_confinement());
+	return REAL(chroot)(path);
 }

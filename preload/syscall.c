@@ -394,6 +394,10 @@ SMC_EXPORT long syscall(long nr, ...)
 	long ret = route(nr, a, &routed);
 	if (routed)
 		return ret;
+	if ((nr == SYS_seccomp && (a[0] == SECCOMP_SET_MODE_STRICT ||
+				   a[0] == SECCOMP_SET_MODE_FILTER)) ||
+	    (nr == SYS_prctl && a[0] == PR_SET_SECCOMP) || nr == SYS_chroot)
+		KEEP_ERRNO(smc_before_confinement());
 	ret = CALL_REAL(syscall, nr, a[0], a[1], a[2], a[3], a[4], a[5]);
 	if (nr == SYS_io_uring_setup && ret >= 0)
 		KEEP_ERRNO(io_uring_note_setup());

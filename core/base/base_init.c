@@ -7,9 +7,7 @@
 
 #include "core/base/clock.h"
 #include "core/base/config.h"
-#include "core/base/fdpark.h"
 #include "core/base/log.h"
-#include "core/base/progress.h"
 #include "core/base/real.h"
 #include "core/base/stats.h"
 
@@ -21,8 +19,6 @@ static void base_run(void)
 	(void)clock_resolve(); /* before any deadline, and outside any signal handler */
 	config_load(NULL);
 	log_init();
-	progress_load();
-	fd_park_prepare();
 	atexit(stats_at_exit);
 }
 

@@ -98,7 +98,8 @@ struct mmsghdr;
 	X(FILE *, popen, (const char *, const char *)) \
 	X(FILE *, fdopen, (int, const char *)) \
 	X(long, syscall, (long, ...)) \
-	X(int, prctl, (int, ...))
+	X(int, prctl, (int, ...)) \
+	X(int, chroot, (const char *))
 
 #define SMC_REAL_DECLARE(ret, name, args) ret (*name) args;
 struct smc_real {

@@ -119,6 +119,12 @@ void smc_clone_child(void)
 	fork_child();
 }
 
+void smc_before_confinement(void)
+{
+	if (smc_enabled())
+		progress_load();
+}
+
 bool smc_enabled(void)
 {
 	smc_init();

@@ -33,7 +33,8 @@ int smc_sock_listen(int fd, int backlog);
  * image opted in for the SMC option (the kernel keeps the opt-in, our table starts
  * empty): their clients propose in band, and those bytes must not reach the
  * application (preload/process.c calls it from the library's constructor). The same
- * walk notes an io_uring instance among them (io_uring_watch.h). */
+ * walk notes an io_uring instance among them (io_uring_watch.h). Then grows the fd
+ * table for the library's descriptors (fd_park_prepare). */
 void smc_sock_adopt_inherited(void);
 /* After recvmsg() brought descriptors (SCM_RIGHTS): a TCP listener among them is
  * tracked as an inherited one (sock_accept.c). */

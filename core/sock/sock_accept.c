@@ -12,6 +12,7 @@
 #include <netinet/tcp.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "core/base/clock.h"
 #include "core/base/config.h"
@@ -260,21 +261,26 @@ void smc_sock_adopt_inherited(void)
 	if (!smc_enabled())
 		return;
 	d = opendir("/proc/self/fd");
-	if (!d)
-		return;
-	while ((de = readdir(d)) != NULL) {
-		char *end;
-		long fd = strtol(de->d_name, &end, 10);
+	if (d) {
+		while ((de = readdir(d)) != NULL) {
+			char *end;
+			long fd = strtol(de->d_name, &end, 10);
+			struct stat st;
 
-		if (*end || end == de->d_name || fd < 0 || fd == dirfd(d) || fd > INT32_MAX)
-			continue;
-		if (io_uring_fd_is_ring((int)fd)) {
-			io_uring_note_setup();
-			continue;
+			if (*end || end == de->d_name || fd < 0 || fd == dirfd(d) ||
+			    fd > INT32_MAX || fstat((int)fd, &st) < 0)
+				continue;
+			/* by its type first: readlink() on /proc costs more than fstat(), and
+			 * most descriptors are files, pipes or terminals */
+			if (S_ISSOCK(st.st_mode))
+				adopt_listener((int)fd, "inherited");
+			else if ((st.st_mode & S_IFMT) == 0 && io_uring_fd_is_ring((int)fd))
+				io_uring_note_setup(); /* an anonymous inode, of which io_uring's */
 		}
-		adopt_listener((int)fd, "inherited");
+		closedir(d);
 	}
-	closedir(d);
+	/* after the walk, whose cost grows with the table's size */
+	fd_park_prepare();
 }
 
 static void adopt_received(int fd, void *arg)

@@ -345,3 +345,46 @@ wl_activate() {
 		done
 	done
 }
+
+# One-shot clients: a new process per connection (redis-cli ping, as a cron job, a health
+# check or a shell script runs it), ONESHOT_N of them in a row, timed in all: the cost
+# of the library's start in each process (its load, the first connection's thread and
+# handshake, its exit) against one request. oneshot_redis_cli: both ends in the mode;
+# oneshot_plain_server: the server never preloaded, the clients preloaded in the smc
+# rows (plain TCP by design: what the library costs a client of an ordinary server).
+wl_oneshot() {
+	local r mode sdir port spid t0 t1 v smode kind
+	command -v redis-cli >/dev/null || { log "oneshot: redis-cli not installed"; return; }
+	for kind in redis_cli plain_server; do
+		for ((r = 1; r <= ROUNDS; r++)); do
+			for mode in $(modes_for_round "$r"); do
+				sdir=$(new_sdir "oneshot-$kind" "$mode" "$r")
+				port=$(free_port)
+				smode=$mode
+				[ "$kind" = plain_server ] && smode=tcp
+				start_server "$smode" "$sdir" "$LOGS/oneshot-$kind-server-$mode-$r.log" -- -- \
+					redis-server --port "$port" --bind 127.0.0.1 --save '' --appendonly no
+				spid=$SERVER_PID
+				v=
+				if wait_listen "$port"; then
+					t0=$(date +%s%N)
+					if run_client "$mode" "$sdir" 300 N="$ONESHOT_N" P="$port" -- bash -c \
+						'for ((i = 0; i < N; i++)); do redis-cli -p "$P" ping >/dev/null || exit 1; done' \
+						>"$LOGS/oneshot-$kind-client-$mode-$r.log" 2>&1; then
+						t1=$(date +%s%N)
+						v=$(awk -v n="$ONESHOT_N" -v ns=$((t1 - t0)) \
+							'BEGIN { printf "%.1f", n / (ns / 1e9) }')
+					fi
+				fi
+				stop_server "$spid" TERM
+				if [ "$kind" = plain_server ]; then
+					record oneshot_plain_server conn_per_s "$mode" "$r" "$v" \
+						"$(check_stats "$mode" "$sdir" tcp-ok)"
+				else
+					record oneshot_redis_cli conn_per_s "$mode" "$r" "$v" \
+						"$(check_stats "$mode" "$sdir")"
+				fi
+			done
+		done
+	done
+}

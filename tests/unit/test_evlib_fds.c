@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: GPL-2.0-only OR BSD-2-Clause */
 /* Unit tests for libevent's descriptors parked as they are made (core/base/evlib_fds.h). */
 #include <check.h>
+#include <dlfcn.h>
 #include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -120,11 +121,29 @@ START_TEST(program_base_is_untouched)
 }
 END_TEST
 
+/* A libevent the program loaded before the library's first need is the program's: no
+ * slot of it is redirected (the progress thread's start fills low numbers instead). */
+START_TEST(program_copy_left_alone)
+{
+	const char *fork_mode = getenv("CK_FORK");
+	void *mine;
+
+	if (fork_mode && strcmp(fork_mode, "no") == 0)
+		return; /* evlib_load ran in this process already */
+	mine = dlopen(LIBEVENT_CORE_SONAME, RTLD_NOW | RTLD_GLOBAL);
+	ck_assert_ptr_nonnull(mine);
+	ck_assert_int_eq(evlib_load(), 0);
+	ck_assert(!evlib_fds_redirected());
+}
+END_TEST
+
 static Suite *evlib_fds_suite(void)
 {
 	Suite *s = suite_create("evlib_fds");
 	TCase *tc = tcase_create("core");
 
+	/* first: the others load the library's copy (in this process when CK_FORK=no) */
+	tcase_add_test(tc, program_copy_left_alone);
 	tcase_add_test(tc, library_base_is_parked);
 	tcase_add_test(tc, program_base_is_untouched);
 	suite_add_tcase(s, tc);

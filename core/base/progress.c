@@ -144,6 +144,11 @@ void progress_load(void)
 	(void)evlib_load();
 }
 
+bool progress_running(void)
+{
+	return __atomic_load_n(&progress_pid, __ATOMIC_ACQUIRE) == getpid();
+}
+
 int progress_ensure(void)
 {
 	if (__atomic_load_n(&progress_pid, __ATOMIC_ACQUIRE) == getpid())

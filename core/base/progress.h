@@ -15,6 +15,8 @@
  * handshake, so that the thread and its descriptors exist before any handshake needs it
  * (a process's resources do not grow at a loaded moment). 0 or -ENOMEM. */
 int progress_ensure(void);
+/* Whether this process's thread runs (no start). */
+bool progress_running(void);
 /* Loads libevent (evlib.h) now. It is loaded on the thread's first start (~0.3 ms of
  * mapping and relocating, which a process that never upgrades a connection does not
  * pay), and by this before the process confines itself where a later dlopen() could

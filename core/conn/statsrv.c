@@ -3,7 +3,9 @@
  * The smcpstat query server: see statsrv.h for the protocol.
  *
  * Started lazily by the first connection that becomes ACTIVE, so a process without SMC
- * connections pays nothing. One detached thread per process runs a blocking accept loop;
+ * connections pays nothing: its socket then, its thread at the first query when the
+ * progress thread runs (it watches the socket). One detached thread per process runs a
+ * blocking accept loop;
  * a query is answered from a snapshot taken with conn_foreach: under the registry lock
  * the fields are only copied; addresses are looked up, formatted and sent after it.
  *
@@ -33,6 +35,7 @@
 #include "core/base/fdpark.h"
 #include "core/base/forklock.h"
 #include "core/base/log.h"
+#include "core/base/progress.h"
 #include "core/base/real.h"
 #include "core/base/stats.h"
 #include "core/conn/conn.h"
@@ -467,6 +470,19 @@ static bool statsrv_spawn(int lfd)
 	return err == 0;
 }
 
+/* On the progress thread: the first query arrived; its thread serves it and the rest.
+ * A thread that cannot be had leaves the name unanswered (smcpstat times out), as when
+ * it cannot be served at all. */
+static void statsrv_first_query(void *arg)
+{
+	int lfd = (int)(intptr_t)arg;
+
+	pthread_mutex_lock(&statsrv_lock);
+	if (__atomic_load_n(&statsrv_listen_fd, __ATOMIC_RELAXED) == lfd && !statsrv_spawn(lfd))
+		log_debug("statsrv: no thread for @%s%ld", STATSRV_NAME_PREFIX, (long)getpid());
+	pthread_mutex_unlock(&statsrv_lock);
+}
+
 void statsrv_ensure(void)
 {
 	int lfd;
@@ -477,7 +493,12 @@ void statsrv_ensure(void)
 	if (__atomic_load_n(&statsrv_state, __ATOMIC_RELAXED) != STATSRV_IDLE)
 		goto out;
 	lfd = statsrv_listen();
-	if (lfd < 0 || !statsrv_spawn(lfd)) {
+	/* The thread starts at the first query when the progress thread can watch for it:
+	 * a thread made and ended for nothing cost every short-lived process with an SMC
+	 * connection ~0.1 ms (a one-shot client; a server's backend forked per connection). */
+	if (lfd < 0 || (!(progress_running() &&
+			  progress_watch_readable(lfd, statsrv_first_query, (void *)(intptr_t)lfd) == 0) &&
+			!statsrv_spawn(lfd))) {
 		if (lfd >= 0)
 			fd_own_close(lfd);
 		__atomic_store_n(&statsrv_state, STATSRV_FAILED, __ATOMIC_RELEASE);

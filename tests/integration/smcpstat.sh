@@ -5,7 +5,8 @@
 # client keep one connection open after moving a known number of bytes each way; smcpstat
 # must list that connection on both sides, in mode shm, with the right ports, sides,
 # RMB sizes and byte counts; -p must filter, -j must be valid JSON; a process that exits
-# disappears from the list; as root, the same query run as user nobody sees nothing.
+# disappears from the list; as root, the same query run as user nobody sees nothing. The
+# client has no stats thread before the first query (it starts then).
 # With SMC_TEST_EXPECT=tcp (pass-through run) no shm connection may be listed.
 # Exit: 0 pass, 1 fail, 77 skip (python3 missing), 99 hard error.
 
@@ -74,6 +75,13 @@ CLI_PORT=$(log_field client local_port)
 smc_assert "client port seen by the server ($(log_field server peer_port)) is the client's ($CLI_PORT)" \
 	"$(log_field server peer_port)" = "$CLI_PORT"
 smc_log "server pid $SPID port $SRV_PORT, client pid $CPID port $CLI_PORT"
+
+# The stats server's thread starts at the first query where the progress thread can
+# watch its socket: until then the client has its own thread and the progress thread.
+if [ "$SMC_TEST_EXPECT" = shm ]; then
+	smc_assert_eq "client threads before the first query (its own, the progress thread)" \
+		"$(awk '/^Threads:/ { print $2 }' "/proc/$CPID/status")" 2
+fi
 
 # ------------------------------------------------------------------ the listing
 "$SMCPSTAT" -h >"$SMC_TMP/help.out" || smc_fail "smcpstat -h exited $?"

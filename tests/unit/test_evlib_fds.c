@@ -97,6 +97,10 @@ START_TEST(library_base_is_parked)
 	ck_assert_int_eq(event_base_once(base, -1, EV_TIMEOUT, on_timer, &fired, &tv), 0);
 	ck_assert_int_eq(event_base_loop(base, EVLOOP_ONCE), 0);
 	ck_assert(fired);
+	/* libevent closes them itself */
+	for (size_t i = 0; i < n; i++)
+		fd_own_forget(fds[i]);
+	event_base_free(base);
 }
 END_TEST
 

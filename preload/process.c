@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: GPL-2.0-only OR BSD-2-Clause */
 /*
- * Process-level wrappers (fork, vfork, clone, daemon, prctl, chroot) and the library
- * constructor.
+ * Process-level wrappers (fork, vfork, clone, daemon, prctl, chroot, unshare, setns) and
+ * the library constructor.
  */
 #include "preload/wrap.h"
 #include "core/base/sandbox.h"
@@ -151,4 +151,20 @@ SMC_EXPORT int chroot(const char *path)
 {
 	KEEP_ERRNO(smc_before_confinement());
 	return REAL(chroot)(path);
+}
+
+/* So too before the process enters a mount namespace of its own or another one, where
+ * a pivot_root() or a private mount may take those files away. */
+SMC_EXPORT int unshare(int flags)
+{
+	if (flags & CLONE_NEWNS)
+		KEEP_ERRNO(smc_before_confinement());
+	return REAL(unshare)(flags);
+}
+
+SMC_EXPORT int setns(int fd, int nstype)
+{
+	if (nstype == 0 || (nstype & CLONE_NEWNS))
+		KEEP_ERRNO(smc_before_confinement());
+	return REAL(setns)(fd, nstype);
 }

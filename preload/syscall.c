@@ -380,6 +380,32 @@ static long route(long nr, const long *a, bool *routed)
 /* Every caller passes at most six arguments after the number; reading six always is
  * what libc's own syscall() does (the unused ones are whatever the registers and the
  * caller's stack slot hold, and are ignored). */
+/* Calls after which a later dlopen() may not reach the library's files: a seccomp
+ * filter, a new root, another mount namespace, a Landlock domain (smc_before_confinement
+ * loads them first). */
+static bool syscall_confines(long nr, const long a[6])
+{
+	switch (nr) {
+	case SYS_seccomp:
+		return a[0] == SECCOMP_SET_MODE_STRICT || a[0] == SECCOMP_SET_MODE_FILTER;
+	case SYS_prctl:
+		return a[0] == PR_SET_SECCOMP;
+	case SYS_chroot:
+	case SYS_pivot_root:
+		return true;
+	case SYS_unshare:
+		return (a[0] & CLONE_NEWNS) != 0;
+	case SYS_setns:
+		return a[1] == 0 || (a[1] & CLONE_NEWNS) != 0;
+#ifdef SYS_landlock_restrict_self
+	case SYS_landlock_restrict_self:
+		return true;
+#endif
+	default:
+		return false;
+	}
+}
+
 SMC_EXPORT long syscall(long nr, ...)
 {
 	long a[6];
@@ -394,9 +420,7 @@ SMC_EXPORT long syscall(long nr, ...)
 	long ret = route(nr, a, &routed);
 	if (routed)
 		return ret;
-	if ((nr == SYS_seccomp && (a[0] == SECCOMP_SET_MODE_STRICT ||
-				   a[0] == SECCOMP_SET_MODE_FILTER)) ||
-	    (nr == SYS_prctl && a[0] == PR_SET_SECCOMP) || nr == SYS_chroot)
+	if (syscall_confines(nr, a))
 		KEEP_ERRNO(smc_before_confinement());
 	ret = CALL_REAL(syscall, nr, a[0], a[1], a[2], a[3], a[4], a[5]);
 	if (nr == SYS_io_uring_setup && ret >= 0)

@@ -21,7 +21,8 @@ bool progress_running(void);
  * mapping and relocating, which a process that never upgrades a connection does not
  * pay), and by this before the process confines itself where a later dlopen() could
  * not reach it: a chroot() (a privilege-separated daemon's login or session process,
- * vsftpd's, sshd's), a seccomp filter (core/base/sandbox.h). */
+ * vsftpd's, sshd's), a pivot_root(), a mount namespace, a Landlock domain, a seccomp
+ * filter (core/base/sandbox.h). */
 void progress_load(void);
 /* Calls cb(arg) on the thread once fd becomes readable (data, EOF or an error), or at
  * once when it cannot be watched. fd must stay open until then. 0 or -ENOMEM (cb is

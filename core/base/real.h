@@ -99,7 +99,9 @@ struct mmsghdr;
 	X(FILE *, fdopen, (int, const char *)) \
 	X(long, syscall, (long, ...)) \
 	X(int, prctl, (int, ...)) \
-	X(int, chroot, (const char *))
+	X(int, chroot, (const char *)) \
+	X(int, unshare, (int)) \
+	X(int, setns, (int, int))
 
 #define SMC_REAL_DECLARE(ret, name, args) ret (*name) args;
 struct smc_real {

@@ -8,8 +8,9 @@
 void smc_init(void);
 /* True when connections may be upgraded to shared memory (SMC_TRANSPORT auto or shm). */
 bool smc_enabled(void);
-/* The process is about to confine itself (chroot, a seccomp filter): what the library
- * loads on first need is loaded now, while it can be (core/base/progress.h). */
+/* The process is about to confine itself (chroot, pivot_root, a mount namespace,
+ * Landlock, a seccomp filter): what the library loads on first need is loaded now,
+ * while it can be (core/base/progress.h). */
 void smc_before_confinement(void);
 /* A new process that libc's fork() does not make, so neither the fork() wrapper nor
  * the pthread_atfork handlers see it: glibc's clone() and the raw clone and clone3

@@ -1,16 +1,19 @@
 #!/bin/bash
 # SPDX-License-Identifier: GPL-2.0-only OR BSD-2-Clause
 #
-# A client that chroots into an empty directory, then connects (a privilege-separated
-# daemon's session process: vsftpd's connecting for an active-mode data transfer, sshd's
-# or dovecot's login processes). The library loads libevent only when its progress
-# thread first starts, which in that process is after the chroot, where libevent's file
-# is not: its chroot() wrapper must load it first (without it the connection stayed
-# TCP). The client checks 1 MiB echoed back byte for byte; the server's stats show the
-# connection over shared memory (the client's stats file is out of its reach after the
-# chroot). Then a process that neither chroots nor connects: libevent and libibverbs are
-# not in its memory at all.
-# Needs root (chroot).
+# A client that confines itself, then connects (a privilege-separated daemon's session
+# process: vsftpd's connecting for an active-mode data transfer, sshd's or dovecot's
+# login processes): chroot() into an empty directory (Python), a mount namespace of its
+# own with a tmpfs over the C library's directory, or a Landlock domain that reads no
+# file (tests/progs/confine_connect; skipped where the kernel has no Landlock). The
+# library loads libevent only when its progress thread first starts, which in that
+# process is after the confinement, where libevent's file is out of reach: its
+# chroot(), unshare(), setns() and syscall() wrappers must load it first (without,
+# the connection stayed TCP). Each client's bytes come back intact; the server's stats
+# show the connection over shared memory (the client's stats file may be out of its
+# reach). Then a process that makes no connection: libevent and libibverbs are not in
+# its memory at all.
+# Needs root (chroot, mounts).
 [ -n "${BASH_VERSION:-}" ] || exec bash "$0" "$@"
 . "$(dirname -- "$0")/lib.sh"
 
@@ -50,16 +53,34 @@ s.close()
 sys.exit(back != data)
 PY
 
-srv=$(smc_stats_dir server)
-cli=$(smc_stats_dir client)
-smc_start_server echo "$srv" python3 "$SMC_TMP/server.py"
-smc_wait_log echo '^port '
-read -r _ port < <(grep -m1 '^port ' "$(smc_server_log echo)")
-out=$(smc_run "$cli" python3 "$SMC_TMP/client.py" "$port" "$SMC_TMP/empty" 2>&1)
-smc_assert_eq "chrooted client: 1 MiB echoed back intact (exit status; $out)" "$?" 0
-smc_wait_server_exit echo 10
-smc_assert_eq "echo server exit status" "${SMC_SERVER_RC[echo]}" 0
-smc_expect_payload "$srv" $((2 << 20)) "server of the chrooted client"
+CONFINE=$top_builddir/tests/progs/confine_connect
+smc_require_built "$CONFINE"
+for how in chroot mountns landlock; do
+	smc_free_port port
+	srv=$(smc_stats_dir "server-$how")
+	cli=$(smc_stats_dir "client-$how")
+	smc_start_server "echo-$how" "$srv" python3 "$SMC_TMP/server.py"
+	smc_wait_log "echo-$how" '^port '
+	read -r _ port < <(grep -m1 '^port ' "$(smc_server_log "echo-$how")")
+	if [ "$how" = chroot ]; then
+		out=$(smc_run "$cli" python3 "$SMC_TMP/client.py" "$port" "$SMC_TMP/empty" 2>&1)
+		rc=$?
+		bytes=$((2 << 20))
+	else
+		out=$(smc_run "$cli" "$CONFINE" "$how" "$port" 2>&1)
+		rc=$?
+		bytes=$((2 * 65536))
+	fi
+	if [ "$rc" = 77 ]; then
+		smc_log "$how: not available here ($out)"
+		smc_stop_server "echo-$how"
+		continue
+	fi
+	smc_assert_eq "$how client: echoed back intact (exit status; $out)" "$rc" 0
+	smc_wait_server_exit "echo-$how" 10
+	smc_assert_eq "$how: echo server exit status" "${SMC_SERVER_RC[echo-$how]}" 0
+	smc_expect_payload "$srv" "$bytes" "server of the $how client"
+done
 
 # Loaded on need only: a process that made no connection has neither library mapped.
 maps=$(smc_run "$(smc_stats_dir idle)" cat /proc/self/maps)

@@ -422,16 +422,15 @@ static const char *entry_untrusted(const struct stat *st)
 }
 
 /* Every component of absolute path `path` (which must be a directory), lstat'ed from the
- * root down: NULL when none is replaceable by another user, else why, with the
- * component in bad[]. A symlink on the way is checked as an entry (its owner) and,
+ * root down, in buf (PATH_MAX bytes): NULL when none is replaceable by another user, else
+ * why, with the component in bad[]. A symlink on the way is checked as an entry (its owner) and,
  * when it is the last component, so is what it resolves to (resolved by the caller). */
-static const char *path_untrusted(const char *path, char *bad, size_t badlen)
+static const char *path_untrusted(const char *path, char *buf, char *bad, size_t badlen)
 {
-	char buf[PATH_MAX];
 	size_t n = strlen(path);
 	struct stat st;
 
-	if (n == 0 || n >= sizeof(buf) || path[0] != '/')
+	if (n == 0 || n >= PATH_MAX || path[0] != '/')
 		return "is not an absolute path";
 	memcpy(buf, path, n + 1);
 	for (size_t i = 1; i <= n; i++) {
@@ -459,27 +458,32 @@ static int rdv_dir_warned;
 
 bool rdv_dir_usable(void)
 {
-	char bad[PATH_MAX], real[PATH_MAX];
+	char *bad, *real, *buf;
 	const char *why;
 	struct stat st;
 
 	if (!smc_cfg.rdv_dir || smc_cfg.rdv_dir[0] != '/' || stat(smc_cfg.rdv_dir, &st) < 0 ||
 	    !S_ISDIR(st.st_mode))
 		return false;
+	/* on the heap: connect() runs this on the program's stack, which a thread may have
+	 * made as small as PTHREAD_STACK_MIN (16 KiB) */
+	bad = malloc(3 * (size_t)PATH_MAX);
+	if (!bad)
+		return false; /* abstract names instead */
+	real = bad + PATH_MAX;
+	buf = real + PATH_MAX;
 	/* Another user who can replace the directory, or anything on the way to it (a
 	 * symlink of theirs in /tmp, a directory of theirs), could swap in one of their own
 	 * between a client's bind and the server's connect: the server would then join, and
 	 * prove itself to, their socket. Checked on the path as written and as resolved. */
-	why = path_untrusted(smc_cfg.rdv_dir, bad, sizeof(bad));
+	why = path_untrusted(smc_cfg.rdv_dir, buf, bad, PATH_MAX);
 	if (!why && realpath(smc_cfg.rdv_dir, real) && strcmp(real, smc_cfg.rdv_dir) != 0)
-		why = path_untrusted(real, bad, sizeof(bad));
-	if (why) {
-		if (!__atomic_exchange_n(&rdv_dir_warned, 1, __ATOMIC_RELAXED))
-			log_warn("SMC_RDV_DIR %s not used: %s %s; abstract rendezvous names instead "
-				 "(this network namespace only)", smc_cfg.rdv_dir, bad, why);
-		return false;
-	}
-	return true;
+		why = path_untrusted(real, buf, bad, PATH_MAX);
+	if (why && !__atomic_exchange_n(&rdv_dir_warned, 1, __ATOMIC_RELAXED))
+		log_warn("SMC_RDV_DIR %s not used: %s %s; abstract rendezvous names instead "
+			 "(this network namespace only)", smc_cfg.rdv_dir, bad, why);
+	free(bad);
+	return !why;
 }
 
 /* "<dir>/c-<16 hex>" or the abstract "\0smcp1:t:<16 hex>". */

@@ -26,6 +26,7 @@
 #include <stdatomic.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
@@ -123,15 +124,13 @@ static int map_get(const char *path)
 }
 
 /* The rendezvous directory's bpf file system: in a usable directory (rendezvous.h), a
- * directory itself (not a symlink) of root's or ours. */
-static bool rdv_subdir_usable(void)
+ * directory itself (not a symlink) of root's or ours. path: PATH_MAX bytes of room. */
+static bool rdv_subdir_usable(char *path)
 {
-	char path[PATH_MAX];
 	struct stat st;
 
 	if (!rdv_dir_usable() ||
-	    snprintf(path, sizeof(path), "%s/" TCPOPT_RDV_SUBDIR, smc_cfg.rdv_dir) >=
-		    (int)sizeof(path) ||
+	    snprintf(path, PATH_MAX, "%s/" TCPOPT_RDV_SUBDIR, smc_cfg.rdv_dir) >= PATH_MAX ||
 	    lstat(path, &st) < 0 || !S_ISDIR(st.st_mode))
 		return false;
 	return st.st_uid == 0 || st.st_uid == geteuid();
@@ -141,29 +140,34 @@ static bool rdv_subdir_usable(void)
  * system: a parked, close-on-exec fd, or -errno (the first place's). */
 static int map_open(void)
 {
-	char path[PATH_MAX];
+	/* on the heap: the first connect() runs this on the program's stack, which a thread
+	 * may have made as small as PTHREAD_STACK_MIN (16 KiB) */
+	char *path = malloc(PATH_MAX);
 	int fd = -ENAMETOOLONG, r;
 
-	if (snprintf(path, sizeof(path), "%s/" TCPOPT_MAP_NAME, smc_cfg.bpf_dir) <
-	    (int)sizeof(path))
+	if (!path)
+		return -ENOMEM;
+	if (snprintf(path, PATH_MAX, "%s/" TCPOPT_MAP_NAME, smc_cfg.bpf_dir) < PATH_MAX)
 		fd = map_get(path);
 	/* only in a rendezvous directory nobody else controls: another user's would decide
 	 * which map (of which setup) we take, through a symlink of theirs */
-	if (fd < 0 && smc_cfg.rdv_dir && smc_cfg.rdv_dir[0] == '/' && rdv_subdir_usable() &&
-	    snprintf(path, sizeof(path), "%s/" TCPOPT_RDV_SUBDIR "/" TCPOPT_MAP_NAME,
-		     smc_cfg.rdv_dir) < (int)sizeof(path)) {
+	if (fd < 0 && smc_cfg.rdv_dir && smc_cfg.rdv_dir[0] == '/' && rdv_subdir_usable(path) &&
+	    snprintf(path, PATH_MAX, "%s/" TCPOPT_RDV_SUBDIR "/" TCPOPT_MAP_NAME,
+		     smc_cfg.rdv_dir) < PATH_MAX) {
 		r = map_get(path);
 		if (r >= 0)
 			fd = r;
 	}
 	if (fd < 0) {
 		log_debug("tcpopt: no map (no SMC TCP option; run smc_preload.sh --setup)");
+		free(path);
 		return fd;
 	}
 	snprintf(map_dir, sizeof(map_dir), "%.*s", (int)(strrchr(path, '/') - path), path);
 	fd = fd_park_low(fd);
 	fd_budget_take(1);
 	log_debug("tcpopt: using %s (fd %d)", path, fd);
+	free(path);
 	return fd;
 }
 

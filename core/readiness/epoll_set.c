@@ -155,8 +155,9 @@ struct smc_epoll *ep_create(int epfd)
 	/* in an outer set already, which the kernel alone waits on: quiet watches ask
 	 * for rings, and an ADD of a ready one kicks (epoll.c, ep_may_poll) */
 	ep->fd_waited = fdtab_flags(epfd) & FDF_NESTED;
-	ep->shadow = fd_own(REAL(epoll_create1)(EPOLL_CLOEXEC));
-	ep->kick = fd_own(eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC));
+	/* parked: out of the numbers the program's next accept() or open() would get */
+	ep->shadow = fd_park(REAL(epoll_create1)(EPOLL_CLOEXEC));
+	ep->kick = fd_park(eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC));
 	ev.data.u64 = EP_KICK_DATA;
 	if (ep->shadow < 0 || ep->kick < 0 ||
 	    REAL(epoll_ctl)(ep->shadow, EPOLL_CTL_ADD, ep->kick, &ev) < 0) {

@@ -18,6 +18,9 @@
 #   highlimit: a listener under a high RLIMIT_NOFILE: its rendezvous name sits just above
 #           1024, not near the limit, since fork() copies the fd table up to the highest
 #           open number (a server that forks per connection paid ~40 us per fork).
+#   epoll:  a server that watches its connections in an epoll set gets four numbers
+#           in a row from three accepts and an open, as over TCP (the library's shadow
+#           epoll set and eventfd for that set took two of them);
 #   threads: tests/progs/fd_thread_race, 20 processes: a thread opens and closes a file
 #           in a loop while the main thread's first connection starts the library; the
 #           loop never gets a number from 1024 up (it did while the library filled the
@@ -94,6 +97,36 @@ s.close()
 sys.exit(bad)
 PY
 
+cat >"$SMC_TMP/epoll_server.py" <<'PY'
+import select, socket, sys
+ls = socket.socket()
+ls.bind(("127.0.0.1", 0))
+ls.listen(8)
+print("port %d" % ls.getsockname()[1], flush=True)
+ep = select.epoll()
+ep.register(ls.fileno(), select.EPOLLIN)
+nums, conns, kept = [], {}, []
+while len(nums) < 3 or conns:
+    for fd, _ in ep.poll(10):
+        if fd == ls.fileno():
+            c, _ = ls.accept()
+            nums.append(c.fileno())
+            conns[c.fileno()] = c
+            ep.register(c.fileno(), select.EPOLLIN)
+            continue
+        c = conns[fd]
+        d = c.recv(100)
+        if d:
+            c.sendall(d)
+        else:
+            ep.unregister(fd)
+            kept.append(conns.pop(fd))  # open: the next accept gets the next number
+f = open("/dev/null")
+nums.append(f.fileno())
+print("accepted, accepted, accepted, open: %s" % nums, flush=True)
+sys.exit(nums != list(range(nums[0], nums[0] + 4)))
+PY
+
 cat >"$SMC_TMP/lowlimit.py" <<'PY'
 import os, resource, socket, sys
 resource.setrlimit(resource.RLIMIT_NOFILE, (64, 64))
@@ -138,6 +171,30 @@ for case in daemon dupfd; do
 	smc_expect_connections "$cli" 1 "client $case"
 done
 smc_wait_server_exit server 10
+
+# epoll: a server whose epoll set holds its upgraded connections (the library then
+# keeps a shadow set and an eventfd for it) gets the numbers TCP gives: three accepted
+# connections, each kept open, then the next open(), four numbers in a row
+cat >"$SMC_TMP/echo_client.py" <<'PY'
+import socket, sys
+s = socket.create_connection(("127.0.0.1", int(sys.argv[1])))
+s.sendall(b"line\n")
+sys.exit(s.recv(100) != b"line\n")
+PY
+srv=$(smc_stats_dir server-epoll)
+smc_start_server server-epoll "$srv" python3 "$SMC_TMP/epoll_server.py"
+smc_wait_log server-epoll '^port '
+read -r _ port < <(grep -m1 '^port ' "$SMC_TMP/server-epoll.log")
+cli=$(smc_stats_dir client-epoll)
+for i in 1 2 3; do
+	out=$(smc_run "$cli" python3 "$SMC_TMP/echo_client.py" "$port" 2>&1)
+	smc_assert_eq "epoll client $i: echo (exit status; $out)" "$?" 0
+done
+smc_wait_server_exit server-epoll 10
+smc_log "epoll server: $(grep accepted "$SMC_TMP/server-epoll.log")"
+smc_assert_eq "epoll: server exit status (1: numbers not as over TCP)" \
+	"${SMC_SERVER_RC[server-epoll]}" 0
+smc_expect_connections "$srv" 3 "epoll server"
 
 RACE_RUNS=20
 smc_require_built "$top_builddir/tests/progs/fd_thread_race"

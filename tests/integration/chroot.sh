@@ -22,20 +22,6 @@ smc_require_cmd python3
 [ "$(id -u)" = 0 ] || smc_skip "needs root (chroot)"
 
 mkdir -p "$SMC_TMP/empty"
-cat >"$SMC_TMP/server.py" <<'PY'
-import socket
-ls = socket.socket()
-ls.bind(("127.0.0.1", 0))
-ls.listen(4)
-print("port %d" % ls.getsockname()[1], flush=True)
-c, _ = ls.accept()
-while True:
-    d = c.recv(65536)
-    if not d:
-        break
-    c.sendall(d)
-c.close()
-PY
 cat >"$SMC_TMP/client.py" <<'PY'
 import encodings.idna, os, socket, sys  # idna: imported on first use, out of reach after
 data = os.urandom(1 << 20)
@@ -59,7 +45,7 @@ for how in chroot mountns landlock; do
 	smc_free_port port
 	srv=$(smc_stats_dir "server-$how")
 	cli=$(smc_stats_dir "client-$how")
-	smc_start_server "echo-$how" "$srv" python3 "$SMC_TMP/server.py"
+	smc_start_server "echo-$how" "$srv" python3 "$top_srcdir/tests/progs/echo_server.py" 1
 	smc_wait_log "echo-$how" '^port '
 	read -r _ port < <(grep -m1 '^port ' "$(smc_server_log "echo-$how")")
 	if [ "$how" = chroot ]; then

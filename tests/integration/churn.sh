@@ -55,23 +55,7 @@ rendezvous)
 	export SMC_BPF_DIR=/sys/fs/bpf/smc-churn-none-$$ SMC_RDV_DIR=$SMC_TMP/no-rdv-dir
 	;;
 tcpopt)
-	[ "$(id -u)" = 0 ] || smc_skip "the TCP option path needs root (eBPF setup)"
-	export SMC_BPF_DIR=/sys/fs/bpf/smc-churn-$$
-	BPF_OBJ=${SMC_BPF_OBJ:-$top_builddir/bpf/smc_tcpopt.bpf.o}
-	setup_done=0
-	churn_cleanup() {
-		if [ "$setup_done" = 1 ]; then
-			SMC_BPF_OBJ=$BPF_OBJ "$SMC_WRAPPER" --teardown >/dev/null 2>&1 ||
-				echo "churn: teardown of $SMC_BPF_DIR failed"
-		fi
-	}
-	# lib.sh's cleanup reads the exit status first: keep it for it
-	trap '_rc=$?; churn_cleanup; (exit $_rc); _smc_cleanup' EXIT
-	[ -f "$BPF_OBJ" ] || smc_skip "$BPF_OBJ not built (clang with the bpf target missing?)"
-	if ! out=$(SMC_BPF_OBJ=$BPF_OBJ "$SMC_WRAPPER" --setup 2>&1); then
-		smc_skip "eBPF setup not possible here: $out"
-	fi
-	setup_done=1
+	smc_tcpopt_setup churn
 	;;
 *)
 	smc_hard_error "CHURN_PATH must be rendezvous or tcpopt, not $CHURN_PATH"

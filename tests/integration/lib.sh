@@ -117,6 +117,10 @@ _smc_cleanup() {
 			kill -KILL -- "-$pid" 2>/dev/null
 		fi
 	done
+	if [ "${_smc_tcpopt_set:-0}" = 1 ]; then
+		SMC_BPF_OBJ=$_smc_bpf_obj "$SMC_WRAPPER" --teardown >/dev/null 2>&1 ||
+			smc_log "cleanup: teardown of $SMC_BPF_DIR failed"
+	fi
 	if [ -n "$SMC_TMP" ] && [ -d "$SMC_TMP" ]; then
 		[ "$rc" != 0 ] && [ "$rc" != 77 ] && _smc_dump_logs
 		if [ "${SMC_TEST_KEEP:-0}" = 1 ]; then
@@ -126,6 +130,21 @@ _smc_cleanup() {
 		fi
 	fi
 	exit "$rc"
+}
+
+# smc_tcpopt_setup NAME: the SMC TCP option set up for this test alone, its program and
+# map pinned under a directory of its own (SMC_BPF_DIR=/sys/fs/bpf/smc-NAME-PID), torn
+# down at exit (the program is attached host-wide while the test runs). Skips (77) when
+# not root or when the eBPF program cannot be built or run here.
+smc_tcpopt_setup() {
+	local out
+	[ "$(id -u)" = 0 ] || smc_skip "the TCP option path needs root (eBPF setup)"
+	export SMC_BPF_DIR=/sys/fs/bpf/smc-$1-$$
+	_smc_bpf_obj=${SMC_BPF_OBJ:-$top_builddir/bpf/smc_tcpopt.bpf.o}
+	[ -f "$_smc_bpf_obj" ] || smc_skip "$_smc_bpf_obj not built (clang with the bpf target missing?)"
+	out=$(SMC_BPF_OBJ=$_smc_bpf_obj "$SMC_WRAPPER" --setup 2>&1) ||
+		smc_skip "eBPF setup not possible here: $out"
+	_smc_tcpopt_set=1
 }
 
 _smc_on_signal() {

@@ -17,25 +17,10 @@ smc_require_cmd python3
 SMALL=$top_builddir/tests/progs/small_stack
 smc_require_built "$SMALL"
 
-cat >"$SMC_TMP/server.py" <<'PY'
-import socket, sys
-ls = socket.socket()
-ls.bind(("127.0.0.1", 0))
-ls.listen(8)
-print("port %d" % ls.getsockname()[1], flush=True)
-for _ in range(int(sys.argv[1])):
-    c, _ = ls.accept()
-    while True:
-        d = c.recv(65536)
-        if not d:
-            break
-        c.sendall(d)
-    c.close()
-PY
 
 srv=$(smc_stats_dir server)
 cli=$(smc_stats_dir client)
-smc_start_server echo "$srv" python3 "$SMC_TMP/server.py" "$RUNS"
+smc_start_server echo "$srv" python3 "$top_srcdir/tests/progs/echo_server.py" "$RUNS"
 smc_wait_log echo '^port '
 read -r _ port < <(grep -m1 '^port ' "$(smc_server_log echo)")
 for ((i = 0; i < RUNS; i++)); do

@@ -17,40 +17,8 @@ SMC_TEST_KEEP_TRANSPORT=1 # the library must decide by itself that the peer is p
 
 smc_init
 smc_require_cmd python3
-[ "$(id -u)" = 0 ] || smc_skip "the TCP option path needs root (eBPF setup)"
-export SMC_BPF_DIR=/sys/fs/bpf/smc-plain-$$
-BPF_OBJ=${SMC_BPF_OBJ:-$top_builddir/bpf/smc_tcpopt.bpf.o}
-setup_done=0
-plain_cleanup() {
-	if [ "$setup_done" = 1 ]; then
-		SMC_BPF_OBJ=$BPF_OBJ "$SMC_WRAPPER" --teardown >/dev/null 2>&1 ||
-			echo "tcpopt_plain: teardown of $SMC_BPF_DIR failed"
-	fi
-}
-# lib.sh's cleanup reads the exit status first: keep it for it
-trap '_rc=$?; plain_cleanup; (exit $_rc); _smc_cleanup' EXIT
-[ -f "$BPF_OBJ" ] || smc_skip "$BPF_OBJ not built (clang with the bpf target missing?)"
-if ! out=$(SMC_BPF_OBJ=$BPF_OBJ "$SMC_WRAPPER" --setup 2>&1); then
-	smc_skip "eBPF setup not possible here: $out"
-fi
-setup_done=1
+smc_tcpopt_setup plain
 
-cat >"$SMC_TMP/server.py" <<'PY'
-import socket, sys
-ls = socket.socket()
-ls.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-ls.bind(("127.0.0.1", 0))
-ls.listen(8)
-print("port %d" % ls.getsockname()[1], flush=True)
-for _ in range(int(sys.argv[1])):
-    c, _ = ls.accept()
-    while True:
-        d = c.recv(65536)
-        if not d:
-            break
-        c.sendall(d)
-    c.close()
-PY
 cat >"$SMC_TMP/client.py" <<'PY'
 import os, select, socket, sys
 mode, port = sys.argv[1], int(sys.argv[2])
@@ -76,7 +44,7 @@ print("%s: echo %s, threads %d" % (mode, "intact" if back == data else "WRONG", 
 sys.exit(0 if back == data and threads == 1 else 1)
 PY
 
-smc_start_server plain - python3 "$SMC_TMP/server.py" 2
+smc_start_server plain - python3 "$top_srcdir/tests/progs/echo_server.py" 2
 smc_wait_log plain '^port '
 read -r _ port < <(grep -m1 '^port ' "$(smc_server_log plain)")
 for mode in block nonblock; do

@@ -383,13 +383,19 @@ static long route(long nr, const long *a, bool *routed)
 /* Calls after which a later dlopen() may not reach the library's files: a seccomp
  * filter, a new root, another mount namespace, a Landlock domain (smc_before_confinement
  * loads them first). */
+/* A seccomp filter loaded through syscall() (libseccomp does it so). */
+static bool syscall_enters_seccomp(long nr, const long a[6])
+{
+	return (nr == SYS_seccomp && (a[0] == SECCOMP_SET_MODE_STRICT ||
+				      a[0] == SECCOMP_SET_MODE_FILTER)) ||
+	       (nr == SYS_prctl && a[0] == PR_SET_SECCOMP);
+}
+
 static bool syscall_confines(long nr, const long a[6])
 {
+	if (syscall_enters_seccomp(nr, a))
+		return true;
 	switch (nr) {
-	case SYS_seccomp:
-		return a[0] == SECCOMP_SET_MODE_STRICT || a[0] == SECCOMP_SET_MODE_FILTER;
-	case SYS_prctl:
-		return a[0] == PR_SET_SECCOMP;
 	case SYS_chroot:
 	case SYS_pivot_root:
 		return true;
@@ -425,10 +431,8 @@ SMC_EXPORT long syscall(long nr, ...)
 	ret = CALL_REAL(syscall, nr, a[0], a[1], a[2], a[3], a[4], a[5]);
 	if (nr == SYS_io_uring_setup && ret >= 0)
 		KEEP_ERRNO(io_uring_note_setup());
-	/* a seccomp filter loaded this way (libseccomp does) limits us as prctl's does */
-	if (ret == 0 && ((nr == SYS_seccomp && (a[0] == SECCOMP_SET_MODE_STRICT ||
-						a[0] == SECCOMP_SET_MODE_FILTER)) ||
-			 (nr == SYS_prctl && a[0] == PR_SET_SECCOMP)))
+	/* a seccomp filter loaded this way limits us as prctl's does */
+	if (ret == 0 && syscall_enters_seccomp(nr, a))
 		KEEP_ERRNO(sandbox_entered());
 	return ret;
 }

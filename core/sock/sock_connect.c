@@ -325,22 +325,18 @@ static int connect_tcp_state(int fd)
 }
 
 /*
- * In band, whether the TCP handshake is over and the server's SYN-ACK carried the SMC
- * option: 1 it did, 0 it did not, -1 not known yet. A blocking connect() returns with
+ * In band, whether the TCP handshake is over and the server's SYN-ACK carried no SMC
+ * option (false also when either is not known yet). A blocking connect() returns with
  * the handshake over; a nonblocking one to a local server has it over too
  * (connect_tcp_state). A server without the option makes the connection plain TCP in
  * connect() itself, as the progress thread would once the socket is writable: the
  * first connection of a process to an ordinary server starts no thread and fills no
  * descriptor numbers (a one-shot client of it pays nothing for the library).
  */
-static int connect_peer_answered(int fd, bool connected)
+static bool connect_peer_answered_tcp(int fd, bool connected)
 {
-	int sent;
-
-	if (!connected && connect_tcp_state(fd) != TCP_ESTABLISHED)
-		return -1;
-	sent = tcpopt_peer_sent(fd);
-	return sent < 0 ? -1 : sent;
+	return (connected || connect_tcp_state(fd) == TCP_ESTABLISHED) &&
+	       tcpopt_peer_sent(fd) == 0;
 }
 
 /*
@@ -488,7 +484,7 @@ int smc_sock_connect(int fd, const struct sockaddr *addr, socklen_t len)
 		if (inband)
 			connect_inband_decline(fd);
 		connect_abandon(c, SMC_REASON_READINESS);
-	} else if (c && inband && connect_peer_answered(fd, r == 0) == 0) {
+	} else if (c && inband && connect_peer_answered_tcp(fd, r == 0)) {
 		/* decided here: no progress thread for a client of a plain TCP server */
 		epoll_track_forget_fd(fd);
 		connect_abandon(c, SMC_REASON_PEER_NOT_SMC);

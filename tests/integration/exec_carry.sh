@@ -269,10 +269,10 @@ corners() {
 	done
 	# a child sharing the client's memory (clone(CLONE_VM | CLONE_VFORK)) execs with the
 	# connection inherited: nothing is carried out of that memory, the parent goes on
-	smc_free_port port
 	dir=$(smc_stats_dir clone-vm)
-	smc_start_server clone-vm "$dir" timeout 30 python3 "$prog" echo-server "$port"
-	smc_wait_log clone-vm '^listening'
+	smc_start_server clone-vm "$dir" timeout 30 python3 "$top_srcdir/tests/progs/echo_server.py" 1
+	smc_wait_log clone-vm '^port '
+	read -r _ port < <(grep -m1 '^port ' "$(smc_server_log clone-vm)")
 	out=$(SMC_CMD_TIMEOUT=20 smc_run "$dir" "$SMC_CLONE_VM_EXEC" "$port" 2>&1)
 	smc_wait_server_exit clone-vm 30
 	smc_log "clone-vm: $out"

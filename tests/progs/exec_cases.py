@@ -15,7 +15,6 @@
                                      (EOF) or writes (EPIPE) a finished connection and
                                      writes what it saw into OUT.
   exec_cases.py done-client PORT     send 64 KiB, half-close, read the answer.
-  exec_cases.py echo-server PORT     accept one connection, echo it to its end.
 """
 import os
 import select
@@ -98,14 +97,6 @@ open(sys.argv[1], 'w').write(r + '\\n')
     c.shutdown(socket.SHUT_WR)
     c.close()
     os.waitpid(pid, 0)
-elif mode == "echo-server":
-    c = listen()
-    while True:
-        d = c.recv(65536)
-        if not d:
-            break
-        c.sendall(d)
-    c.close()
 elif mode == "done-client":
     s = socket.create_connection(("127.0.0.1", port))
     s.sendall(b"x" * 65536)

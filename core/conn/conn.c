@@ -41,6 +41,7 @@ struct smc_conn *conn_alloc(int fd, enum conn_side side)
 
 	if (!c)
 		return NULL;
+	conn_watch_prepare();
 	c->fd = fd;
 	c->fd_refs = 1;
 	c->obj_refs = 1;

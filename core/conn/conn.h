@@ -165,6 +165,8 @@ void conn_close_rdv(struct smc_conn *c);
  * conn_watch.c). open: made by the thread that starts the watch, which holds c->fd; 0
  * or -errno. close: takes c->lock and drops it. */
 int conn_watch_fd_open(struct smc_conn *c);
+/* Opens what every later watch shares (once per process; conn_alloc does it). */
+void conn_watch_prepare(void);
 void conn_watch_fd_close(struct smc_conn *c);
 /* Under c->lock, the program closed its last fd of c while the thread watches c's
  * handshake, or has yet to end a decided watch: the watch lets go of the socket, so

@@ -26,11 +26,14 @@
 static void inert_open(void);
 static pthread_once_t inert_once = PTHREAD_ONCE_INIT;
 
+void conn_watch_prepare(void)
+{
+	pthread_once(&inert_once, inert_open);
+}
+
 int conn_watch_fd_open(struct smc_conn *c)
 {
-	/* the stand-in comes with the first watch, not at some later close: a process's
-	 * descriptors are then those of its first connection from the start */
-	pthread_once(&inert_once, inert_open);
+	conn_watch_prepare();
 	c->watch_fd = fd_park_dup(c->fd);
 	if (c->watch_fd < 0)
 		return -errno;
@@ -39,8 +42,10 @@ int conn_watch_fd_open(struct smc_conn *c)
 }
 
 /* An open file that is nothing (/dev/null), the library's, put in place of a watch's
- * socket when the program closes the socket (conn_watch_let_go); opened with the
- * first watch (conn_watch_fd_open), the only place a watch_fd comes from. */
+ * socket when the program closes the socket (conn_watch_let_go). Opened with the
+ * process's first connection (conn_watch_prepare), watched or not: whether a handshake
+ * is watched depends on timing, and a process's descriptors are then those of its
+ * first connection from the start, whatever its later connections do. */
 static int inert_fd = -1;
 
 static void inert_open(void)

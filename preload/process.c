@@ -139,7 +139,7 @@ SMC_EXPORT int prctl(int option, ...)
 		a[i] = va_arg(ap, unsigned long);
 	va_end(ap);
 	if (option == PR_SET_SECCOMP)
-		KEEP_ERRNO(smc_before_confinement());
+		KEEP_ERRNO(smc_before_seccomp());
 	r = CALL_REAL(prctl, option, a[0], a[1], a[2], a[3]);
 	if (r == 0 && option == PR_SET_SECCOMP)
 		KEEP_ERRNO(sandbox_entered());

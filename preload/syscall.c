@@ -377,12 +377,6 @@ static long route(long nr, const long *a, bool *routed)
 	return 0;
 }
 
-/* Every caller passes at most six arguments after the number; reading six always is
- * what libc's own syscall() does (the unused ones are whatever the registers and the
- * caller's stack slot hold, and are ignored). */
-/* Calls after which a later dlopen() may not reach the library's files: a seccomp
- * filter, a new root, another mount namespace, a Landlock domain (smc_before_confinement
- * loads them first). */
 /* A seccomp filter loaded through syscall() (libseccomp does it so). */
 static bool syscall_enters_seccomp(long nr, const long a[6])
 {
@@ -391,10 +385,11 @@ static bool syscall_enters_seccomp(long nr, const long a[6])
 	       (nr == SYS_prctl && a[0] == PR_SET_SECCOMP);
 }
 
+/* Calls after which a later dlopen() may not reach the library's files: a new root,
+ * another mount namespace, a Landlock domain (smc_before_confinement loads them first;
+ * a seccomp filter is syscall_enters_seccomp's, smc_before_seccomp). */
 static bool syscall_confines(long nr, const long a[6])
 {
-	if (syscall_enters_seccomp(nr, a))
-		return true;
 	switch (nr) {
 	case SYS_chroot:
 	case SYS_pivot_root:
@@ -412,6 +407,9 @@ static bool syscall_confines(long nr, const long a[6])
 	}
 }
 
+/* Every caller passes at most six arguments after the number; reading six always is
+ * what libc's own syscall() does (the unused ones are whatever the registers and the
+ * caller's stack slot hold, and are ignored). */
 SMC_EXPORT long syscall(long nr, ...)
 {
 	long a[6];
@@ -426,7 +424,9 @@ SMC_EXPORT long syscall(long nr, ...)
 	long ret = route(nr, a, &routed);
 	if (routed)
 		return ret;
-	if (syscall_confines(nr, a))
+	if (syscall_enters_seccomp(nr, a))
+		KEEP_ERRNO(smc_before_seccomp());
+	else if (syscall_confines(nr, a))
 		KEEP_ERRNO(smc_before_confinement());
 	ret = CALL_REAL(syscall, nr, a[0], a[1], a[2], a[3], a[4], a[5]);
 	if (nr == SYS_io_uring_setup && ret >= 0)

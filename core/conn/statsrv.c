@@ -37,6 +37,7 @@
 #include "core/base/log.h"
 #include "core/base/progress.h"
 #include "core/base/real.h"
+#include "core/base/sandbox.h"
 #include "core/base/stats.h"
 #include "core/conn/conn.h"
 #include "core/conn/statsrv.h"
@@ -488,6 +489,8 @@ void statsrv_ensure(void)
 	int lfd;
 
 	if (__builtin_expect(__atomic_load_n(&statsrv_state, __ATOMIC_ACQUIRE) != STATSRV_IDLE, 1))
+		return;
+	if (sandbox_active()) /* a unix socket and a thread: not under a seccomp filter */
 		return;
 	pthread_mutex_lock(&statsrv_lock);
 	if (__atomic_load_n(&statsrv_state, __ATOMIC_RELAXED) != STATSRV_IDLE)

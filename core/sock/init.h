@@ -12,6 +12,9 @@ bool smc_enabled(void);
  * Landlock, a seccomp filter): what the library loads on first need is loaded now,
  * while it can be (core/base/progress.h). */
 void smc_before_confinement(void);
+/* The process is about to load a seccomp filter: the above, and its listeners stop
+ * announcing SMC (core/sock/sandbox_entry.c). */
+void smc_before_seccomp(void);
 /* A new process that libc's fork() does not make, so neither the fork() wrapper nor
  * the pthread_atfork handlers see it: glibc's clone() and the raw clone and clone3
  * system calls without CLONE_VM (preload/process.c, preload/syscall.c). It gets what

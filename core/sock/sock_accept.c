@@ -23,6 +23,7 @@
 #include "core/base/log.h"
 #include "core/base/progress.h"
 #include "core/base/real.h"
+#include "core/base/sandbox.h"
 #include "core/conn/conn.h"
 #include "core/conn/statsrv.h"
 #include "core/ib/conn_ib.h"
@@ -171,6 +172,8 @@ int smc_sock_listen(int fd, int backlog)
 	bool opted_in = false;
 	int r;
 
+	if (sandbox_active()) /* announces nothing, with no call of its own (sandbox_entry.c) */
+		return REAL(listen)(fd, backlog);
 	track_foreign_tcp(fd);
 
 	/* a process that uses io_uring may accept where we never see it (io_uring_watch.h):
@@ -908,6 +911,21 @@ static int accept_io_uring(int lfd, int nfd, const struct sockaddr *peer, int fl
 	return nfd;
 }
 
+/* Under a seccomp filter (sandbox_entry.c): a pooled connection whose slot was offered
+ * before the filter is served (its client has taken it as upgraded); every other one is
+ * plain TCP, and the library makes no call of its own for it. */
+static int accept_sandboxed(int lfd, int nfd, const struct sockaddr *peer, int flags)
+{
+	int r = fdtab_kind(lfd) == FD_LISTEN && smc_enabled() ? accept_pooled(lfd, nfd, peer, flags)
+							      : 0;
+
+	if (r <= 0) { /* < 0: reset, the slot gone */
+		smc_sock_created(nfd, peer->sa_family, SOCK_STREAM, 0);
+		fdtab_flags_set(nfd, FDF_TCP_FINAL);
+	}
+	return nfd;
+}
+
 int smc_sock_accept(int fd, struct sockaddr *addr, socklen_t *len, int flags)
 {
 	struct sockaddr_storage peer;
@@ -933,6 +951,8 @@ int smc_sock_accept(int fd, struct sockaddr *addr, socklen_t *len, int flags)
 	/* an accepted socket inherits the listener's timeouts and linger */
 	fdtab_flags_reset(nfd, fdtab_flags(fd) & (FDF_SOCKOPTS | FDF_TCP_ONLY));
 	copy_addr_out(&peer, plen, addr, len);
+	if (sandbox_active())
+		return accept_sandboxed(fd, nfd, (struct sockaddr *)&peer, flags);
 	if (fdtab_kind(fd) == FD_LISTEN && smc_enabled() && io_uring_in_use()) /* io_uring_watch.h */
 		return accept_io_uring(fd, nfd, (struct sockaddr *)&peer, flags);
 	if (fdtab_kind(fd) != FD_LISTEN || !smc_enabled()) {

@@ -15,6 +15,7 @@
 #include "core/base/fdtab.h"
 #include "core/base/log.h"
 #include "core/base/real.h"
+#include "core/base/sandbox.h"
 #include "core/conn/conn.h"
 #include "core/conn/statsrv.h"
 #include "core/negotiate/hs_policy.h"
@@ -434,6 +435,10 @@ int smc_sock_connect(int fd, const struct sockaddr *addr, socklen_t len)
 	    len < (addr->sa_family == AF_INET ? sizeof(struct sockaddr_in) : sizeof(struct sockaddr_in6)) ||
 	    (fdtab_flags(fd) & FDF_TCP_FINAL))
 		return REAL(connect)(fd, addr, len);
+	if (sandbox_active()) { /* no call of the library's own (sandbox_entry.c) */
+		fdtab_flags_set(fd, FDF_TCP_FINAL);
+		return REAL(connect)(fd, addr, len);
+	}
 	if (smc_enabled() && !addr_is_unspecified(addr) &&
 	    (why = upgrade_rule(fd)) == SMC_REASON_NONE) {
 		uint64_t key = hs_policy_key(addr), now = clock_now_ns();

@@ -8,7 +8,9 @@
  * strictest known; calls the application makes itself, with its arguments, stay as
  * they are).
  * A filter loaded with the seccomp(2) system call through syscall() (libseccomp) is
- * seen too (preload/syscall.c); one loaded with an inline system call is not.
+ * seen too (preload/syscall.c); one loaded with an inline system call is not. A filter
+ * in place before the program started is probed for the library's calls
+ * (sandbox_probe.c).
  */
 #ifndef SMC_SANDBOX_H
 #define SMC_SANDBOX_H
@@ -21,6 +23,12 @@
 /* preload/: a seccomp filter is in place (prctl or seccomp succeeded). */
 void sandbox_entered(void);
 bool sandbox_active(void);
+/* Before the library's first call of its own for a connection: a filter the process
+ * started under is judged once (sandbox_probe.c), and when it refuses one of the
+ * library's calls the process counts as sandboxed. True when sandboxed. */
+bool sandbox_keeps_off(void);
+/* The same judgement, for bpf() alone (the SMC TCP option's map). */
+bool sandbox_bpf_refused(void);
 
 /* The library's own sleeps: ppoll, or when sandboxed (and no mask) poll(2), the timeout
  * rounded up to milliseconds, and where even poll is refused select(2) on the fds it

@@ -40,6 +40,7 @@
 #include "core/base/log.h"
 #include "core/base/real.h"
 #include "core/base/rendezvous.h"
+#include "core/base/sandbox.h"
 #include "core/negotiate/tcpopt.h"
 
 #define TCPOPT_MAP_NAME "smc_peer"
@@ -147,6 +148,10 @@ static int map_open(void)
 
 	if (!path)
 		return -ENOMEM;
+	if (sandbox_bpf_refused()) { /* a seccomp filter may kill us for it (sandbox.h) */
+		free(path);
+		return -EPERM;
+	}
 	if (snprintf(path, PATH_MAX, "%s/" TCPOPT_MAP_NAME, smc_cfg.bpf_dir) < PATH_MAX)
 		fd = map_get(path);
 	/* only in a rendezvous directory nobody else controls: another user's would decide

@@ -172,7 +172,7 @@ int smc_sock_listen(int fd, int backlog)
 	bool opted_in = false;
 	int r;
 
-	if (sandbox_active()) /* announces nothing, with no call of its own (sandbox_entry.c) */
+	if (sandbox_keeps_off()) /* announces nothing, no call of its own (sandbox_entry.c) */
 		return REAL(listen)(fd, backlog);
 	track_foreign_tcp(fd);
 
@@ -951,7 +951,7 @@ int smc_sock_accept(int fd, struct sockaddr *addr, socklen_t *len, int flags)
 	/* an accepted socket inherits the listener's timeouts and linger */
 	fdtab_flags_reset(nfd, fdtab_flags(fd) & (FDF_SOCKOPTS | FDF_TCP_ONLY));
 	copy_addr_out(&peer, plen, addr, len);
-	if (sandbox_active())
+	if (sandbox_keeps_off())
 		return accept_sandboxed(fd, nfd, (struct sockaddr *)&peer, flags);
 	if (fdtab_kind(fd) == FD_LISTEN && smc_enabled() && io_uring_in_use()) /* io_uring_watch.h */
 		return accept_io_uring(fd, nfd, (struct sockaddr *)&peer, flags);

@@ -435,7 +435,7 @@ int smc_sock_connect(int fd, const struct sockaddr *addr, socklen_t len)
 	    len < (addr->sa_family == AF_INET ? sizeof(struct sockaddr_in) : sizeof(struct sockaddr_in6)) ||
 	    (fdtab_flags(fd) & FDF_TCP_FINAL))
 		return REAL(connect)(fd, addr, len);
-	if (sandbox_active()) { /* no call of the library's own (sandbox_entry.c) */
+	if (sandbox_keeps_off()) { /* no call of the library's own (sandbox_entry.c) */
 		fdtab_flags_set(fd, FDF_TCP_FINAL);
 		return REAL(connect)(fd, addr, len);
 	}

@@ -10,7 +10,12 @@
 #    against a preloaded echo server: every echo intact, the server's connections
 #    peer-not-smc with the bytes over TCP;
 #  - a server that listens, then loads its filter: the same, seen from the client;
-#  - both without a filter (the control): shared memory.
+#  - both without a filter (the control): shared memory;
+#  - peers that inherit their filter across exec (seccomp_peer exec, as under systemd's
+#    SystemCallFilter=), which the library cannot have seen go on: one that kills on
+#    bpf() (the TCP option's map) still gets shared memory through the rendezvous on
+#    both sides; one that kills on memfd_create keeps its connections on TCP, as client
+#    and as server, its peer's stats peer-not-smc.
 # With root, the server case again after smc_preload.sh --setup (its listener announced
 # SMC in its SYN-ACKs before the filter, and must stop before it).
 [ -n "${BASH_VERSION:-}" ] || exec bash "$0" "$@"
@@ -68,6 +73,42 @@ server_under_filter() {
 	fi
 }
 
+# inherited DENY LABEL: server and client under a filter inherited across exec that
+# kills on DENY (bpf: both upgrade over the rendezvous), or one of them (memfd: the
+# other, without a filter, sees TCP)
+inherited() {
+	local deny=$1 label=$2 srv cli name=inherit-$2 port out rc
+	local -a srv_filter=() cli_filter=()
+	srv=$(smc_stats_dir "server-inherit-$label")
+	cli=$(smc_stats_dir "client-inherit-$label")
+	case $label in
+	*client) cli_filter=("$PEER" exec "$deny") ;;
+	*server) srv_filter=("$PEER" exec "$deny") ;;
+	*) cli_filter=("$PEER" exec "$deny") srv_filter=("$PEER" exec "$deny") ;;
+	esac
+	smc_free_port port
+	smc_start_server "$name" "$srv" "${srv_filter[@]}" "$PEER" server "$port" "$N" none
+	smc_wait_log "$name" '^LISTENING'
+	out=$(smc_run "$cli" "${cli_filter[@]}" "$PEER" client "$port" "$N" none 2>&1)
+	rc=$?
+	smc_log "client ($label): $out"
+	smc_assert_eq "client ($label): exit status (159: killed by SIGSYS)" "$rc" 0
+	smc_wait_server_exit "$name" 20
+	smc_assert_eq "server ($label): exit status (159: killed by SIGSYS)" \
+		"${SMC_SERVER_RC[$name]}" 0
+	case $label in
+	*client) smc_expect_fallback "$srv" peer-not-smc $((2 * N * BYTES)) "server ($label)" ;;
+	*server) smc_expect_fallback "$cli" peer-not-smc $((2 * N * BYTES)) "client ($label)" ;;
+	*)
+		smc_expect_payload "$cli" $((2 * N * BYTES)) "client ($label)"
+		smc_expect_payload "$srv" $((2 * N * BYTES)) "server ($label)"
+		;;
+	esac
+}
+
+inherited bpf bpf
+inherited memfd memfd-client
+inherited memfd memfd-server
 for how in none prctl syscall; do
 	client_against_echo "$how" "$how"
 	server_under_filter "$how" "$how"
@@ -79,6 +120,8 @@ if [ "$(id -u)" = 0 ]; then
 	server_under_filter prctl tcpopt-prctl
 	server_under_filter syscall tcpopt-syscall
 	client_against_echo prctl tcpopt-prctl
+	inherited bpf tcpopt-bpf
+	inherited memfd tcpopt-memfd-client
 else
 	smc_log "not root: the TCP option case is left out"
 fi

@@ -9,6 +9,10 @@
  *                                    accepts and echoes N connections, one at a time
  *   HOW: prctl (prctl(PR_SET_SECCOMP), as OpenSSH does), syscall (seccomp(2) through
  *        syscall(), as libseccomp does), or none (no filter: the control)
+ *   seccomp_peer exec DENY CMD...    loads a filter that kills the process on the calls
+ *                                    DENY names (bpf, memfd: memfd_create) and allows
+ *                                    the rest, then execs CMD, which inherits it (as
+ *                                    systemd's SystemCallFilter= does)
  *
  * The client sends BYTES of a pattern of its own on each connection, shuts its side down
  * and reads the echo to the end. Exit status 0 when every echo was intact. The filter
@@ -59,6 +63,41 @@ static struct sock_filter filter[] = {
 	ALLOW(__NR_restart_syscall),
 	BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_KILL_PROCESS),
 };
+
+static struct sock_filter deny_prefix[] = {
+	BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, arch)),
+	BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, OUR_ARCH, 1, 0),
+	BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_KILL_PROCESS),
+	BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, nr)),
+};
+
+/* Loads a filter that kills on the one call DENY names and allows the rest, and execs
+ * cmd under it. */
+static int exec_denying(const char *deny, char **cmd)
+{
+	struct sock_filter insns[8];
+	struct sock_fprog prog = { 0, insns };
+	long nr = strcmp(deny, "bpf") == 0 ? __NR_bpf : strcmp(deny, "memfd") == 0 ? __NR_memfd_create : -1;
+	size_t n = sizeof(deny_prefix) / sizeof(deny_prefix[0]);
+
+	if (nr < 0) {
+		fprintf(stderr, "seccomp_peer: DENY is bpf or memfd, not %s\n", deny);
+		return 2;
+	}
+	memcpy(insns, deny_prefix, sizeof(deny_prefix));
+	insns[n++] = (struct sock_filter)BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, (unsigned)nr, 0, 1);
+	insns[n++] = (struct sock_filter)BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_KILL_PROCESS);
+	insns[n++] = (struct sock_filter)BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW);
+	prog.len = (unsigned short)n;
+	if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) < 0 ||
+	    prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, &prog, 0, 0) < 0) {
+		perror("seccomp_peer: loading the filter");
+		return 1;
+	}
+	execvp(cmd[0], cmd);
+	perror("seccomp_peer: exec");
+	return 127;
+}
 
 /* After the filter stdio may want an fstat: one write(2) per line instead. */
 static void __attribute__((format(printf, 1, 2))) say(const char *fmt, ...)
@@ -216,8 +255,11 @@ int main(int argc, char **argv)
 	static unsigned char buf[BYTES];
 	int port, count, bad = 0;
 
+	if (argc >= 4 && strcmp(argv[1], "exec") == 0)
+		return exec_denying(argv[2], argv + 3);
 	if (argc != 5 || (strcmp(argv[1], "client") && strcmp(argv[1], "server"))) {
-		fprintf(stderr, "usage: seccomp_peer client|server PORT N prctl|syscall|none\n");
+		fprintf(stderr, "usage: seccomp_peer client|server PORT N prctl|syscall|none\n"
+				"       seccomp_peer exec bpf|memfd CMD...\n");
 		return 2;
 	}
 	port = atoi(argv[2]);

@@ -10,6 +10,8 @@
 #include <link.h>
 #include <stdint.h>
 #include <string.h>
+#include <stdarg.h>
+#include <sys/epoll.h>
 #include <sys/eventfd.h>
 #include <sys/mman.h>
 #include <unistd.h>
@@ -50,6 +52,26 @@ static void keep_pair(int r, int fds[2])
 		fds[0] = keep(fds[0]);
 		fds[1] = keep(fds[1]);
 	}
+}
+
+/*
+ * Numbers of libevent's descriptors the program took with dup2/dup3 (evlib_fds_move):
+ * libevent goes on calling the old number, which now names the program's file, and
+ * those calls go to the number its file was moved to. Appended under progress's lock
+ * (a pair is complete before the count shows it); read by any thread in libevent.
+ */
+#define MOVES_MAX 8
+static int move_from[MOVES_MAX], move_to[MOVES_MAX];
+static unsigned nmoves;
+
+static int moved(int fd)
+{
+	unsigned n = __atomic_load_n(&nmoves, __ATOMIC_ACQUIRE);
+
+	for (unsigned i = 0; i < n; i++)
+		if (move_from[i] == fd)
+			return __atomic_load_n(&move_to[i], __ATOMIC_RELAXED);
+	return fd;
 }
 
 static int (*slot_epoll_create)(int);
@@ -104,6 +126,51 @@ static int ev_timerfd_create(int clockid, int flags)
 	return keep(slot_timerfd_create(clockid, flags));
 }
 
+static int (*slot_close)(int);
+static int (*slot_epoll_ctl)(int, int, int, struct epoll_event *);
+static int (*slot_epoll_wait)(int, struct epoll_event *, int, int);
+static ssize_t (*slot_read)(int, void *, size_t);
+static ssize_t (*slot_write)(int, const void *, size_t);
+static int (*slot_fcntl)(int, int, ...);
+
+static int ev_close(int fd)
+{
+	return slot_close(moved(fd));
+}
+
+static int ev_epoll_ctl(int ep, int op, int fd, struct epoll_event *ev)
+{
+	return slot_epoll_ctl(moved(ep), op, moved(fd), ev);
+}
+
+static int ev_epoll_wait(int ep, struct epoll_event *evs, int max, int timeout)
+{
+	return slot_epoll_wait(moved(ep), evs, max, timeout);
+}
+
+static ssize_t ev_read(int fd, void *buf, size_t n)
+{
+	return slot_read(moved(fd), buf, n);
+}
+
+static ssize_t ev_write(int fd, const void *buf, size_t n)
+{
+	return slot_write(moved(fd), buf, n);
+}
+
+/* fcntl's third argument is an int or a pointer, passed the same way on the two ABIs
+ * this file redirects for (SLOT_JUMP) */
+static int ev_fcntl(int fd, int cmd, ...)
+{
+	va_list ap;
+	unsigned long arg;
+
+	va_start(ap, cmd);
+	arg = va_arg(ap, unsigned long);
+	va_end(ap);
+	return slot_fcntl(moved(fd), cmd, arg);
+}
+
 struct redirect {
 	const char *name;
 	void **slot_fn; /* where the function the slot held is kept */
@@ -118,6 +185,12 @@ static const struct redirect redirects[] = {
 	{ "pipe2", (void **)&slot_pipe2, (void *)ev_pipe2 },
 	{ "socketpair", (void **)&slot_socketpair, (void *)ev_socketpair },
 	{ "timerfd_create", (void **)&slot_timerfd_create, (void *)ev_timerfd_create },
+	{ "close", (void **)&slot_close, (void *)ev_close },
+	{ "epoll_ctl", (void **)&slot_epoll_ctl, (void *)ev_epoll_ctl },
+	{ "epoll_wait", (void **)&slot_epoll_wait, (void *)ev_epoll_wait },
+	{ "read", (void **)&slot_read, (void *)ev_read },
+	{ "write", (void **)&slot_write, (void *)ev_write },
+	{ "fcntl", (void **)&slot_fcntl, (void *)ev_fcntl },
 };
 
 #ifdef SLOT_JUMP
@@ -277,4 +350,27 @@ size_t evlib_fds_end(int *out, size_t max)
 	memcpy(out, noted, n * sizeof(*out));
 	nnoted = 0;
 	return n;
+}
+
+int evlib_fds_move(int from, int to)
+{
+	unsigned n = __atomic_load_n(&nmoves, __ATOMIC_RELAXED);
+
+	if (!redirected)
+		return -1;
+	/* a number moved before and taken again: its earlier names follow it */
+	for (unsigned i = 0; i < n; i++)
+		if (__atomic_load_n(&move_to[i], __ATOMIC_RELAXED) == from)
+			__atomic_store_n(&move_to[i], to, __ATOMIC_RELEASE);
+	if (n == MOVES_MAX)
+		return -1;
+	move_from[n] = from;
+	move_to[n] = to;
+	__atomic_store_n(&nmoves, n + 1, __ATOMIC_RELEASE);
+	return 0;
+}
+
+void evlib_fds_moves_forget(void)
+{
+	__atomic_store_n(&nmoves, 0, __ATOMIC_RELEASE);
 }

@@ -12,6 +12,9 @@
  * and note it. Called from the program (a program that dlopen()s the same libevent
  * later finds our copy), they are libc's functions, untouched.
  *
+ * The same redirection lets libevent's descriptors move when the program takes their
+ * number with dup2/dup3 (evlib_fds_move): libevent keys everything by number.
+ *
  * Without the redirection (a libevent the program had loaded first, which is the
  * program's to use; an object layout this code does not know) the progress thread's
  * start fills the numbers below 1024 instead (fd_low_fill), which costs ~0.4 ms and
@@ -33,5 +36,12 @@ bool evlib_fds_redirected(void);
  * into out[0..max) and returns how many. Under the caller's lock (one at a time). */
 void evlib_fds_begin(void);
 size_t evlib_fds_end(int *out, size_t max);
+/* The program is putting its own file on number `from`, one of libevent's: libevent's
+ * calls on `from` go to `to` (a descriptor of the file `from` named) from now on. Its
+ * close, epoll_ctl, epoll_wait, read, write and fcntl slots are redirected for this.
+ * 0, or -1 when redirection is off or the table is full. Under progress's lock. */
+int evlib_fds_move(int from, int to);
+/* A fork's child starts a new base: the moves were the parent's. */
+void evlib_fds_moves_forget(void);
 
 #endif

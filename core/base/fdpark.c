@@ -379,12 +379,23 @@ void fd_own_forget(int fd)
 					    __ATOMIC_ACQ_REL, __ATOMIC_RELAXED);
 }
 
+static void (*taken_notify)(int fd);
+
+void fd_own_taken_notify(void (*fn)(int fd))
+{
+	__atomic_store_n(&taken_notify, fn, __ATOMIC_RELEASE);
+}
+
 void fd_own_taken(int fd)
 {
+	void (*notify)(int) = __atomic_load_n(&taken_notify, __ATOMIC_ACQUIRE);
+
 	if (!fd_is_own(fd))
 		return;
-	log_warn("fd %d: the program put its own file on one of the library's descriptors "
-		 "(dup2/dup3): the library's use of it is lost", fd);
+	if (notify)
+		notify(fd);
+	log_info("fd %d: the program put its own file on one of the library's descriptors "
+		 "(dup2/dup3)", fd);
 	pthread_mutex_lock(&taken_lock);
 	if (ntaken < FD_OWN_TAKEN_MAX) {
 		taken[ntaken] = fd;

@@ -45,6 +45,9 @@ void fd_own_forget(int fd);
  * without the library; when fd is ours, its owner's later fd_own_close leaves the
  * program's file open. */
 void fd_own_taken(int fd);
+/* Who is told first, while fd still names the library's file, so that it can move it
+ * (the progress thread: libevent's descriptors). One, set once. */
+void fd_own_taken_notify(void (*fn)(int fd));
 static inline bool fd_is_own(int fd)
 {
 	return fdtab_kind(fd) == FD_OWN;

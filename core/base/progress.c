@@ -8,6 +8,7 @@
  */
 #include <errno.h>
 #include <event2/event.h>
+#include <fcntl.h>
 #include <event2/thread.h>
 #include <pthread.h>
 #include <signal.h>
@@ -25,6 +26,7 @@
 #include "core/base/log.h"
 #include "core/base/progress.h"
 #include "core/base/progress_ev.h"
+#include "core/base/real.h"
 
 static pthread_mutex_t progress_lock = PTHREAD_MUTEX_INITIALIZER;
 /* What event_base_new keeps (libevent 2.1, epoll backend, threads enabled): the epoll
@@ -59,6 +61,32 @@ static void progress_libevent_log(int severity, const char *msg)
 	log_debug("libevent (%d): %s", severity, msg);
 }
 
+/* fdpark's notice that the program is about to dup2/dup3 onto fd (fd_own_taken):
+ * when fd is one of the base's, its file moves to another number, which libevent's
+ * calls on fd reach from then on (evlib_fds_move). Without the redirection the number
+ * is lost to the base, as it would be to any library the program overwrote. */
+static void progress_fd_taken(int fd)
+{
+	pthread_mutex_lock(&progress_lock);
+	for (size_t i = 0; progress_pid == getpid() && i < progress_nbase_fds; i++) {
+		if (progress_base_fd[i] != fd)
+			continue;
+		int to = fd_park_low(REAL(fcntl)(fd, F_DUPFD_CLOEXEC, 0));
+
+		if (to >= 0 && evlib_fds_move(fd, to) == 0) {
+			progress_base_fd[i] = to;
+			log_info("fd %d: the background thread's descriptor moved to %d", fd, to);
+		} else {
+			if (to >= 0)
+				fd_own_close(to);
+			log_warn("fd %d: the background thread's descriptor is lost: its "
+				 "handshakes and watches may stall", fd);
+		}
+		break;
+	}
+	pthread_mutex_unlock(&progress_lock);
+}
+
 struct event_base *progress_start(void)
 {
 	static bool threads_ready;
@@ -75,6 +103,7 @@ struct event_base *progress_start(void)
 		goto out;
 	}
 	if (!threads_ready) {
+		fd_own_taken_notify(progress_fd_taken);
 		event_set_log_callback(progress_libevent_log);
 		evthread_use_pthreads();
 		threads_ready = true;
@@ -295,4 +324,5 @@ void progress_atfork_child(void)
 	for (size_t i = 0; i < progress_nbase_fds; i++)
 		fd_own_close(progress_base_fd[i]);
 	progress_nbase_fds = 0;
+	evlib_fds_moves_forget();
 }

@@ -9,10 +9,15 @@
  * does (exec.c): withdrawn from the TCP option, their rendezvous names shut, their
  * pools refused. A client whose SYN-ACK was answered before that proposes in band and
  * resets the connection when no answer comes, as across exec (docs/design.md).
+ * Its upgraded connections go back to TCP then too, losslessly (downgrade.c): their
+ * waits need calls (poll, ppoll, select) that a filter may not allow, where the
+ * program's own blocking reads and writes need none; one busy in another thread at
+ * that moment stays upgraded (sandbox.h says how it waits).
  */
 #include "core/base/fdtab.h"
 #include "core/base/log.h"
 #include "core/negotiate/tcpopt.h"
+#include "core/shm/pool.h"
 #include "core/sock/init.h"
 #include "core/sock/sock.h"
 
@@ -32,4 +37,6 @@ void smc_before_seccomp(void)
 		sock_listener_shut_name(fd);
 		sock_listener_passed(fd);
 	}
+	pool_server_retire_all();
+	smc_sock_downgrade_all(SMC_REASON_SECCOMP);
 }

@@ -31,11 +31,15 @@ BYTES=$((256 * 1024))
 # server and client, each loading its own filter HOW (prctl, syscall, none) and, with a
 # DENY (bpf, memfd, or - for none), started under an inherited filter that kills on it.
 # OUTCOME: shm (both upgrade), server-tcp or client-tcp (that side is sandboxed: the
-# other's stats say peer-not-smc; a sandboxed process writes no stats of its own).
+# other's stats say peer-not-smc; a sandboxed process writes no stats of its own), or
+# client-early (CLIENT-HOW HOW-early: the client's first connection, upgraded before its
+# filter and half sent, goes back to TCP at the filter and ends intact; the filter
+# allows no poll, which an upgraded connection's waits would need).
 pair() {
 	local label=$1 outcome=$2 srv_how=$3 cli_how=$4 srv_deny=${5:--} cli_deny=${6:--}
 	local srv cli name=peer-$1 port out rc
-	local -a srv_pre=() cli_pre=()
+	local -a srv_pre=() cli_pre=() cli_args=("$cli_how")
+	[ "${cli_how%-early}" = "$cli_how" ] || cli_args=("${cli_how%-early}" early)
 	[ "$srv_deny" = - ] || srv_pre=("$PEER" exec "$srv_deny")
 	[ "$cli_deny" = - ] || cli_pre=("$PEER" exec "$cli_deny")
 	srv=$(smc_stats_dir "server-$label")
@@ -43,7 +47,7 @@ pair() {
 	smc_free_port port
 	smc_start_server "$name" "$srv" "${srv_pre[@]}" "$PEER" server "$port" "$N" "$srv_how"
 	smc_wait_log "$name" '^LISTENING'
-	out=$(smc_run "$cli" "${cli_pre[@]}" "$PEER" client "$port" "$N" "$cli_how" 2>&1)
+	out=$(smc_run "$cli" "${cli_pre[@]}" "$PEER" client "$port" "$N" "${cli_args[@]}" 2>&1)
 	rc=$?
 	smc_log "client ($label): $out"
 	smc_assert_eq "client ($label): exit status (159: killed by SIGSYS)" "$rc" 0
@@ -56,6 +60,15 @@ pair() {
 		smc_expect_payload "$srv" $((2 * N * BYTES)) "server ($label)"
 		;;
 	client-tcp) smc_expect_fallback "$srv" peer-not-smc $((2 * N * BYTES)) "server ($label)" ;;
+	client-early)
+		smc_log "stats server ($label): $(smc_stats_summary "$srv")"
+		smc_assert_eq "server ($label): the early connection upgraded" \
+			"$(smc_stats "$srv" '.connections.shm')" 1
+		smc_assert_ge "server ($label): the client took it back to TCP" \
+			"$(smc_stats "$srv" '.events.peer_downgrades')" 1
+		smc_assert_eq "server ($label): the later ones peer-not-smc" \
+			"$(smc_stats "$srv" '.fallback["peer-not-smc"] // 0')" $((N - 1))
+		;;
 	server-tcp) smc_expect_fallback "$cli" peer-not-smc $((2 * N * BYTES)) "client ($label)" ;;
 	esac
 }
@@ -65,6 +78,7 @@ cases() {
 	pair "${p}control" shm none none
 	pair "${p}client-prctl" client-tcp none prctl
 	pair "${p}client-syscall" client-tcp none syscall
+	pair "${p}client-early" client-early none prctl-early
 	pair "${p}server-prctl" server-tcp prctl none
 	pair "${p}server-syscall" server-tcp syscall none
 	pair "${p}inherited-bpf" shm none none bpf bpf

@@ -4,7 +4,9 @@
  * its connections, as a sandboxed daemon does (Tor's Sandbox 1, OpenSSH's pre-auth
  * child, a browser's network process), and is killed (SIGSYS) by any other call.
  *
- *   seccomp_peer client PORT N HOW   connects N times to 127.0.0.1:PORT (after the filter)
+ *   seccomp_peer client PORT N HOW [early]
+ *                                    connects N times to 127.0.0.1:PORT after the filter
+ *                                    (early: the first before it, half its bytes sent)
  *   seccomp_peer server PORT N HOW   listens on 127.0.0.1:PORT (before the filter), then
  *                                    accepts and echoes N connections, one at a time
  *   HOW: prctl (prctl(PR_SET_SECCOMP), as OpenSSH does), syscall (seccomp(2) through
@@ -16,7 +18,8 @@
  *
  * The client sends BYTES of a pattern of its own on each connection, shuts its side down
  * and reads the echo to the end. Exit status 0 when every echo was intact. The filter
- * allows what this program and libc need for that, nothing else.
+ * allows what this program and libc need for that, nothing else: no poll of any kind
+ * (its reads and writes block).
  */
 #include <arpa/inet.h>
 #include <errno.h>
@@ -25,6 +28,7 @@
 #include <linux/seccomp.h>
 #include <netinet/in.h>
 #include <stdarg.h>
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -58,7 +62,7 @@ static struct sock_filter filter[] = {
 	ALLOW(__NR_exit), ALLOW(__NR_exit_group), ALLOW(__NR_futex), ALLOW(__NR_brk),
 	ALLOW(__NR_mmap), ALLOW(__NR_munmap), ALLOW(__NR_mprotect), ALLOW(__NR_madvise),
 	ALLOW(__NR_rt_sigreturn), ALLOW(__NR_rt_sigprocmask), ALLOW(__NR_clock_gettime),
-	ALLOW(__NR_clock_nanosleep), ALLOW(__NR_nanosleep), ALLOW(__NR_ppoll),
+	ALLOW(__NR_clock_nanosleep), ALLOW(__NR_nanosleep),
 	ALLOW(__NR_getpid), ALLOW(__NR_gettid), ALLOW(__NR_getrandom), ALLOW(__NR_fcntl),
 	ALLOW(__NR_restart_syscall),
 	BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_KILL_PROCESS),
@@ -212,17 +216,29 @@ static int run_server(int port, int count, const char *how, unsigned char *buf)
 	return bad ? 1 : 0;
 }
 
-static int one_client(int port, unsigned conn, unsigned char *buf)
+static int dial(int port)
 {
 	struct sockaddr_in a = loopback(port);
-	size_t got = 0;
 	int fd = socket(AF_INET, SOCK_STREAM, 0);
 
-	if (fd < 0 || connect(fd, (struct sockaddr *)&a, sizeof(a)) < 0)
+	if (fd >= 0 && connect(fd, (struct sockaddr *)&a, sizeof(a)) < 0) {
+		close(fd);
+		fd = -1;
+	}
+	return fd;
+}
+
+/* Sends BYTES of connection conn's pattern on fd from byte `from` on (the rest went
+ * before), shuts its side down, reads the echo to the end and checks it; closes fd. */
+static int exchange(int fd, unsigned conn, size_t from, unsigned char *buf)
+{
+	size_t got = 0;
+
+	if (fd < 0)
 		goto fail;
 	for (size_t i = 0; i < BYTES; i++)
 		buf[i] = pattern(conn, i);
-	if (full_write(fd, buf, BYTES) < 0 || shutdown(fd, SHUT_WR) < 0)
+	if (full_write(fd, buf + from, BYTES - from) < 0 || shutdown(fd, SHUT_WR) < 0)
 		goto fail;
 	memset(buf, 0, BYTES);
 	for (;;) {
@@ -253,12 +269,13 @@ fail:
 int main(int argc, char **argv)
 {
 	static unsigned char buf[BYTES];
-	int port, count, bad = 0;
+	int port, count, bad = 0, early_fd = -1;
+	bool early = argc == 6 && strcmp(argv[5], "early") == 0;
 
 	if (argc >= 4 && strcmp(argv[1], "exec") == 0)
 		return exec_denying(argv[2], argv + 3);
-	if (argc != 5 || (strcmp(argv[1], "client") && strcmp(argv[1], "server"))) {
-		fprintf(stderr, "usage: seccomp_peer client|server PORT N prctl|syscall|none\n"
+	if ((argc != 5 && !early) || (strcmp(argv[1], "client") && strcmp(argv[1], "server"))) {
+		fprintf(stderr, "usage: seccomp_peer client|server PORT N prctl|syscall|none [early]\n"
 				"       seccomp_peer exec bpf|memfd CMD...\n");
 		return 2;
 	}
@@ -266,10 +283,20 @@ int main(int argc, char **argv)
 	count = atoi(argv[3]);
 	if (strcmp(argv[1], "server") == 0)
 		return run_server(port, count, argv[4], buf);
+	if (early) { /* the first connection is made, and half sent, before the filter */
+		early_fd = dial(port);
+		for (size_t i = 0; i < BYTES / 2; i++)
+			buf[i] = pattern(0, i);
+		if (early_fd < 0 || full_write(early_fd, buf, BYTES / 2) < 0) {
+			perror("seccomp_peer: the early connection");
+			return 1;
+		}
+	}
 	if (enter_filter(argv[4]) < 0)
 		return 1;
 	for (int i = 0; i < count; i++)
-		if (one_client(port, (unsigned)i, buf) < 0)
+		if (exchange(i == 0 && early ? early_fd : dial(port), (unsigned)i,
+			     i == 0 && early ? BYTES / 2 : 0, buf) < 0)
 			bad++;
 	say("client: %d connections intact, %d failed\n", count - bad, bad);
 	return bad ? 1 : 0;

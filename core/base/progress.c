@@ -14,6 +14,7 @@
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -23,6 +24,7 @@
 #include "core/base/fdpark.h"
 #include "core/base/fdtab.h"
 #include "core/base/forklock.h"
+#include "core/base/lib_threads.h"
 #include "core/base/log.h"
 #include "core/base/progress.h"
 #include "core/base/progress_ev.h"
@@ -44,12 +46,46 @@ struct event_base *progress_thread_base(void)
 	return progress_base;
 }
 
+/* How often the thread looks whether the program has a thread left (lib_threads.h). */
+#define PROGRAM_CHECK_S 1
+
+/* The program's threads are all gone: the process ends as its main thread's end would
+ * have ended it without the library's threads, by the same signal or with exit(). */
+static void program_gone_check(evutil_socket_t fd, short what, void *arg)
+{
+	int status;
+
+	(void)fd;
+	(void)what;
+	(void)arg;
+	if (!lib_threads_program_gone(&status))
+		return;
+	log_debug("the program's threads have all ended: the process ends (status %#x)", status);
+	if (WIFSIGNALED(status)) {
+		int sig = WTERMSIG(status);
+		sigset_t one;
+
+		signal(sig, SIG_DFL);
+		sigemptyset(&one);
+		sigaddset(&one, sig);
+		pthread_sigmask(SIG_UNBLOCK, &one, NULL);
+		raise(sig);
+	}
+	exit(WIFEXITED(status) ? WEXITSTATUS(status) : 0);
+}
+
 static void *progress_main(void *arg)
 {
+	static const struct timeval every = { PROGRAM_CHECK_S, 0 };
 	struct event_base *base = arg;
+	struct event *check;
 
 	forklock_thread_started();
+	lib_thread_enter();
 	smc_thread_internal = true;
+	check = event_new(base, -1, EV_PERSIST, program_gone_check, NULL);
+	if (check)
+		event_add(check, &every);
 	event_base_loop(base, EVLOOP_NO_EXIT_ON_EMPTY);
 	return NULL;
 }
@@ -320,6 +356,7 @@ void progress_atfork_child(void)
 	 * what the child keeps), a fresh one starts on next need. */
 	progress_base = NULL;
 	progress_pid = 0;
+	lib_threads_atfork_child();
 	/* nor its fds, which would only hold numbers the child's program may want */
 	for (size_t i = 0; i < progress_nbase_fds; i++)
 		fd_own_close(progress_base_fd[i]);

@@ -34,6 +34,7 @@
 #include "core/base/fd_budget.h"
 #include "core/base/fdpark.h"
 #include "core/base/forklock.h"
+#include "core/base/lib_threads.h"
 #include "core/base/log.h"
 #include "core/base/progress.h"
 #include "core/base/real.h"
@@ -360,6 +361,7 @@ static void *statsrv_main(void *arg)
 	int lfd = (int)(intptr_t)arg;
 
 	forklock_thread_started();
+	lib_thread_enter();
 	for (;;) {
 		/* Waits in poll(), not in accept(): a blocked accept() holds the lowest free
 		 * descriptor number reserved until it returns (the kernel takes the number
@@ -379,6 +381,7 @@ static void *statsrv_main(void *arg)
 			    errno == EOPNOTSUPP) {
 				log_debug("statsrv: listening socket lost (%s)", strerror(errno));
 				statsrv_lost(lfd);
+				lib_thread_leave();
 				return NULL;
 			}
 			if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS ||

@@ -167,6 +167,14 @@ static void track_foreign_tcp(int fd)
 	fdtab_flags_reset(fd, FDF_SOCKOPTS | FDF_BOUND);
 }
 
+/* The least accept queue an upgrading listener gets from the kernel. Its accept() runs
+ * the first steps of each handshake (and may wait a little for a same-host client's
+ * answer: accept_defer_flow), so it takes the queue's head more slowly than over TCP:
+ * a burst that a listen(fd, 128) queue absorbs over TCP overflowed it, and the dropped
+ * SYNs came back after TCP's 1 s retransmission (250 new connections at once to the
+ * JDK's HttpServer). The kernel still caps it at net.core.somaxconn. */
+#define LISTEN_BACKLOG_MIN 1024
+
 int smc_sock_listen(int fd, int backlog)
 {
 	bool opted_in = false;
@@ -183,6 +191,8 @@ int smc_sock_listen(int fd, int backlog)
 	/* before listen(): the program decides when the socket starts listening */
 	if (fdtab_kind(fd) == FD_TCP && announce && tcpopt_available())
 		opted_in = tcpopt_opt_in(fd) == 0;
+	if (fdtab_kind(fd) == FD_TCP && announce && backlog < LISTEN_BACKLOG_MIN)
+		backlog = LISTEN_BACKLOG_MIN;
 	r = REAL(listen)(fd, backlog);
 	if (r == 0) /* a listener's readiness stays the kernel's */
 		epoll_track_forget_fd(fd);

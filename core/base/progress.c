@@ -49,8 +49,13 @@ struct event_base *progress_thread_base(void)
 /* How often the thread looks whether the program has a thread left (lib_threads.h). */
 #define PROGRAM_CHECK_S 1
 
-/* The program's threads are all gone: the process ends as its main thread's end would
- * have ended it without the library's threads, by the same signal or with exit(). */
+/* The program's threads are all gone: the process ends as it would have without the
+ * library's threads. A main thread killed by a signal: that signal. One that called
+ * pthread_exit() (glibc ends it with status 0): glibc's exit(0) after the last thread,
+ * atexit handlers and stdio flushed. One that ended with a raw exit system call
+ * (status not 0): glibc never counted it out, so it calls no exit(), and the process
+ * ends with its last thread's status, a glibc thread's 0. (A last thread that itself
+ * ended with a raw exit(n) would have given n: not seen from here.) */
 static void program_gone_check(evutil_socket_t fd, short what, void *arg)
 {
 	int status;
@@ -71,7 +76,9 @@ static void program_gone_check(evutil_socket_t fd, short what, void *arg)
 		pthread_sigmask(SIG_UNBLOCK, &one, NULL);
 		raise(sig);
 	}
-	exit(WIFEXITED(status) ? WEXITSTATUS(status) : 0);
+	if (WIFEXITED(status) && WEXITSTATUS(status) == 0)
+		exit(0);
+	_exit(0);
 }
 
 static void *progress_main(void *arg)

@@ -191,7 +191,9 @@ int smc_sock_listen(int fd, int backlog)
 	/* before listen(): the program decides when the socket starts listening */
 	if (fdtab_kind(fd) == FD_TCP && announce && tcpopt_available())
 		opted_in = tcpopt_opt_in(fd) == 0;
-	if (fdtab_kind(fd) == FD_TCP && announce && backlog < LISTEN_BACKLOG_MIN)
+	/* a second listen() on a listener sets its queue again (nginx applies backlog=) */
+	if ((fdtab_kind(fd) == FD_TCP || fdtab_kind(fd) == FD_LISTEN) && announce &&
+	    backlog < LISTEN_BACKLOG_MIN)
 		backlog = LISTEN_BACKLOG_MIN;
 	r = REAL(listen)(fd, backlog);
 	if (r == 0) /* a listener's readiness stays the kernel's */

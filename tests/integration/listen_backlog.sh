@@ -6,7 +6,7 @@
 # small queue absorbs over TCP overflowed it (the JDK's HttpServer, listen(fd, 128), and
 # 250 new connections at once: the dropped SYNs came back 1 s later). The kernel's queue
 # is at least 1024 for such a listener (core/sock/sock_accept.c). Checks, with a Python
-# server calling listen(16): its queue as ss shows it (Send-Q of a listener) is 16
+# server calling listen(16) twice (nginx calls it again to apply backlog=): its queue as ss shows it (Send-Q of a listener) is 16
 # without the library and 1024 (or net.core.somaxconn, if lower) with it; then 300
 # clients connect at once, each sends a line and reads it back, and the kernel counts
 # no accept-queue overflow (TcpExtListenOverflows) meanwhile.
@@ -22,6 +22,7 @@ ls = socket.socket()
 ls.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
 ls.bind(("127.0.0.1", int(sys.argv[1])))
 ls.listen(16)
+ls.listen(16)  # again, as nginx does to apply its backlog=
 print("listening", flush=True)
 def serve(c):
     f = c.makefile("rwb")

@@ -5,11 +5,16 @@
  *   main_exit pthread-exit PORT   main() starts a thread and calls pthread_exit(); the
  *                                 thread echoes 64 KiB through 127.0.0.1:PORT and
  *                                 returns: glibc then ends the process, exit status 0
+ *   main_exit raw-exit PORT       the same as pthread-exit, but main() ends with the raw
+ *                                 exit system call (status 7), which glibc never counts:
+ *                                 the process ends with its last thread's status, 0,
+ *                                 and no atexit handler runs
  *   main_exit kill-thread PORT    main() echoes 64 KiB, loads a seccomp filter whose
  *                                 action for getppid is SECCOMP_RET_KILL_THREAD, and
  *                                 calls getppid: its only thread dies, and with it the
  *                                 process, by SIGSYS
- * The echo's check is printed ("echo intact"); the process's end is the test's.
+ * The echo's check is printed ("echo intact"), and an atexit handler prints "atexit ran";
+ * the process's end is the test's.
  */
 #include <arpa/inet.h>
 #include <linux/audit.h>
@@ -83,12 +88,18 @@ static void kill_thread_on_getppid(void)
 	syscall(SYS_getppid);
 }
 
+static void at_exit(void)
+{
+	printf("atexit ran\n");
+	fflush(stdout);
+}
+
 int main(int argc, char **argv)
 {
 	pthread_t t;
 
 	if (argc != 3) {
-		fprintf(stderr, "usage: main_exit pthread-exit|kill-thread PORT\n");
+		fprintf(stderr, "usage: main_exit pthread-exit|raw-exit|kill-thread PORT\n");
 		return 2;
 	}
 	port = atoi(argv[2]);
@@ -97,7 +108,10 @@ int main(int argc, char **argv)
 		kill_thread_on_getppid();
 		return 3; /* not reached: the thread died */
 	}
+	atexit(at_exit);
 	if (pthread_create(&t, NULL, echo, NULL) != 0)
 		return 1;
+	if (strcmp(argv[1], "raw-exit") == 0)
+		syscall(SYS_exit, 7);
 	pthread_exit(NULL);
 }

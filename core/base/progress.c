@@ -8,8 +8,8 @@
  */
 #include <errno.h>
 #include <event2/event.h>
-#include <fcntl.h>
 #include <event2/thread.h>
+#include <fcntl.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdlib.h>

@@ -6,9 +6,9 @@
  * library makes no call of its own for them (sock_connect.c, sock_accept.c). Its peers
  * must not wait for an answer it cannot give, so just before the filter goes on its
  * listeners stop announcing SMC, as a listener handed to a program without the library
- * does (exec.c): withdrawn from the TCP option, their rendezvous names shut, their
- * pools refused. A client whose SYN-ACK was answered before that proposes in band and
- * resets the connection when no answer comes, as across exec (docs/design.md).
+ * does (exec.c): withdrawn from the TCP option, their rendezvous names shut, the
+ * process's pools retired. A client whose SYN-ACK was answered before that proposes in
+ * band and resets the connection when no answer comes, as across exec (docs/design.md).
  * Its upgraded connections go back to TCP then too, losslessly (downgrade.c): their
  * waits need calls (poll, ppoll, select) that a filter may not allow, where the
  * program's own blocking reads and writes need none; one busy in another thread at
@@ -35,8 +35,7 @@ void smc_before_seccomp(void)
 				 "before the seccomp filter: clients that propose in band will reset "
 				 "their connections", fd);
 		sock_listener_shut_name(fd);
-		sock_listener_passed(fd);
 	}
-	pool_server_retire_all();
+	pool_server_retire_all(); /* every listener's pools, and no new ones */
 	smc_sock_downgrade_all(SMC_REASON_SECCOMP);
 }

@@ -19,6 +19,8 @@
 /* First thing in a thread of the library's, and before it returns. */
 void lib_thread_enter(void);
 void lib_thread_leave(void);
+/* The files the check reads, opened by the thread that starts the progress thread. */
+void lib_threads_watch_open(void);
 /* A fork's child has none of them. */
 void lib_threads_atfork_child(void);
 /* True when the main thread has ended and no thread but the library's is left, with

@@ -186,6 +186,7 @@ struct event_base *progress_start(void)
 	if (!base)
 		goto out;
 	fd_budget_take(PROGRESS_BASE_FDS);
+	lib_threads_watch_open();
 	/* The thread must never take the application's signals. */
 	sigfillset(&all);
 	pthread_sigmask(SIG_SETMASK, &all, &old);

@@ -21,6 +21,12 @@
 #   epoll:  a server that watches its connections in an epoll set gets four numbers
 #           in a row from three accepts and an open, as over TCP (the library's shadow
 #           epoll set and eventfd for that set took two of them);
+#   quiet:  tests/progs/fd_thread_race quiet: with a connection to itself open, it
+#           closes its lowest free number and looks at it for 2.5 s: it stays closed
+#           (the background thread, which looks once a second whether the program's
+#           threads have ended, opened a proc file each time and so held that number
+#           for a moment: a thread polling a number it had just closed saw a readable
+#           file);
 #   threads: tests/progs/fd_thread_race, 20 processes: a thread opens and closes a file
 #           in a loop while the main thread's first connection starts the library; the
 #           loop never gets a number from 1024 up (it did while the library filled the
@@ -216,6 +222,14 @@ smc_assert_ge "threads: payload bytes over $SMC_TEST_EXPECT" \
 	"$(smc_stats "$cli" ".bytes.$SMC_TEST_EXPECT.sent + .bytes.$SMC_TEST_EXPECT.received")" \
 	$((RACE_RUNS * 10))
 smc_wait_server_exit server-threads 10
+
+qdir=$(smc_stats_dir client-quiet)
+out=$(smc_run "$qdir" "$top_builddir/tests/progs/fd_thread_race" quiet 2>&1)
+rc=$?
+smc_log "quiet: $out; stats $(smc_stats_summary "$qdir")"
+smc_assert_eq "quiet: exit status (1: a library thread took the lowest free number, or no echo)" \
+	"$rc" 0
+smc_expect_connections "$qdir" 2 "quiet (both ends)"
 
 cli=$(smc_stats_dir client-lowlimit)
 out=$(smc_run "$cli" python3 "$SMC_TMP/lowlimit.py" 2>&1)

@@ -196,7 +196,7 @@ void fdtab_flags_set(int fd, unsigned flags)
 	struct fd_entry *e = fdtab_get(fd);
 
 	if (e)
-		__atomic_fetch_or(&e->flags, (uint8_t)flags, __ATOMIC_RELAXED);
+		__atomic_fetch_or(&e->flags, (uint16_t)flags, __ATOMIC_RELAXED);
 }
 
 void fdtab_flags_reset(int fd, unsigned flags)
@@ -204,7 +204,7 @@ void fdtab_flags_reset(int fd, unsigned flags)
 	struct fd_entry *e = fdtab_get(fd);
 
 	if (e)
-		__atomic_store_n(&e->flags, (uint8_t)flags, __ATOMIC_RELAXED);
+		__atomic_store_n(&e->flags, (uint16_t)flags, __ATOMIC_RELAXED);
 }
 
 int fdtab_next_tracked(int from)

@@ -39,11 +39,13 @@ enum fd_flag {
 	 * becomes emulated then has a waiter the emulation never sees (epoll.c, fd_waited) */
 	FDF_EPOLL_FD = 0x40,
 	FDF_NESTED = 0x80,
+	/* TCP_QUICKACK set (its state is the kernel's to tell: sock_connect.c) */
+	FDF_QUICKACK = 0x100,
 };
 
 struct fd_entry {
 	uint8_t kind;
-	uint8_t flags; /* enum fd_flag, atomic */
+	uint16_t flags; /* enum fd_flag, atomic */
 	void *obj;
 };
 

@@ -361,6 +361,29 @@ static bool connect_same_socket(int fd, struct smc_conn *c, enum fd_kind kind)
 	return now == c;
 }
 
+/*
+ * TCP_QUICKACK 0 before connect() makes the kernel hold the handshake's last ACK for the
+ * program's first data (tcp_rcv_synsent_state_process: pingpong mode, up to the 200 ms
+ * delayed-ACK timer), and the server's kernel queues the connection for accept() only
+ * when that ACK comes. Over TCP the first request carries it; an upgraded connection's
+ * first data goes through the rings, and the server's accept() (which the rendezvous
+ * handshake, or a pooled slot's first answer, waits for) came 200 ms late: haproxy sets
+ * it on its health checks, which then timed out. Such a connect() leaves pingpong mode
+ * first, so the ACK goes out with the SYN-ACK's arrival; the kernel leaves it there too
+ * when it sends a held ACK (tcp_enter_quickack_mode), so the socket ends as over TCP.
+ */
+static void connect_ack_at_once(int fd)
+{
+	int on = 1;
+	socklen_t len = sizeof(on);
+
+	if ((fdtab_flags(fd) & FDF_QUICKACK) &&
+	    REAL(getsockopt)(fd, IPPROTO_TCP, TCP_QUICKACK, &on, &len) == 0 && !on) {
+		on = 1;
+		REAL(setsockopt)(fd, IPPROTO_TCP, TCP_QUICKACK, &on, sizeof(on));
+	}
+}
+
 /* connect() of a pooled connection c: ACTIVE from its first byte, or the slot back to
  * the pool when the kernel failed the connect. */
 static int connect_pooled_finish(struct smc_conn *c, int fd, const struct sockaddr *addr,
@@ -381,6 +404,7 @@ static int connect_pooled_finish(struct smc_conn *c, int fd, const struct sockad
 		errno = e;
 		return r;
 	}
+	connect_ack_at_once(fd);
 	r = REAL(connect)(fd, addr, len);
 	e = errno;
 	if (!connect_same_socket(fd, c, FD_TCP)) {
@@ -470,6 +494,8 @@ int smc_sock_connect(int fd, const struct sockaddr *addr, socklen_t len)
 	}
 	if (c)
 		conn_get(c); /* ours through the connect: the table's goes if the socket does */
+	if (c && !inband) /* in band, the CLC Proposal carries the ACK */
+		connect_ack_at_once(fd);
 	r = REAL(connect)(fd, addr, len);
 	e = errno;
 	if (c && !connect_same_socket(fd, c, FD_SMC)) {

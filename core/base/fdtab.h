@@ -39,8 +39,9 @@ enum fd_flag {
 	 * becomes emulated then has a waiter the emulation never sees (epoll.c, fd_waited) */
 	FDF_EPOLL_FD = 0x40,
 	FDF_NESTED = 0x80,
-	/* TCP_QUICKACK set (its state is the kernel's to tell: sock_connect.c) */
-	FDF_QUICKACK = 0x100,
+	/* TCP_QUICKACK or TCP_DEFER_ACCEPT set, which may hold a connect()'s last ACK
+	 * (their state is the kernel's to tell: sock_connect.c) */
+	FDF_ACK_HELD = 0x100,
 };
 
 struct fd_entry {

@@ -595,8 +595,8 @@ int smc_sock_setsockopt(int fd, int level, int name, const void *val, socklen_t 
 	r = REAL(setsockopt)(fd, level, name, val, len);
 	if (r == 0 && sockopt_needs_tcp(level, name, val, len))
 		sock_tcp_only(fd);
-	if (r == 0 && level == IPPROTO_TCP && name == TCP_QUICKACK)
-		fdtab_flags_set(fd, FDF_QUICKACK);
+	if (r == 0 && level == IPPROTO_TCP && (name == TCP_QUICKACK || name == TCP_DEFER_ACCEPT))
+		fdtab_flags_set(fd, FDF_ACK_HELD);
 	if (r != 0 || level != SOL_SOCKET ||
 	    (name != SO_RCVTIMEO && name != SO_SNDTIMEO && name != SO_LINGER))
 		return r;

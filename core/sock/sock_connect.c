@@ -364,24 +364,41 @@ static bool connect_same_socket(int fd, struct smc_conn *c, enum fd_kind kind)
 /*
  * TCP_QUICKACK 0 before connect() makes the kernel hold the handshake's last ACK for the
  * program's first data (tcp_rcv_synsent_state_process: pingpong mode, up to the 200 ms
- * delayed-ACK timer), and the server's kernel queues the connection for accept() only
- * when that ACK comes. Over TCP the first request carries it; an upgraded connection's
- * first data goes through the rings, and the server's accept() (which the rendezvous
- * handshake, or a pooled slot's first answer, waits for) came 200 ms late: haproxy sets
- * it on its health checks, which then timed out. Such a connect() leaves pingpong mode
- * first, so the ACK goes out with the SYN-ACK's arrival; the kernel leaves it there too
- * when it sends a held ACK (tcp_enter_quickack_mode), so the socket ends as over TCP.
+ * delayed-ACK timer), and so does TCP_DEFER_ACCEPT on a connecting socket; the server's
+ * kernel queues the connection for accept() only when that ACK comes. Over TCP the
+ * first request carries it; an upgraded connection's first data goes through the rings,
+ * and the server's accept() (which the rendezvous handshake, or a pooled slot's first
+ * answer, waits for) came 200 ms late: haproxy sets TCP_QUICKACK 0 on its health checks,
+ * which then timed out. Such a connect() leaves pingpong mode first, which the kernel
+ * also leaves when it sends a held ACK (tcp_enter_quickack_mode), so the socket reads
+ * back as over TCP; a deferral is lifted for the connect() and given back after it (on
+ * loopback the handshake is over by then). Returns the deferral to give back, or 0.
  */
-static void connect_ack_at_once(int fd)
+static int connect_ack_at_once(int fd)
 {
-	int on = 1;
-	socklen_t len = sizeof(on);
+	int v = 1, zero = 0;
+	socklen_t len = sizeof(v);
 
-	if ((fdtab_flags(fd) & FDF_QUICKACK) &&
-	    REAL(getsockopt)(fd, IPPROTO_TCP, TCP_QUICKACK, &on, &len) == 0 && !on) {
-		on = 1;
-		REAL(setsockopt)(fd, IPPROTO_TCP, TCP_QUICKACK, &on, sizeof(on));
+	if (!(fdtab_flags(fd) & FDF_ACK_HELD))
+		return 0;
+	if (REAL(getsockopt)(fd, IPPROTO_TCP, TCP_QUICKACK, &v, &len) == 0 && !v) {
+		v = 1;
+		REAL(setsockopt)(fd, IPPROTO_TCP, TCP_QUICKACK, &v, sizeof(v));
 	}
+	len = sizeof(v);
+	if (REAL(getsockopt)(fd, IPPROTO_TCP, TCP_DEFER_ACCEPT, &v, &len) < 0 || v == 0 ||
+	    REAL(setsockopt)(fd, IPPROTO_TCP, TCP_DEFER_ACCEPT, &zero, sizeof(zero)) < 0)
+		return 0;
+	return v;
+}
+
+static void connect_defer_back(int fd, int defer)
+{
+	int saved = errno;
+
+	if (defer)
+		REAL(setsockopt)(fd, IPPROTO_TCP, TCP_DEFER_ACCEPT, &defer, sizeof(defer));
+	errno = saved;
 }
 
 /* connect() of a pooled connection c: ACTIVE from its first byte, or the slot back to
@@ -389,7 +406,7 @@ static void connect_ack_at_once(int fd)
 static int connect_pooled_finish(struct smc_conn *c, int fd, const struct sockaddr *addr,
 				 socklen_t len)
 {
-	int r, e, adopted;
+	int r, e, adopted, defer;
 
 	/* before the SYN: the connection carries data through the rings from its first
 	 * byte, so its epoll registrations must be the emulation's first, or it stays TCP */
@@ -404,9 +421,10 @@ static int connect_pooled_finish(struct smc_conn *c, int fd, const struct sockad
 		errno = e;
 		return r;
 	}
-	connect_ack_at_once(fd);
+	defer = connect_ack_at_once(fd);
 	r = REAL(connect)(fd, addr, len);
 	e = errno;
+	connect_defer_back(fd, defer);
 	if (!connect_same_socket(fd, c, FD_TCP)) {
 		log_debug("fd %d: its socket was replaced during connect(): not ours", fd);
 		epoll_track_forget_fd(fd);
@@ -448,7 +466,7 @@ int smc_sock_connect(int fd, const struct sockaddr *addr, socklen_t len)
 	struct smc_conn *c = NULL;
 	enum pool_miss miss = POOL_MISS_NONE;
 	bool inband = false; /* c was opted in for the SMC TCP option */
-	int r, e;
+	int r, e, defer = 0;
 
 	/* A connect() on a socket whose connection a first one started (a nonblocking
 	 * connect asked again for its result, as APR does: 0, EALREADY or EISCONN) is not
@@ -495,9 +513,10 @@ int smc_sock_connect(int fd, const struct sockaddr *addr, socklen_t len)
 	if (c)
 		conn_get(c); /* ours through the connect: the table's goes if the socket does */
 	if (c && !inband) /* in band, the CLC Proposal carries the ACK */
-		connect_ack_at_once(fd);
+		defer = connect_ack_at_once(fd);
 	r = REAL(connect)(fd, addr, len);
 	e = errno;
+	connect_defer_back(fd, defer);
 	if (c && !connect_same_socket(fd, c, FD_SMC)) {
 		log_debug("fd %d: its socket was replaced during connect(): not ours", fd);
 		conn_put(c);

@@ -207,6 +207,39 @@ void fdtab_flags_reset(int fd, unsigned flags)
 		__atomic_store_n(&e->flags, (uint16_t)flags, __ATOMIC_RELAXED);
 }
 
+static uint32_t fork_generation;
+
+void fdtab_fork_happened(void)
+{
+	__atomic_add_fetch(&fork_generation, 1, __ATOMIC_RELAXED);
+}
+
+void fdtab_born_now(int fd)
+{
+	struct fd_entry *e = fdtab_get(fd);
+
+	if (e)
+		__atomic_store_n(&e->born, __atomic_load_n(&fork_generation, __ATOMIC_RELAXED),
+				 __ATOMIC_RELAXED);
+}
+
+void fdtab_born_copy(int from, int to)
+{
+	struct fd_entry *a = fdtab_peek(from), *b = fdtab_get(to);
+
+	if (a && b)
+		__atomic_store_n(&b->born, __atomic_load_n(&a->born, __ATOMIC_RELAXED),
+				 __ATOMIC_RELAXED);
+}
+
+bool fdtab_born_before_fork(int fd)
+{
+	struct fd_entry *e = fdtab_peek(fd);
+
+	return e && __atomic_load_n(&e->born, __ATOMIC_RELAXED) !=
+			    __atomic_load_n(&fork_generation, __ATOMIC_RELAXED);
+}
+
 int fdtab_next_tracked(int from)
 {
 	struct fd_entry **top = __atomic_load_n(&fdtab_top, __ATOMIC_ACQUIRE);

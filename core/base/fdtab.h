@@ -47,6 +47,7 @@ enum fd_flag {
 struct fd_entry {
 	uint8_t kind;
 	uint16_t flags; /* enum fd_flag, atomic */
+	uint32_t born;  /* the fork generation its socket was made in (fdtab_born_now) */
 	void *obj;
 };
 
@@ -62,6 +63,17 @@ void fdtab_clear(int fd);
 unsigned fdtab_flags(int fd);
 void fdtab_flags_set(int fd, unsigned flags);
 void fdtab_flags_reset(int fd, unsigned flags);
+/*
+ * Whether another process may hold fd's socket: a fork copies every descriptor, and a
+ * socket made before one may be listened on and accepted from by both (the parent binds,
+ * each forked worker calls listen()). fork (and a fork-like clone) advances the process's
+ * generation in parent and child; a socket is stamped with it when made (fdtab_born_now,
+ * a dup copies it) and predates a fork when the generation moved on since.
+ */
+void fdtab_fork_happened(void);
+void fdtab_born_now(int fd);
+void fdtab_born_copy(int from, int to);
+bool fdtab_born_before_fork(int fd);
 /* The next tracked fd at or after `from`, or -1 (close_range walks only those). */
 int fdtab_next_tracked(int from);
 /* Looking up an fd's object and taking a reference must not interleave with another

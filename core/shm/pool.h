@@ -33,10 +33,11 @@
  * Where a pool is not used: a server that has forked since it started listening (a
  * forked process accepts on the same listener without knowing pools set up later:
  * the pools it has are retired, it answers no request) or whose listener has
- * SO_REUSEPORT; a destination with too many pools; when every slot is taken. Those
- * connections go the way they went before (hs_policy.h). A listener passed to another
- * process over a unix socket, which accepts on it, would leave pool connections that
- * land there unanswered: the case the design does not cover.
+ * SO_REUSEPORT; a listener passed to another process over a unix socket (both
+ * processes' pools refuse), or made listening by a process that did not make its socket
+ * alone (received, or made before a fork: sock_accept.c); a destination with too many
+ * pools; when every slot is taken. Those connections go the way they went before
+ * (hs_policy.h).
  */
 #ifndef SMC_POOL_H
 #define SMC_POOL_H

@@ -63,6 +63,7 @@ static void fork_prepare(void)
 
 static void fork_parent(void)
 {
+	fdtab_fork_happened();
 	epoll_track_atfork_parent();
 	epoll_emul_atfork_parent();
 	forklock_parent();
@@ -70,6 +71,7 @@ static void fork_parent(void)
 
 static void fork_child(void)
 {
+	fdtab_fork_happened();
 	forklock_child();
 	stats_atfork_child();
 	pool_atfork_child();

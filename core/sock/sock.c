@@ -135,6 +135,7 @@ void smc_sock_created(int fd, int domain, int type, int protocol)
 		return;
 	smc_init();
 	fdtab_flags_reset(fd, 0);
+	fdtab_born_now(fd);
 	fdtab_set(fd, FD_TCP, NULL);
 }
 
@@ -459,6 +460,7 @@ void smc_sock_dup(int oldfd, int newfd)
 	if (!e || oldfd == newfd)
 		return;
 	fdtab_flags_reset(newfd, __atomic_load_n(&e->flags, __ATOMIC_RELAXED));
+	fdtab_born_copy(oldfd, newfd);
 	switch (e->kind) {
 	case FD_SMC: {
 		struct smc_conn *c;

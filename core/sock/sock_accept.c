@@ -123,8 +123,8 @@ static void listener_name_held(struct smc_listener *l, int name, bool inherited)
 }
 
 /* Listening socket fd becomes ours (FD_LISTEN) with its same-host rendezvous name.
- * An inherited one serves no pool: who else accepts on it is not known (a process
- * without the library would read a pooled client's bytes as TCP). */
+ * An inherited (or shared) one serves no pool: who else accepts on it is not known (a
+ * process without the library would read a pooled client's bytes as TCP). */
 static void listener_track(int fd, bool opted_in, bool inherited)
 {
 	struct smc_listener *l = calloc(1, sizeof(*l));
@@ -159,12 +159,13 @@ static bool tcp_stream_socket(int fd);
  * out its handshake timeout, 2 s, with its request staged). Tracked as its own socket
  * from here, whose history (options, bind) the kernel is asked for.
  */
-static void track_foreign_tcp(int fd)
+static bool track_foreign_tcp(int fd)
 {
 	if (fdtab_kind(fd) != FD_NONE || !tcp_stream_socket(fd))
-		return;
+		return false;
 	smc_sock_created(fd, AF_INET, SOCK_STREAM, IPPROTO_TCP);
 	fdtab_flags_reset(fd, FDF_SOCKOPTS | FDF_BOUND);
+	return true;
 }
 
 /* The least accept queue an upgrading listener gets from the kernel. Its accept() runs
@@ -182,7 +183,13 @@ int smc_sock_listen(int fd, int backlog)
 
 	if (sandbox_keeps_off()) /* announces nothing, no call of its own (sandbox_entry.c) */
 		return REAL(listen)(fd, backlog);
-	track_foreign_tcp(fd);
+	/* A socket another process may hold too (received, or made before a fork) serves
+	 * no pool: the kernel hands its connections to whichever process accepts first,
+	 * and a pooled connection belongs to the process that made the pool (the other
+	 * read its client's bytes as TCP, or the client waited for good: Node's cluster
+	 * with NODE_CLUSTER_SCHED_POLICY=none, workers forked after bind() that each
+	 * listen). Its full handshakes are any accepting process's to answer. */
+	bool shared = track_foreign_tcp(fd) || fdtab_born_before_fork(fd);
 
 	/* a process that uses io_uring may accept where we never see it (io_uring_watch.h):
 	 * its new listeners announce no SMC, so their clients never wait for it */
@@ -202,7 +209,9 @@ int smc_sock_listen(int fd, int backlog)
 		return r;
 	if (opted_in)
 		exec_listener_listening(fd);
-	listener_track(fd, opted_in, false);
+	if (shared)
+		log_debug("fd %d: listens, and another process may hold it: no pools", fd);
+	listener_track(fd, opted_in, shared);
 	return r;
 }
 

@@ -378,8 +378,11 @@ ssize_t conn_recv(struct smc_conn *c, const struct iovec *iov, int iovcnt, int f
 	for (;;) {
 		int64_t used;
 
-		/* over RDMA what arrived before a reset stays readable (ib_conn_rx_used) */
-		if (c->aborted && !(c->tp->reads_after_abort && conn_rx_used(c) > 0)) {
+		/* What arrived before a reset stays readable, as in tcp_recvmsg(), which
+		 * empties the receive queue before it reports sk_err: a reply followed by
+		 * the server's SO_LINGER {1, 0} close is read, then ECONNRESET. (Over RDMA
+		 * the data precedes the abort on the link, ib_conn_rx_used.) */
+		if (c->aborted && conn_rx_used(c) <= 0) {
 			/* what this call read is returned first; the reset stays pending for
 			 * the next call, as tcp_recvmsg() leaves sk_err when it copied any */
 			if (!got)

@@ -317,7 +317,8 @@ bool conn_finish_resend(struct smc_conn *c, uint64_t idle_ns)
  * POLLERR while the error is pending (until reported once, conn_reset_take). */
 uint32_t conn_aborted_mask(struct smc_conn *c)
 {
-	uint32_t m = POLLIN | POLLRDNORM | POLLOUT | POLLWRNORM | POLLHUP | POLLRDHUP;
+	/* tcp_poll() after a reset: both directions shut, so no POLLOUT */
+	uint32_t m = POLLIN | POLLRDNORM | POLLHUP | POLLRDHUP;
 
 	return __atomic_load_n(&c->reset_reported, __ATOMIC_ACQUIRE) ? m : m | POLLERR;
 }

@@ -235,11 +235,11 @@ void conn_tcp_event(struct smc_conn *c)
 		 * when such a close leaves received bytes unread; ours were in the ring, so
 		 * its kernel saw none: the reset is ours to report (redis-benchmark says
 		 * "Connection reset by peer" for a killed server, not "Server closed").
-		 * Only once the peer's own bytes are all read: a reset here is reported at
-		 * once, where TCP still hands out what arrived before it. */
+		 * What the peer wrote before is still read first (conn_recv), as TCP
+		 * hands out what arrived before its reset. */
 		if (c->tp->tcp_ordered &&
 		    !(conn_peer_wflags(c) & (SHM_W_CLOSED | SHM_W_DONE_WRITING | SHM_W_TCP)) &&
-		    conn_tx_free_peek(c) < c->tx_size && conn_rx_used_peek(c) == 0)
+		    conn_tx_free_peek(c) < c->tx_size)
 			c->aborted = true;
 	} else if (r > 0) {
 		/* over RDMA the leaver's first TCP bytes may overtake its CDC_WENT_TCP (two

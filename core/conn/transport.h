@@ -60,9 +60,6 @@ struct conn_transport {
 	bool process_bound;
 	/* A closed connection may stay for its peer to read what it left (conn_orphan.h). */
 	bool orphans;
-	/* What arrived before an abort stays readable (over RDMA the data precedes the
-	 * abort on the link; in shared memory an abort is the peer's flag, at once). */
-	bool reads_after_abort;
 
 	/* The handshake's result becomes the connection's: c->rx, c->tx, the rings and
 	 * their sizes, c->mode. Under c->lock, still PENDING. */

@@ -410,7 +410,6 @@ const struct conn_transport conn_transport_shm = {
 	.tcp_ordered = true,
 	.process_bound = false,
 	.orphans = true,
-	.reads_after_abort = false,
 	.activate = shm_activate,
 	.rx_used = shm_rx_used,
 	.tx_free = shm_tx_free,

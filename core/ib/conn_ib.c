@@ -425,7 +425,6 @@ const struct conn_transport conn_transport_ib = {
 	.tcp_ordered = false,
 	.process_bound = true,
 	.orphans = false,       /* the link drains at exit (exit_drain.c) */
-	.reads_after_abort = true,
 	.activate = conn_ib_activate,
 	.rx_used = conn_ib_rx_used,
 	.tx_free = conn_ib_tx_free,

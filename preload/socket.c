@@ -125,7 +125,12 @@ SMC_EXPORT int getsockname(int fd, __SOCKADDR_ARG addr, socklen_t *restrict len)
 
 SMC_EXPORT int getpeername(int fd, __SOCKADDR_ARG addr, socklen_t *restrict len)
 {
-	return REAL(getpeername)(fd, SA_PTR(addr), len);
+	int r = REAL(getpeername)(fd, SA_PTR(addr), len);
+
+	/* a peer's close resets the TCP channel of a connection on the rings */
+	if (__builtin_expect(r < 0 && errno == ENOTCONN, 0) && fdtab_kind(fd) == FD_SMC)
+		return smc_sock_getpeername(fd, SA_PTR(addr), len);
+	return r;
 }
 
 /* ------------------------------------------------------------------ closing */

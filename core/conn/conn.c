@@ -272,8 +272,18 @@ ssize_t conn_send_pending(struct smc_conn *c, const struct iovec *iov, int iovcn
 
 /* wake: ring our own bells so that every waiter re-evaluates (nobody waits on a
  * connection that is ACTIVE from its first moment) */
+void conn_note_peer(struct smc_conn *c)
+{
+	socklen_t len = sizeof(c->peer_sa);
+
+	if (REAL(getpeername)(c->fd, (struct sockaddr *)&c->peer_sa, &len) == 0 &&
+	    len <= sizeof(c->peer_sa))
+		c->peer_len = len;
+}
+
 static void conn_go_active(struct smc_conn *c, bool wake)
 {
+	conn_note_peer(c);
 	c->tp->activate(c);
 	c->rx_cons = c->rx_prod_seen = 0;
 	c->tx_prod = c->tx_cons_seen = 0;

@@ -18,6 +18,7 @@
 #include <pthread.h>
 #include <stdbool.h>
 #include <stdint.h>
+#include <netinet/in.h>
 #include <sys/socket.h>
 #include <sys/types.h>
 #include <sys/uio.h>
@@ -124,6 +125,10 @@ struct smc_conn {
 	bool pend_full_told;        /* a send found pend_buf full (under tx_lock) */
 	uint64_t policy_key;        /* destination for hs_policy.h; 0: not judged */
 	uint64_t born_ns;           /* connect() time, clock_now_ns */
+	/* the peer's address once ACTIVE (peer_len 0: not known): a peer's close resets
+	 * the TCP channel, after which the kernel has none to give (smc_sock_getpeername) */
+	struct sockaddr_in6 peer_sa;
+	socklen_t peer_len;
 
 	struct smc_ep_reg *regs;    /* epoll registrations of this connection */
 	struct conn_node *reg_node; /* its entry in the process's registry (conn_registry.c) */
@@ -205,6 +210,8 @@ void conn_negotiate_ops_set(const struct conn_negotiate_ops *ops);
  * runs under c->lock in the handshakes, so it does not start the stats server (a
  * thread and a socket): its caller calls statsrv_ensure once it holds no lock. */
 void conn_activate(struct smc_conn *c);
+/* Keeps the peer's address (c->peer_sa) while the kernel still knows it. */
+void conn_note_peer(struct smc_conn *c);
 void conn_fallback(struct smc_conn *c, enum smc_reason why);
 /* The same for a connection that never was (its connect failed): not counted, as the
  * kernel's refused connect is no connection. */
@@ -340,5 +347,12 @@ void conn_rearm(struct smc_conn *c, uint32_t events);
 int conn_wait_fds(struct smc_conn *c, uint32_t events, struct pollfd *out, unsigned *tags);
 /* The TCP socket of c reported events: record EOF/RST so conn_poll_mask reflects it. */
 void conn_tcp_event(struct smc_conn *c);
+/* c is ACTIVE on the rings (not gone back to TCP), its TCP channel looked at for the
+ * peer's death (c->aborted). */
+bool conn_on_rings(struct smc_conn *c);
+/* SO_ERROR of a connection on the rings: the peer's clean close resets the TCP channel
+ * (conn_release_fd), so the kernel's pending error is not the program's; its reset is,
+ * once (conn_reset_take). False when the kernel's socket answers (not on the rings). */
+bool conn_so_error(struct smc_conn *c, int *err);
 
 #endif

@@ -312,6 +312,7 @@ struct smc_conn *conn_carry_in(const struct conn_carry *in, const char **why)
 	for (int i = 1; i < nfds; i++)
 		c->dup_fds[c->ndups++] = in->fds[i];
 	c->carried = true;
+	conn_note_peer(c);
 	__atomic_store_n(&c->state, CONN_ACTIVE, __ATOMIC_RELEASE);
 	conn_list_add(c);
 	return c;

@@ -51,9 +51,10 @@ uint32_t conn_poll_mask(struct smc_conn *c)
 		return CONN_MASK_FALLBACK;
 	if (conn_peer_went_tcp(c))
 		return conn_down_poll_mask(c);
-	if (conn_rx_used_peek(c) != 0 || c->shut_rd)
+	if (conn_rx_used_peek(c) != 0)
 		m |= POLLIN | POLLRDNORM;
-	if (conn_rx_eof(c))
+	/* tcp_poll(): RCV_SHUTDOWN, the peer's end of data or our own shutdown(SHUT_RD) */
+	if (c->shut_rd || conn_rx_eof(c))
 		m |= POLLIN | POLLRDNORM | POLLRDHUP;
 	if (c->aborted)
 		return conn_aborted_mask(c);
@@ -205,6 +206,22 @@ int conn_wait_fds(struct smc_conn *c, uint32_t events, struct pollfd *out, unsig
 		tags[n++] = CONN_WAIT_TCP;
 	}
 	return n;
+}
+
+bool conn_on_rings(struct smc_conn *c)
+{
+	if (conn_state(c) != CONN_ACTIVE || conn_side_went_tcp(c) || conn_peer_went_tcp(c))
+		return false;
+	conn_tcp_event(c); /* the peer's death marks c aborted */
+	return true;
+}
+
+bool conn_so_error(struct smc_conn *c, int *err)
+{
+	if (!conn_on_rings(c))
+		return false;
+	*err = c->aborted && conn_reset_take(c) ? ECONNRESET : 0;
+	return true;
 }
 
 void conn_tcp_event(struct smc_conn *c)

@@ -528,19 +528,40 @@ int smc_sock_ioctl(int fd, unsigned long req, void *arg)
 	return r;
 }
 
+int smc_sock_getpeername(int fd, struct sockaddr *addr, socklen_t *len)
+{
+	struct smc_conn *c = conn_from_fd(fd);
+
+	/* on the rings still, with the address kept at activation; a peer that died
+	 * reset the connection, which then has no peer, as over TCP */
+	if (!c || !c->peer_len || !len || !addr || !conn_on_rings(c) || c->aborted) {
+		if (c)
+			conn_put(c);
+		errno = ENOTCONN;
+		return -1;
+	}
+	memcpy(addr, &c->peer_sa, *len < c->peer_len ? *len : c->peer_len);
+	*len = c->peer_len;
+	conn_put(c);
+	return 0;
+}
+
 int smc_sock_getsockopt(int fd, int level, int name, void *val, socklen_t *len)
 {
 	struct smc_conn *c;
-	int r = 0, err;
+	int r = 0, err, so_error;
 
 	if (level == IPPROTO_TCP && name == TCP_DEFER_ACCEPT && len)
 		return sock_listener_defer_get(fd, val, len);
 	c = conn_from_fd(fd);
 
-	if (c && level == SOL_SOCKET && name == SO_ERROR && c->aborted &&
-	    __atomic_load_n(&c->state, __ATOMIC_ACQUIRE) == CONN_ACTIVE && val && len &&
-	    *len >= sizeof(int)) {
-		*(int *)val = conn_reset_take(c) ? ECONNRESET : 0;
+	if (c && level == SOL_SOCKET && name == SO_ERROR && val && len && *len >= sizeof(int) &&
+	    conn_so_error(c, &so_error)) {
+		int kernel;
+		socklen_t klen = sizeof(kernel);
+
+		(void)REAL(getsockopt)(fd, level, name, &kernel, &klen); /* reported: cleared */
+		*(int *)val = so_error;
 		*len = sizeof(int);
 	} else {
 		r = REAL(getsockopt)(fd, level, name, val, len);
@@ -571,7 +592,10 @@ static bool sockopt_needs_tcp(int level, int name, const void *val, socklen_t le
 	if (level != SOL_SOCKET || !val || len < sizeof(int))
 		return false;
 	v = *(const int *)val;
-	return (name == SO_RCVLOWAT && v > 1) || (name == SO_ZEROCOPY && v != 0);
+	/* SO_PEEK_OFF: successive MSG_PEEKs go on from where the last ended (tcp_recvmsg's
+	 * peek offset), which the rings' peek does not keep */
+	return (name == SO_RCVLOWAT && v > 1) || (name == SO_ZEROCOPY && v != 0) ||
+	       (name == SO_PEEK_OFF && v >= 0);
 }
 
 /*

@@ -61,6 +61,9 @@ void smc_sock_set_nonblock(int fd, bool on);
 void smc_sock_set_async(int fd);
 int smc_sock_ioctl(int fd, unsigned long req, void *arg);
 int smc_sock_getsockopt(int fd, int level, int name, void *val, socklen_t *len);
+/* getpeername() of a connection whose TCP channel the peer's close reset: the address it
+ * had (ENOTCONN when not known). */
+int smc_sock_getpeername(int fd, struct sockaddr *addr, socklen_t *len);
 int smc_sock_setsockopt(int fd, int level, int name, const void *val, socklen_t len);
 
 /* Readiness. Called when the set contains an fd of kind FD_SMC or FD_EPOLL. */

@@ -270,8 +270,6 @@ ssize_t conn_send_pending(struct smc_conn *c, const struct iovec *iov, int iovcn
 	return n ? (ssize_t)n : -1;
 }
 
-/* wake: ring our own bells so that every waiter re-evaluates (nobody waits on a
- * connection that is ACTIVE from its first moment) */
 void conn_note_peer(struct smc_conn *c)
 {
 	socklen_t len = sizeof(c->peer_sa);
@@ -281,6 +279,8 @@ void conn_note_peer(struct smc_conn *c)
 		c->peer_len = len;
 }
 
+/* wake: ring our own bells so that every waiter re-evaluates (nobody waits on a
+ * connection that is ACTIVE from its first moment) */
 static void conn_go_active(struct smc_conn *c, bool wake)
 {
 	conn_note_peer(c);

@@ -443,6 +443,27 @@ smc_assert_same_file() {
 	[ "$a" = "$b" ] || smc_fail "$1: sha256 $a differs from the original's $b"
 }
 
+# smc_same_as_tcp NAME ROUNDS STATSDIR CMD...: CMD, which prints one line of what it saw,
+# runs ROUNDS times over plain TCP, then ROUNDS times preloaded (stats in STATSDIR): the
+# plain runs must agree, and every preloaded run must print what they printed.
+smc_same_as_tcp() {
+	local name=$1 rounds=$2 dir=$3 ref i
+	shift 3
+	: >"$SMC_TMP/$name.plain"
+	: >"$SMC_TMP/$name.lib"
+	for ((i = 0; i < rounds; i++)); do
+		timeout -k 5 "$SMC_CMD_TIMEOUT" "$@" >>"$SMC_TMP/$name.plain" 2>&1
+		smc_run "$dir" "$@" >>"$SMC_TMP/$name.lib" 2>&1
+	done
+	ref=$(sort -u "$SMC_TMP/$name.plain")
+	smc_log "$name: plain $(sort "$SMC_TMP/$name.plain" | uniq -c | tr -s ' \n' ' ')"
+	smc_log "$name: preloaded $(sort "$SMC_TMP/$name.lib" | uniq -c | tr -s ' \n' ' ')"
+	smc_assert_eq "$name: plain runs agree" "$(sort -u "$SMC_TMP/$name.plain" | wc -l)" 1
+	smc_assert_eq "$name: preloaded runs that differ from TCP" \
+		"$(grep -vxcF -- "$ref" "$SMC_TMP/$name.lib")" 0
+	smc_assert_eq "$name: preloaded runs" "$(wc -l <"$SMC_TMP/$name.lib")" "$rounds"
+}
+
 # smc_wrk_check LABEL OUTFILE: wrk's output (printed) must show completed requests, no
 # non-2xx answer and no socket error; sets smc_wrk_n to the requests completed.
 smc_wrk_check() {

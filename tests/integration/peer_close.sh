@@ -77,19 +77,7 @@ PY
 
 for case in closed shut_rd peek_off; do
 	dir=$(smc_stats_dir "$case")
-	: >"$SMC_TMP/$case.plain"
-	: >"$SMC_TMP/$case.lib"
-	for ((i = 0; i < ROUNDS; i++)); do
-		timeout -k 5 "$SMC_CMD_TIMEOUT" python3 "$SMC_TMP/close.py" "$case" >>"$SMC_TMP/$case.plain" 2>&1
-		smc_run "$dir" python3 "$SMC_TMP/close.py" "$case" >>"$SMC_TMP/$case.lib" 2>&1
-	done
-	ref=$(sort -u "$SMC_TMP/$case.plain")
-	smc_log "$case: plain $(sort "$SMC_TMP/$case.plain" | uniq -c | tr -s ' \n' ' ')"
-	smc_log "$case: preloaded $(sort "$SMC_TMP/$case.lib" | uniq -c | tr -s ' \n' ' ')"
-	smc_assert_eq "$case: plain runs agree" "$(sort -u "$SMC_TMP/$case.plain" | wc -l)" 1
-	smc_assert_eq "$case: preloaded runs that differ from TCP" \
-		"$(grep -vxcF -- "$ref" "$SMC_TMP/$case.lib")" 0
-	smc_assert_eq "$case: preloaded runs" "$(wc -l <"$SMC_TMP/$case.lib")" "$ROUNDS"
+	smc_same_as_tcp "$case" "$ROUNDS" "$dir" python3 "$SMC_TMP/close.py" "$case"
 	smc_require_stats "$dir"
 	smc_assert_ge "$case: upgraded connections (clients)" \
 		"$(smc_stats "$dir" ".connections.$SMC_TEST_EXPECT")" "$ROUNDS"

@@ -74,20 +74,7 @@ for variant in "linger0 poll" "linger0 epoll" "linger0 select" "waiting poll" "k
 	read -r case how <<<"$variant"
 	name=$case-$how
 	dir=$(smc_stats_dir "$name")
-	: >"$SMC_TMP/$name.plain"
-	: >"$SMC_TMP/$name.lib"
-	for ((i = 0; i < ROUNDS; i++)); do
-		timeout -k 5 "$SMC_CMD_TIMEOUT" python3 "$SMC_TMP/reset.py" "$case" "$how" \
-			>>"$SMC_TMP/$name.plain" 2>&1
-		smc_run "$dir" python3 "$SMC_TMP/reset.py" "$case" "$how" >>"$SMC_TMP/$name.lib" 2>&1
-	done
-	ref=$(sort -u "$SMC_TMP/$name.plain")
-	smc_log "$name: plain $(sort "$SMC_TMP/$name.plain" | uniq -c | tr -s ' \n' ' ')"
-	smc_log "$name: preloaded $(sort "$SMC_TMP/$name.lib" | uniq -c | tr -s ' \n' ' ')"
-	smc_assert_eq "$name: plain runs agree" "$(sort -u "$SMC_TMP/$name.plain" | wc -l)" 1
-	smc_assert_eq "$name: preloaded runs read what TCP reads" \
-		"$(grep -vxcF -- "$ref" "$SMC_TMP/$name.lib")" 0
-	smc_assert_eq "$name: preloaded runs" "$(wc -l <"$SMC_TMP/$name.lib")" "$ROUNDS"
+	smc_same_as_tcp "$name" "$ROUNDS" "$dir" python3 "$SMC_TMP/reset.py" "$case" "$how"
 	smc_require_stats "$dir"
 	# the clients' (the servers end by _exit or SIGKILL, which write no stats)
 	smc_assert_ge "$name: upgraded connections" \

@@ -372,33 +372,30 @@ static bool connect_same_socket(int fd, struct smc_conn *c, enum fd_kind kind)
  * which then timed out. Such a connect() leaves pingpong mode first, which the kernel
  * also leaves when it sends a held ACK (tcp_enter_quickack_mode), so the socket reads
  * back as over TCP; a deferral is lifted for the connect() and given back after it (on
- * loopback the handshake is over by then). Returns the deferral to give back, or 0.
+ * loopback the handshake is over by then). The connect()'s result and errno are the
+ * kernel's.
  */
-static int connect_ack_at_once(int fd)
+static int connect_ack_at_once(int fd, const struct sockaddr *addr, socklen_t len)
 {
-	int v = 1, zero = 0;
-	socklen_t len = sizeof(v);
+	int v = 1, zero = 0, defer = 0, r, e;
+	socklen_t vlen = sizeof(v);
 
 	if (!(fdtab_flags(fd) & FDF_ACK_HELD))
-		return 0;
-	if (REAL(getsockopt)(fd, IPPROTO_TCP, TCP_QUICKACK, &v, &len) == 0 && !v) {
+		return REAL(connect)(fd, addr, len);
+	if (REAL(getsockopt)(fd, IPPROTO_TCP, TCP_QUICKACK, &v, &vlen) == 0 && !v) {
 		v = 1;
 		REAL(setsockopt)(fd, IPPROTO_TCP, TCP_QUICKACK, &v, sizeof(v));
 	}
-	len = sizeof(v);
-	if (REAL(getsockopt)(fd, IPPROTO_TCP, TCP_DEFER_ACCEPT, &v, &len) < 0 || v == 0 ||
-	    REAL(setsockopt)(fd, IPPROTO_TCP, TCP_DEFER_ACCEPT, &zero, sizeof(zero)) < 0)
-		return 0;
-	return v;
-}
-
-static void connect_defer_back(int fd, int defer)
-{
-	int saved = errno;
-
+	vlen = sizeof(defer);
+	if (REAL(getsockopt)(fd, IPPROTO_TCP, TCP_DEFER_ACCEPT, &defer, &vlen) < 0 ||
+	    (defer && REAL(setsockopt)(fd, IPPROTO_TCP, TCP_DEFER_ACCEPT, &zero, sizeof(zero)) < 0))
+		defer = 0;
+	r = REAL(connect)(fd, addr, len);
+	e = errno;
 	if (defer)
 		REAL(setsockopt)(fd, IPPROTO_TCP, TCP_DEFER_ACCEPT, &defer, sizeof(defer));
-	errno = saved;
+	errno = e;
+	return r;
 }
 
 /* connect() of a pooled connection c: ACTIVE from its first byte, or the slot back to
@@ -406,7 +403,7 @@ static void connect_defer_back(int fd, int defer)
 static int connect_pooled_finish(struct smc_conn *c, int fd, const struct sockaddr *addr,
 				 socklen_t len)
 {
-	int r, e, adopted, defer;
+	int r, e, adopted;
 
 	/* before the SYN: the connection carries data through the rings from its first
 	 * byte, so its epoll registrations must be the emulation's first, or it stays TCP */
@@ -421,10 +418,8 @@ static int connect_pooled_finish(struct smc_conn *c, int fd, const struct sockad
 		errno = e;
 		return r;
 	}
-	defer = connect_ack_at_once(fd);
-	r = REAL(connect)(fd, addr, len);
+	r = connect_ack_at_once(fd, addr, len);
 	e = errno;
-	connect_defer_back(fd, defer);
 	if (!connect_same_socket(fd, c, FD_TCP)) {
 		log_debug("fd %d: its socket was replaced during connect(): not ours", fd);
 		epoll_track_forget_fd(fd);
@@ -466,7 +461,7 @@ int smc_sock_connect(int fd, const struct sockaddr *addr, socklen_t len)
 	struct smc_conn *c = NULL;
 	enum pool_miss miss = POOL_MISS_NONE;
 	bool inband = false; /* c was opted in for the SMC TCP option */
-	int r, e, defer = 0;
+	int r, e;
 
 	/* A connect() on a socket whose connection a first one started (a nonblocking
 	 * connect asked again for its result, as APR does: 0, EALREADY or EISCONN) is not
@@ -513,10 +508,10 @@ int smc_sock_connect(int fd, const struct sockaddr *addr, socklen_t len)
 	if (c)
 		conn_get(c); /* ours through the connect: the table's goes if the socket does */
 	if (c && !inband) /* in band, the CLC Proposal carries the ACK */
-		defer = connect_ack_at_once(fd);
-	r = REAL(connect)(fd, addr, len);
+		r = connect_ack_at_once(fd, addr, len);
+	else
+		r = REAL(connect)(fd, addr, len);
 	e = errno;
-	connect_defer_back(fd, defer);
 	if (c && !connect_same_socket(fd, c, FD_SMC)) {
 		log_debug("fd %d: its socket was replaced during connect(): not ours", fd);
 		conn_put(c);

@@ -104,9 +104,9 @@ static ssize_t read_all(int fd, char *buf, size_t size)
 	return n;
 }
 
-/* The main thread's state letter (its stat file, field 3) and, with code, its exit code
- * (field 52, wait(2)'s form); '?' when it cannot be read, or the descriptor no longer
- * names that file (the program dup2'ed its own onto the number: fd_own_taken). */
+/* The main thread's state letter (its stat file, field 3) and its exit code (field 52,
+ * wait(2)'s form); '?' when it cannot be read, or the descriptor no longer names that
+ * file (the program dup2'ed its own onto the number: fd_own_taken). */
 static char main_state(int *code)
 {
 	char buf[1024], *p;
@@ -122,15 +122,13 @@ static char main_state(int *code)
 	p += 2;
 	char state = *p;
 
-	if (code) {
-		/* state is field 3: field 52 is 49 fields further */
-		for (int f = 3; f < 52 && p; f++) {
-			p = strchr(p, ' ');
-			if (p)
-				p++;
-		}
-		*code = p ? atoi(p) : 0;
+	/* state is field 3: field 52 is 49 fields further */
+	for (int f = 3; f < 52 && p; f++) {
+		p = strchr(p, ' ');
+		if (p)
+			p++;
 	}
+	*code = p ? atoi(p) : 0;
 	return state;
 }
 
@@ -177,12 +175,9 @@ bool lib_threads_program_gone(int *status)
 {
 	int threads;
 
-	if (!ended(main_state(NULL)))
+	if (!ended(main_state(status)))
 		return false; /* the common case: one read a second */
 	threads = thread_count();
 	/* the main thread's zombie and the library's: nobody of the program's is left */
-	if (threads < 0 || threads != 1 + lib_threads_alive())
-		return false;
-	*status = 0;
-	return main_state(status) != '?';
+	return threads >= 0 && threads == 1 + lib_threads_alive();
 }

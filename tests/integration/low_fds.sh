@@ -230,6 +230,9 @@ smc_log "quiet: $out; stats $(smc_stats_summary "$qdir")"
 smc_assert_eq "quiet: exit status (1: a library thread took the lowest free number, or no echo)" \
 	"$rc" 0
 smc_expect_connections "$qdir" 2 "quiet (both ends)"
+# "line\n" each way, sent and received by each end
+smc_assert_ge "quiet: payload bytes over $SMC_TEST_EXPECT" \
+	"$(smc_stats "$qdir" ".bytes.$SMC_TEST_EXPECT.sent + .bytes.$SMC_TEST_EXPECT.received")" 20
 
 cli=$(smc_stats_dir client-lowlimit)
 out=$(smc_run "$cli" python3 "$SMC_TMP/lowlimit.py" 2>&1)

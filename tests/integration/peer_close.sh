@@ -123,5 +123,9 @@ for variant in "linger0 poll" "linger0 epoll" "linger0 select" "waiting poll" "k
 	# the clients' (a server that ends by _exit or SIGKILL writes no stats)
 	smc_assert_ge "$name: upgraded connections" \
 		"$(smc_stats "$dir" ".connections.$SMC_TEST_EXPECT")" "$ROUNDS"
+	# each client's request went through the rings
+	smc_assert_ge "$name: payload bytes over $SMC_TEST_EXPECT" \
+		"$(smc_stats "$dir" ".bytes.$SMC_TEST_EXPECT.sent + .bytes.$SMC_TEST_EXPECT.received")" \
+		$((3 * ROUNDS))
 done
 smc_pass

@@ -177,8 +177,10 @@ for side in server client; do
 	smc_log "stats $side: $(smc_stats_summary "$dir")"
 	smc_assert_ge "shm bytes of redis $side" \
 		"$(smc_stats "$dir" '.bytes.shm.sent + .bytes.shm.received')" 1
+	# peer-closed: a client closed before its handshake ended (redis-benchmark frees the
+	# clients still connecting when its requests are done), as over TCP
 	smc_assert_eq "fallback connections of redis $side" \
-		"$(smc_stats "$dir" '[.fallback[]] | add // 0')" 0
+		"$(smc_stats "$dir" '[.fallback | del(.["peer-closed"]) | .[]] | add // 0')" 0
 done
 jq -e '.totals.connections.shm == 1 and (.connections[0].comm == "redis-cli")' \
 	"$root/tmp/smcpstat.json" >/dev/null ||

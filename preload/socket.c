@@ -2,13 +2,15 @@
 /*
  * Wrappers for socket setup and fd management: socket, socketpair, bind, listen,
  * accept, accept4, connect, shutdown, [gs]etsockopt, get{sock,peer}name, close,
- * close_range, dup, dup2, dup3, fcntl, fcntl64, ioctl.
+ * close_range, closefrom, dup, dup2, dup3, fcntl, fcntl64, ioctl.
  */
 #include "preload/wrap.h"
 #include "core/base/fdpark.h"
 
+#include <dirent.h>
 #include <fcntl.h>
 #include <limits.h>
+#include <stdlib.h>
 #include <linux/sockios.h>
 #include <stdarg.h>
 #include <sys/ioctl.h>
@@ -178,6 +180,31 @@ SMC_EXPORT int close_range(unsigned int first, unsigned int last, int flags)
 }
 int smc_impl_close_range(unsigned int first, unsigned int last, int flags)
 	SMC_INTERNAL_ALIAS(close_range);
+
+/* glibc's closefrom() makes the close_range system call itself, past the wrapper
+ * above, and would close the library's descriptors with the program's (tmux, inetd,
+ * Samba call it). Without close_range (a kernel before 5.9) each open number goes
+ * through close(), as glibc's own fallback does. */
+SMC_EXPORT void closefrom(int lowfd)
+{
+	unsigned int first = lowfd < 0 ? 0 : (unsigned int)lowfd;
+	DIR *d;
+	struct dirent *de;
+
+	if (smc_impl_close_range(first, ~0U, 0) == 0)
+		return;
+	d = opendir("/proc/self/fd");
+	if (!d)
+		return;
+	while ((de = readdir(d)) != NULL) {
+		long fd = strtol(de->d_name, NULL, 10);
+
+		if (de->d_name[0] >= '0' && de->d_name[0] <= '9' && fd >= (long)first &&
+		    fd != dirfd(d))
+			smc_impl_close((int)fd);
+	}
+	closedir(d);
+}
 
 /* ------------------------------------------------------------------ duplication */
 

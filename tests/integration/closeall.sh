@@ -3,7 +3,8 @@
 #
 # A program that closes all its descriptors after its first connection, as daemons and
 # closefrom() do (tests/progs/closeall: close_range(3, ~0U, 0), the same through
-# syscall(SYS_close_range), close() over /proc/self/fd, close() over 3..1023), both ends
+# syscall(SYS_close_range), close() over /proc/self/fd, close() over 3..1023, glibc's
+# closefrom(), which makes the close_range system call itself), both ends
 # under smc_preload.sh; in the first run the server too closes everything above its
 # listener with close_range after its first connection. The library's own descriptors (the progress thread's libevent base, the
 # stats server, rendezvous sockets, doorbells: core/base/fdpark.h) are not the program's and
@@ -49,7 +50,7 @@ run_mode() {
 }
 
 run_mode range close
-for mode in sysrange proc loop; do
+for mode in sysrange proc loop from; do
 	run_mode "$mode"
 done
 smc_pass

@@ -16,6 +16,7 @@
  *   proc     close() of every number listed in /proc/self/fd (each must return 0:
  *            without a preloaded library each of them is the program's and open)
  *   loop     close() of 3..1023, errors ignored
+ *   from     closefrom(3) (glibc makes the close_range system call itself)
  * and checks that its own descriptors (a pipe made before) are closed. With "close",
  * the server closes every descriptor above its listening socket with close_range
  * after its first round. A later round that takes longer than ROUND_LIMIT_S (a handshake that waited
@@ -147,6 +148,8 @@ static void close_all(const char *mode)
 	} else if (!strcmp(mode, "loop")) {
 		for (int fd = 3; fd < 1024; fd++)
 			close(fd);
+	} else if (!strcmp(mode, "from")) {
+		closefrom(3);
 	} else {
 		errno = EINVAL;
 		fail("unknown mode");

@@ -127,6 +127,7 @@
 #define SMC_STATS_REASON_FD_PASSED     "fd-passed"        /* its fd went to another process (SCM_RIGHTS) */
 #define SMC_STATS_REASON_STDIO         "stdio"            /* stdio got its fd (fdopen, dup2 onto 0-2) */
 #define SMC_STATS_REASON_SECCOMP       "seccomp"          /* its process loaded a seccomp filter */
+#define SMC_STATS_REASON_FD_TABLE      "fd-table"         /* a thread took a descriptor table of its own */
 /* Counted in "fallback": a connection carried across exec whose description the new
  * image refused; it is reset. */
 #define SMC_STATS_REASON_EXEC_STATE    "exec-state"

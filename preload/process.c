@@ -157,10 +157,20 @@ SMC_EXPORT int chroot(const char *path)
  * a pivot_root() or a private mount may take those files away. */
 SMC_EXPORT int unshare(int flags)
 {
+	bool split = false;
+	int r;
+
 	if (flags & CLONE_NEWNS)
 		KEEP_ERRNO(smc_before_confinement());
-	return REAL(unshare)(flags);
+	/* a descriptor table of this thread's own (core/sock/table_split.c) */
+	if (flags & CLONE_FILES)
+		KEEP_ERRNO(split = smc_before_table_split());
+	r = REAL(unshare)(flags);
+	if (r == 0 && (flags & CLONE_FILES))
+		KEEP_ERRNO(smc_table_split(split));
+	return r;
 }
+int smc_impl_unshare(int flags) SMC_INTERNAL_ALIAS(unshare);
 
 SMC_EXPORT int setns(int fd, int nstype)
 {

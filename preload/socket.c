@@ -10,6 +10,7 @@
 #include <dirent.h>
 #include <fcntl.h>
 #include <limits.h>
+#include <sched.h>
 #include <stdlib.h>
 #include <linux/sockios.h>
 #include <stdarg.h>
@@ -168,6 +169,20 @@ static bool close_range_closes(unsigned int first, unsigned int last, int flags)
 
 SMC_EXPORT int close_range(unsigned int first, unsigned int last, int flags)
 {
+	if (REAL(close_range) && ((unsigned int)flags & CLOSE_RANGE_UNSHARE) &&
+	    !((unsigned int)flags & ~(CLOSE_RANGE_UNSHARE | CLOSE_RANGE_CLOEXEC)) && first <= last) {
+		/* the table of this thread's own first (core/sock/table_split.c), then the
+		 * rest of the call in it */
+		bool split = false;
+		int r;
+
+		KEEP_ERRNO(split = smc_before_table_split());
+		r = REAL(unshare)(CLONE_FILES);
+		if (r < 0)
+			return r;
+		KEEP_ERRNO(smc_table_split(split));
+		return close_range(first, last, flags & ~(int)CLOSE_RANGE_UNSHARE);
+	}
 	if (REAL(close_range) && close_range_closes(first, last, flags)) {
 		int saved_errno = errno;
 		for (int fd = fdtab_next_tracked((int)first); fd >= 0 && (unsigned int)fd <= last;

@@ -289,6 +289,10 @@ static long route(long nr, const long *a, bool *routed)
 	case SYS_close_range:
 		return smc_impl_close_range(U32(0), U32(1), FD(2));
 #endif
+	case SYS_unshare:
+		if (a[0] & CLONE_FILES)
+			return smc_impl_unshare(FD(0));
+		break;
 	case SYS_dup:
 		if (tracked(a[0]))
 			return smc_impl_dup(FD(0));

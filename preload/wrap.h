@@ -108,6 +108,7 @@ int smc_impl_getsockopt(int fd, int level, int name, void *val, socklen_t *len);
 int smc_impl_setsockopt(int fd, int level, int name, const void *val, socklen_t len);
 int smc_impl_close(int fd);
 int smc_impl_close_range(unsigned int first, unsigned int last, int flags);
+int smc_impl_unshare(int flags);
 int smc_impl_dup(int oldfd);
 int smc_impl_dup2(int oldfd, int newfd);
 int smc_impl_dup3(int oldfd, int newfd, int flags);

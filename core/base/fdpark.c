@@ -14,6 +14,7 @@
 #include "core/base/fd_budget.h"
 #include "core/base/fdpark.h"
 #include "core/base/fdtab.h"
+#include "core/base/lib_threads.h"
 #include "core/base/log.h"
 #include "core/base/real.h"
 
@@ -52,24 +53,6 @@ static bool park_area(rlim_t *floor, rlim_t *limit)
 /* fd_park_low: the park area starts at least this far above FD_LOW_FILL_TOP. */
 #define FD_PARK_LOW_ROOM 256
 
-/* Whether the calling thread is the process's only one (/proc/self/status). */
-static bool only_thread(void)
-{
-	char buf[4096], *t;
-	ssize_t n;
-	int fd = REAL(open)("/proc/self/status", O_RDONLY | O_CLOEXEC);
-
-	if (fd < 0)
-		return false;
-	n = REAL(read)(fd, buf, sizeof(buf) - 1);
-	REAL(close)(fd);
-	if (n <= 0)
-		return false;
-	buf[n] = '\0';
-	t = strstr(buf, "\nThreads:");
-	return t && strtol(t + 9, NULL, 10) == 1;
-}
-
 size_t fd_low_fill(int **fill)
 {
 	rlim_t floor, limit;
@@ -79,7 +62,7 @@ size_t fd_low_fill(int **fill)
 	*fill = NULL;
 	if (!park_area(&floor, &limit))
 		return 0; /* a limit this low: there is no high place to land either */
-	if (!only_thread())
+	if (!lib_threads_caller_alone())
 		return 0;
 	if (floor < (rlim_t)top)
 		top = (int)floor;

@@ -181,3 +181,20 @@ bool lib_threads_program_gone(int *status)
 	/* the main thread's zombie and the library's: nobody of the program's is left */
 	return threads >= 0 && threads == 1 + lib_threads_alive();
 }
+
+bool lib_threads_caller_alone(void)
+{
+	char buf[4096], *t;
+	ssize_t n;
+	int fd = REAL(open)("/proc/self/status", O_RDONLY | O_CLOEXEC);
+
+	if (fd < 0)
+		return false;
+	n = REAL(read)(fd, buf, sizeof(buf) - 1);
+	REAL(close)(fd);
+	if (n <= 0)
+		return false;
+	buf[n] = '\0';
+	t = strstr(buf, "\nThreads:");
+	return t && strtol(t + 9, NULL, 10) == 1;
+}

@@ -26,5 +26,8 @@ void lib_threads_atfork_child(void);
 /* True when the main thread has ended and no thread but the library's is left, with
  * *status the main thread's end in wait(2)'s form (0 after pthread_exit()). */
 bool lib_threads_program_gone(int *status);
+/* Whether the calling thread is the process's only one, the library's counted
+ * (/proc/self/status; false when it cannot be read). */
+bool lib_threads_caller_alone(void);
 
 #endif

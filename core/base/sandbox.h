@@ -27,6 +27,9 @@ bool sandbox_active(void);
  * started under is judged once (sandbox_probe.c), and when it refuses one of the
  * library's calls the process counts as sandboxed. True when sandboxed. */
 bool sandbox_keeps_off(void);
+/* The library stays off for good without a filter (a thread took a descriptor table of
+ * its own: core/sock/table_split.c); inherited across fork, dropped by exec. */
+void sandbox_keep_off(void);
 /* The same judgement, for bpf() alone (the SMC TCP option's map). */
 bool sandbox_bpf_refused(void);
 

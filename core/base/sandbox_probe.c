@@ -188,8 +188,17 @@ static void judge(void)
 	errno = saved_errno;
 }
 
+static bool kept_off;
+
+void sandbox_keep_off(void)
+{
+	__atomic_store_n(&kept_off, true, __ATOMIC_RELAXED);
+}
+
 bool sandbox_keeps_off(void)
 {
+	if (__atomic_load_n(&kept_off, __ATOMIC_RELAXED))
+		return true;
 	pthread_once(&judge_once, judge);
 	return sandbox_active();
 }

@@ -41,6 +41,7 @@ enum smc_reason {
 	SMC_REASON_FD_PASSED,       /* its fd went to another process over a unix socket */
 	SMC_REASON_STDIO,           /* stdio got it (fdopen, a standard stream), unseen by us */
 	SMC_REASON_SECCOMP,         /* the process loaded a seccomp filter (sandbox_entry.c) */
+	SMC_REASON_FD_TABLE,        /* a thread took a descriptor table of its own (table_split.c) */
 	/* counted: a connection carried across exec whose description the new image
 	 * refused (exec_carry.c); it is reset */
 	SMC_REASON_EXEC_STATE,

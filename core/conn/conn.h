@@ -244,6 +244,9 @@ size_t conn_own_fds(int **out);
  * each with a reference (conn_put each, then free the array). *n: how many; a short
  * list when memory ran out. */
 struct smc_conn **conn_collect_active(bool (*want)(const struct smc_conn *c), size_t *n);
+/* Every handshake under way decided now: by the progress thread, within one handshake
+ * timeout each, or here as TCP (sock/table_split.c). */
+void conn_settle_handshakes(void);
 /* The peer went back to TCP and our re-send of what it had not read is not all out
  * yet (the progress thread sends it, which an exit or exec ends). */
 bool conn_resend_pending(const struct smc_conn *c);

@@ -281,6 +281,30 @@ void conn_end_handshakes(bool exiting)
 	decided_watches_end();
 }
 
+static void take_pending(struct smc_conn *c, void *arg)
+{
+	if (!c->fork_orphan && __atomic_load_n(&c->state, __ATOMIC_ACQUIRE) == CONN_PENDING)
+		batch_add(arg, c);
+}
+
+void conn_settle_handshakes(void)
+{
+	struct conn_batch b = { 0 };
+
+	conn_foreach(take_pending, &b);
+	for (size_t i = 0; i < b.n; i++) {
+		struct smc_conn *c = b.c[i];
+
+		conn_wait_pending(c, false, (int64_t)smc_cfg.handshake_timeout_ms * 1000000);
+		pthread_mutex_lock(&c->lock);
+		if (__atomic_load_n(&c->state, __ATOMIC_ACQUIRE) == CONN_PENDING)
+			conn_fallback_to_tcp(c, SMC_REASON_HANDSHAKE, false);
+		pthread_mutex_unlock(&c->lock);
+		conn_put(c);
+	}
+	free(b.c);
+}
+
 /* fork: the child holds every connection too. Counted before the fork so that a parent
  * closing its copy right away never signals "closed" to a peer the child still talks to.
  * Under the registry lock and every connection's lock (conn_fork_lock_*): fd_refs and

@@ -15,6 +15,14 @@ void smc_before_confinement(void);
 /* The process is about to load a seccomp filter: the above, and its listeners stop
  * announcing SMC (core/sock/sandbox_entry.c). */
 void smc_before_seccomp(void);
+/* Its listeners stop announcing SMC: out of the TCP option, rendezvous names shut,
+ * pools retired; `before` names the event for the log. */
+void smc_sock_listeners_shut(const char *before);
+/* A thread is about to take a descriptor table of its own (core/sock/table_split.c):
+ * true when the library's work for the process ends with it; smc_table_split(that)
+ * once the split succeeded. */
+bool smc_before_table_split(void);
+void smc_table_split(bool prepared);
 /* A new process that libc's fork() does not make, so neither the fork() wrapper nor
  * the pthread_atfork handlers see it: glibc's clone() and the raw clone and clone3
  * system calls without CLONE_VM (preload/process.c, preload/syscall.c). It gets what

@@ -21,21 +21,26 @@
 #include "core/sock/init.h"
 #include "core/sock/sock.h"
 
+void smc_sock_listeners_shut(const char *before)
+{
+	for (int fd = fdtab_next_tracked(0); fd >= 0; fd = fdtab_next_tracked(fd + 1)) {
+		if (fdtab_kind(fd) != FD_LISTEN)
+			continue;
+		if (sock_listener_opted_in(fd) && tcpopt_withdraw(fd, true) < 0)
+			log_warn("fd %d: the listener cannot be withdrawn from the SMC TCP option "
+				 "before %s: clients that propose in band will reset their "
+				 "connections", fd, before);
+		sock_listener_shut_name(fd);
+	}
+	pool_server_retire_all(); /* every listener's pools, and no new ones */
+}
+
 void smc_before_seccomp(void)
 {
 	smc_before_confinement(); /* with smc_init(): configuration, logging, stats */
 	(void)fdtab_capacity();   /* the descriptor table reads /proc on first use */
 	if (!smc_enabled())
 		return;
-	for (int fd = fdtab_next_tracked(0); fd >= 0; fd = fdtab_next_tracked(fd + 1)) {
-		if (fdtab_kind(fd) != FD_LISTEN)
-			continue;
-		if (sock_listener_opted_in(fd) && tcpopt_withdraw(fd, true) < 0)
-			log_warn("fd %d: the listener cannot be withdrawn from the SMC TCP option "
-				 "before the seccomp filter: clients that propose in band will reset "
-				 "their connections", fd);
-		sock_listener_shut_name(fd);
-	}
-	pool_server_retire_all(); /* every listener's pools, and no new ones */
+	smc_sock_listeners_shut("the seccomp filter");
 	smc_sock_downgrade_all(SMC_REASON_SECCOMP);
 }

@@ -83,19 +83,13 @@ bool hs_policy_admit(uint64_t key, uint64_t now_ns, uint64_t short_ns)
 void hs_policy_closed(uint64_t key, uint64_t lifetime_ns, uint64_t bytes, uint32_t exchanges,
 		      uint64_t now_ns, uint64_t short_ns)
 {
-	bool small = bytes < HS_POLICY_LONG_BYTES;
-	bool is_short = small && lifetime_ns < short_ns;
+	bool is_short = hs_policy_short(lifetime_ns, bytes, exchanges, short_ns);
 	struct dest *d;
 
 	if (short_ns == 0 || key == 0)
 		return;
 	lock();
 	d = slot_of(key);
-	/* a probe (the destination runs TCP) that made few exchanges stays short however
-	 * long it waited for them */
-	if (small && exchanges <= HS_POLICY_FEW_EXCHANGES && d->key == key &&
-	    d->short_run >= HS_POLICY_SHORT_RUN)
-		is_short = true;
 	if (d->key != key) {
 		if (!is_short) {
 			unlock(); /* nothing to remember: unknown destinations try SMC anyway */
@@ -113,6 +107,14 @@ void hs_policy_closed(uint64_t key, uint64_t lifetime_ns, uint64_t bytes, uint32
 			d->next_probe_ns = now_ns + HS_POLICY_PROBE_NS;
 	}
 	unlock();
+}
+
+bool hs_policy_short(uint64_t lifetime_ns, uint64_t bytes, uint32_t exchanges,
+		     uint64_t short_ns)
+{
+	return bytes < HS_POLICY_LONG_BYTES &&
+	       (lifetime_ns < short_ns ||
+		(exchanges <= HS_POLICY_FEW_EXCHANGES && lifetime_ns < HS_POLICY_FEW_MAX_NS));
 }
 
 void hs_policy_reset(void)

@@ -12,15 +12,16 @@
  * (fallback reason "short-lived"), except one probe per HS_POLICY_PROBE_NS that tries
  * SMC again: one that is not short gives the destination back to SMC.
  *
- * Short: less than HS_POLICY_LONG_BYTES moved and closed within SMC_SHORT_CONN_US. A
- * probe is short also when it made at most HS_POLICY_FEW_EXCHANGES request/answer
- * turns, however long it took: a loaded server answers one request in more than
- * SMC_SHORT_CONN_US (ab -c 50 against Apache: ~8 ms a request over TCP), and by time
- * alone its probes would give the destination back to full handshakes, which load it
- * further. What a connection saves over TCP grows with its turns (~10-20 us each here,
- * against the handshake's ~270 us), not with the time it waits for them. A destination
- * still on SMC is judged by time alone: its connections may be idle ones of a program
- * that talks on them later.
+ * Short: less than HS_POLICY_LONG_BYTES moved and closed within SMC_SHORT_CONN_US, or
+ * with at most HS_POLICY_FEW_EXCHANGES request/answer turns within HS_POLICY_FEW_MAX_NS.
+ * What a connection saves over TCP grows with its turns (~10-20 us each here, against
+ * the handshake's ~270 us), not with the time it waits for them, and time alone
+ * misjudges a client that has many connections in flight, or a loaded server: each
+ * connection then lives longer than SMC_SHORT_CONN_US (ab -c 50 against Apache: ~8 ms
+ * a request over TCP; 100 connections in flight from one event loop: tens of ms), and
+ * its full handshakes load both further (0.25-0.5x of TCP). A connection idle for
+ * longer than HS_POLICY_FEW_MAX_NS is judged by time alone: a pooled connection a
+ * program keeps for later counts as long.
  *
  * Only the client decides: it simply does not offer SMC, and the server sees a client
  * that does not run the library. The table is per process, small and lossy (a slot
@@ -38,6 +39,7 @@
 #define HS_POLICY_LONG_BYTES  (512u * 1024)         /* moved more: worth it, however short */
 #define HS_POLICY_PROBE_NS    1000000000ull         /* one SMC probe per second */
 #define HS_POLICY_FEW_EXCHANGES 2                   /* a request, a redirect or a TLS setup */
+#define HS_POLICY_FEW_MAX_NS  1000000000ull         /* few turns count as short within this */
 
 /* Nonzero key of destination dst (IPv4-mapped IPv6 equals IPv4); 0 when it has none. */
 uint64_t hs_policy_key(const struct sockaddr *dst);
@@ -50,6 +52,11 @@ bool hs_policy_admit(uint64_t key, uint64_t now_ns, uint64_t short_ns);
  * `exchanges` request/answer turns and closed at now_ns. */
 void hs_policy_closed(uint64_t key, uint64_t lifetime_ns, uint64_t bytes, uint32_t exchanges,
 		      uint64_t now_ns, uint64_t short_ns);
+
+/* Whether a connection that ended after lifetime_ns having moved `bytes` in `exchanges`
+ * turns was one that SMC does not pay for (short, above). */
+bool hs_policy_short(uint64_t lifetime_ns, uint64_t bytes, uint32_t exchanges,
+		     uint64_t short_ns);
 
 /* Forgets every destination (tests). */
 void hs_policy_reset(void);

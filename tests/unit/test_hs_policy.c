@@ -87,19 +87,21 @@ START_TEST(one_long_breaks_the_run)
 }
 END_TEST
 
-/* A loaded server answers slowly: a probe with one request and its answer stays short
- * however long it took, and does not give the destination back; a third turn makes it
- * long. On a destination still on SMC a slow connection is long whatever its turns. */
+/* A connection that made few turns is short however slow they were (a loaded server, a
+ * client with many connections in flight), within HS_POLICY_FEW_MAX_NS; a third turn, or
+ * an idle life beyond that, makes a slow one long. Probes are judged alike. */
 START_TEST(few_turns_are_short_however_slow)
 {
 	uint64_t k = key4("127.0.0.1", 8080), now = 0;
 
 	hs_policy_reset();
-	run_conns(k, HS_POLICY_SHORT_RUN - 1, 1 * MS, 1500, 1, &now);
-	run_conns(k, 1, 50 * MS, 1500, 1, &now); /* slow: breaks the run */
-	run_conns(k, HS_POLICY_SHORT_RUN - 1, 1 * MS, 1500, 1, &now);
+	run_conns(k, HS_POLICY_SHORT_RUN - 1, 50 * MS, 1500, 1, &now);
+	run_conns(k, 1, 50 * MS, 1500, HS_POLICY_FEW_EXCHANGES + 1, &now); /* breaks the run */
+	run_conns(k, HS_POLICY_SHORT_RUN - 1, 50 * MS, 1500, 1, &now);
+	run_conns(k, 1, HS_POLICY_FEW_MAX_NS, 1500, 1, &now); /* idle too long: breaks it */
+	run_conns(k, HS_POLICY_SHORT_RUN - 1, 50 * MS, 1500, 1, &now);
 	ck_assert(hs_policy_admit(k, now, SHORT_NS));
-	run_conns(k, 1, 1 * MS, 1500, 1, &now);
+	run_conns(k, 1, 50 * MS, 1500, HS_POLICY_FEW_EXCHANGES, &now);
 	ck_assert(!hs_policy_admit(k, now, SHORT_NS));
 	now += HS_POLICY_PROBE_NS;
 	ck_assert(hs_policy_admit(k, now, SHORT_NS)); /* the probe, slow too */
@@ -112,6 +114,17 @@ START_TEST(few_turns_are_short_however_slow)
 	/* quick ones are short whatever their turns */
 	run_conns(k, HS_POLICY_SHORT_RUN, 1 * MS, 1500, 100, &now);
 	ck_assert(!hs_policy_admit(k, now, SHORT_NS));
+}
+END_TEST
+
+START_TEST(short_verdict)
+{
+	/* little data, and quick or few turns not long idle */
+	ck_assert(hs_policy_short(1 * MS, 100, 100, SHORT_NS));
+	ck_assert(hs_policy_short(HS_POLICY_FEW_MAX_NS - 1, 100, HS_POLICY_FEW_EXCHANGES, SHORT_NS));
+	ck_assert(!hs_policy_short(HS_POLICY_FEW_MAX_NS, 100, HS_POLICY_FEW_EXCHANGES, SHORT_NS));
+	ck_assert(!hs_policy_short(50 * MS, 100, HS_POLICY_FEW_EXCHANGES + 1, SHORT_NS));
+	ck_assert(!hs_policy_short(1 * MS, HS_POLICY_LONG_BYTES, 1, SHORT_NS));
 }
 END_TEST
 
@@ -186,6 +199,7 @@ static Suite *hs_policy_suite(void)
 	tcase_add_test(tc, short_run_then_tcp);
 	tcase_add_test(tc, one_long_breaks_the_run);
 	tcase_add_test(tc, few_turns_are_short_however_slow);
+	tcase_add_test(tc, short_verdict);
 	tcase_add_test(tc, probe_once_per_interval);
 	tcase_add_test(tc, disabled);
 	tcase_add_test(tc, slot_taken_by_another_destination);

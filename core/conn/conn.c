@@ -299,6 +299,20 @@ static void conn_go_active(struct smc_conn *c, bool wake)
 		conn_wake_local(c);
 }
 
+void conn_first_verdict(struct smc_conn *c, uint64_t now)
+{
+	uint64_t moved;
+
+	if (!__atomic_exchange_n(&c->policy_first, false, __ATOMIC_ACQ_REL) || !conn_negotiate ||
+	    !c->policy_key)
+		return;
+	moved = __atomic_load_n(&c->bytes_sent, __ATOMIC_RELAXED) +
+		__atomic_load_n(&c->bytes_received, __ATOMIC_RELAXED);
+	conn_negotiate->first_closed(c->policy_key, now - c->born_ns, moved,
+				     __atomic_load_n(&c->exchanges, __ATOMIC_RELAXED), now,
+				     (uint64_t)smc_cfg.short_conn_us * 1000);
+}
+
 void conn_activate(struct smc_conn *c)
 {
 	conn_end_reservation(c);
@@ -534,6 +548,7 @@ void conn_release_fd(struct smc_conn *c)
 		if (conn_negotiate)
 			conn_negotiate->policy_closed(c->policy_key, now - c->born_ns, moved, turns,
 						      now, (uint64_t)smc_cfg.short_conn_us * 1000);
+		conn_first_verdict(c, now);
 	}
 	if (st == CONN_ACTIVE && c->pool && c->side == CONN_CLIENT && c->pool_slot >= 0 &&
 	    !c->fork_shared && pool_client_unclaimed(c->pool, c->pool_slot) &&

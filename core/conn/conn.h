@@ -125,6 +125,8 @@ struct smc_conn {
 	bool pend_full_told;        /* a send found pend_buf full (under tx_lock) */
 	uint64_t policy_key;        /* destination for hs_policy.h; 0: not judged */
 	uint64_t born_ns;           /* connect() time, clock_now_ns */
+	bool policy_first;          /* the process's first connect (hs_history.h), until
+				     * its verdict is recorded */
 	/* the peer's address once ACTIVE (peer_len 0: not known): a peer's close resets
 	 * the TCP channel, after which the kernel has none to give (smc_sock_getpeername) */
 	struct sockaddr_in6 peer_sa;
@@ -203,6 +205,9 @@ struct conn_negotiate_ops {
 	/* hs_policy_closed (negotiate/hs_policy.h) */
 	void (*policy_closed)(uint64_t key, uint64_t lifetime_ns, uint64_t bytes,
 			      uint32_t exchanges, uint64_t now_ns, uint64_t short_ns);
+	/* hs_history_closed (negotiate/hs_history.h), for the process's first connection */
+	void (*first_closed)(uint64_t key, uint64_t lifetime_ns, uint64_t bytes,
+			     uint32_t exchanges, uint64_t now_ns, uint64_t short_ns);
 };
 void conn_negotiate_ops_set(const struct conn_negotiate_ops *ops);
 
@@ -210,6 +215,9 @@ void conn_negotiate_ops_set(const struct conn_negotiate_ops *ops);
  * runs under c->lock in the handshakes, so it does not start the stats server (a
  * thread and a socket): its caller calls statsrv_ensure once it holds no lock. */
 void conn_activate(struct smc_conn *c);
+/* The verdict on the process's first connection (c->policy_first), at its close or at
+ * exit with it still open: recorded once (hs_history.h). */
+void conn_first_verdict(struct smc_conn *c, uint64_t now);
 /* Keeps the peer's address (c->peer_sa) while the kernel still knows it. */
 void conn_note_peer(struct smc_conn *c);
 void conn_fallback(struct smc_conn *c, enum smc_reason why);

@@ -19,9 +19,13 @@
  * write. An exec ends the QPs the same way: smc_sock_before_exec closes the RDMA
  * connections the new program does not inherit and drains the links too. Shared-memory connections need nothing: the peer's mapping keeps the ring.
  * _exit() and a fatal signal skip it: the peer then sees an abort (ib_link.h).
+ *
+ * It also records what a one-shot client's first connection, still open at the exit,
+ * taught (hs_history.h), as its close would have.
  */
 #include <stdlib.h>
 
+#include "core/base/clock.h"
 #include "core/base/log.h"
 #include "core/conn/conn.h"
 #include "core/conn/conn_orphan.h"
@@ -74,8 +78,28 @@ void smc_sock_drain_rdma(bool (*closing)(const struct smc_conn *c))
 			 IDLE_NS / 1000000000ull, MAX_NS / 1000000000ull);
 }
 
+static bool first_still_open(const struct smc_conn *c)
+{
+	return __atomic_load_n(&c->policy_first, __ATOMIC_RELAXED);
+}
+
+/* A one-shot client that exits without closing its connection: the verdict its close
+ * would have left (hs_history.h). */
+static void first_verdicts(void)
+{
+	size_t n;
+	struct smc_conn **c = conn_collect_active(first_still_open, &n);
+
+	for (size_t i = 0; i < n; i++) {
+		conn_first_verdict(c[i], clock_now_ns());
+		conn_put(c[i]);
+	}
+	free(c);
+}
+
 __attribute__((destructor)) static void exit_drain(void)
 {
+	first_verdicts();
 	conn_orphans_settle(CONN_ORPHAN_END_IDLE_NS, true);
 	smc_sock_finish_resends();
 	smc_sock_drain_rdma(over_rdma);

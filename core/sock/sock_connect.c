@@ -18,6 +18,7 @@
 #include "core/base/sandbox.h"
 #include "core/conn/conn.h"
 #include "core/conn/statsrv.h"
+#include "core/negotiate/hs_history.h"
 #include "core/negotiate/hs_policy.h"
 #include "core/negotiate/negotiate.h"
 #include "core/negotiate/progress.h"
@@ -479,11 +480,19 @@ int smc_sock_connect(int fd, const struct sockaddr *addr, socklen_t len)
 	if (smc_enabled() && !addr_is_unspecified(addr) &&
 	    (why = upgrade_rule(fd)) == SMC_REASON_NONE) {
 		uint64_t key = hs_policy_key(addr), now = clock_now_ns();
-		bool admit = hs_policy_admit(key, now, (uint64_t)smc_cfg.short_conn_us * 1000);
+		uint64_t short_ns = (uint64_t)smc_cfg.short_conn_us * 1000;
+		bool first = hs_history_first_connect();
+		bool admit = hs_policy_admit(key, now, short_ns);
 		bool fd_limited = false;
 
-		if (!admit)
+		if (admit && first && !hs_history_admit(key, now, short_ns)) {
+			/* a command whose processes connect once and briefly: no handshake,
+			 * no thread (hs_history.h) */
+			admit = false;
+			first = false;
+		} else if (!admit) {
 			c = connect_pooled(fd, addr, len, key, now, &admit, &fd_limited, &miss);
+		}
 		if (c) {
 			return connect_pooled_finish(c, fd, addr, len);
 		} else if (!admit) {
@@ -502,6 +511,7 @@ int smc_sock_connect(int fd, const struct sockaddr *addr, socklen_t len)
 			if (c) {
 				c->policy_key = key;
 				c->born_ns = now;
+				c->policy_first = first;
 			}
 		}
 	}

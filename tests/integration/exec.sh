@@ -52,6 +52,9 @@ CASE_TIMEOUT=60
 
 smc_init
 smc_require_cmd socat pgrep
+# each case runs one command line again and again as one-shot clients, every connection
+# of which must be upgraded: no history of short first connections (hs_history.h)
+export SMC_SHORT_CONN_US=0
 smc_require_built "$SMC_EXEC_MIDSTREAM"
 n=$(smc_bytes_of "$EXEC_BYTES")
 

@@ -232,21 +232,30 @@ static void take_undecided_client(struct smc_conn *c, void *arg)
  * and a server that sent its Accept would reset a connection whose end, as TCP has it,
  * is a FIN. Only at exit: after a failed exec the program goes on, and in band the
  * stream may still carry the server's answer. */
-static void undecided_clients_end(void)
+/* The batch's handshakes still running end as TCP, each after waiting up to timeo_ns
+ * for its own decision (0: none); the batch's references are dropped. */
+static void batch_end_as_tcp(struct conn_batch *b, int64_t timeo_ns)
 {
-	struct conn_batch b = { 0 };
+	for (size_t i = 0; i < b->n; i++) {
+		struct smc_conn *c = b->c[i];
 
-	conn_foreach(take_undecided_client, &b);
-	for (size_t i = 0; i < b.n; i++) {
-		struct smc_conn *c = b.c[i];
-
+		if (timeo_ns)
+			conn_wait_pending(c, false, timeo_ns);
 		pthread_mutex_lock(&c->lock);
 		if (__atomic_load_n(&c->state, __ATOMIC_ACQUIRE) == CONN_PENDING)
 			conn_fallback_to_tcp(c, SMC_REASON_HANDSHAKE, false);
 		pthread_mutex_unlock(&c->lock);
 		conn_put(c);
 	}
-	free(b.c);
+	free(b->c);
+}
+
+static void undecided_clients_end(void)
+{
+	struct conn_batch b = { 0 };
+
+	conn_foreach(take_undecided_client, &b);
+	batch_end_as_tcp(&b, 0);
 }
 
 /* A connection still negotiating holds what the program sent meanwhile in its staging
@@ -292,17 +301,7 @@ void conn_settle_handshakes(void)
 	struct conn_batch b = { 0 };
 
 	conn_foreach(take_pending, &b);
-	for (size_t i = 0; i < b.n; i++) {
-		struct smc_conn *c = b.c[i];
-
-		conn_wait_pending(c, false, (int64_t)smc_cfg.handshake_timeout_ms * 1000000);
-		pthread_mutex_lock(&c->lock);
-		if (__atomic_load_n(&c->state, __ATOMIC_ACQUIRE) == CONN_PENDING)
-			conn_fallback_to_tcp(c, SMC_REASON_HANDSHAKE, false);
-		pthread_mutex_unlock(&c->lock);
-		conn_put(c);
-	}
-	free(b.c);
+	batch_end_as_tcp(&b, (int64_t)smc_cfg.handshake_timeout_ms * 1000000);
 }
 
 /* fork: the child holds every connection too. Counted before the fork so that a parent

@@ -38,16 +38,6 @@ static bool first_done;
 static uint64_t command_hash; /* 0: not read yet */
 static pthread_mutex_t command_lock = PTHREAD_MUTEX_INITIALIZER;
 
-/* splitmix64's finaliser, as hs_policy.c */
-static uint64_t mix(uint64_t x)
-{
-	x ^= x >> 30;
-	x *= 0xbf58476d1ce4e5b9ull;
-	x ^= x >> 27;
-	x *= 0x94d049bb133111ebull;
-	return x ^ (x >> 31);
-}
-
 static uint64_t hash_bytes(const char *p, size_t n)
 {
 	uint64_t h = 0xcbf29ce484222325ull; /* FNV-1a */
@@ -56,7 +46,7 @@ static uint64_t hash_bytes(const char *p, size_t n)
 		h ^= (uint8_t)p[i];
 		h *= 0x100000001b3ull;
 	}
-	return mix(h);
+	return hs_policy_mix(h);
 }
 
 /* The command line, arguments included: `curl URL1` and `curl URL2` to one server are
@@ -88,7 +78,9 @@ static uint64_t command(void)
 
 static uint64_t slot_check(const struct hist_slot *s)
 {
-	return mix(s->key ^ mix(s->next_probe_ns ^ ((uint64_t)s->short_run << 32) ^ HIST_MAGIC));
+	uint64_t rest = s->next_probe_ns ^ ((uint64_t)s->short_run << 32) ^ HIST_MAGIC;
+
+	return hs_policy_mix(s->key ^ hs_policy_mix(rest));
 }
 
 /* The table's file, opened for this one look or update; -1 when there is none or it
@@ -150,7 +142,7 @@ static uint64_t hist_key(uint64_t dest)
 
 	if (!cmd || !dest)
 		return 0;
-	k = mix(cmd ^ mix(dest));
+	k = hs_policy_mix(cmd ^ hs_policy_mix(dest));
 	return k ? k : 1;
 }
 

@@ -33,8 +33,7 @@ static void unlock(void)
 	pthread_mutex_unlock(&table_lock);
 }
 
-/* 64-bit mix (splitmix64's finaliser): spreads neighbouring ports over the slots. */
-static uint64_t mix(uint64_t x)
+uint64_t hs_policy_mix(uint64_t x)
 {
 	x ^= x >> 30;
 	x *= 0xbf58476d1ce4e5b9ull;
@@ -52,7 +51,7 @@ uint64_t hs_policy_key(const struct sockaddr *dst)
 		return 0;
 	memcpy(&a, ep.addr, 8);
 	memcpy(&b, ep.addr + 8, 8);
-	k = mix(mix(a) ^ b ^ ((uint64_t)ep.port << 48));
+	k = hs_policy_mix(hs_policy_mix(a) ^ b ^ ((uint64_t)ep.port << 48));
 	return k ? k : 1;
 }
 

@@ -41,6 +41,9 @@
 #define HS_POLICY_FEW_EXCHANGES 2                   /* a request, a redirect or a TLS setup */
 #define HS_POLICY_FEW_MAX_NS  1000000000ull         /* few turns count as short within this */
 
+/* 64-bit mix (splitmix64's finaliser): spreads neighbouring keys over a table's slots. */
+uint64_t hs_policy_mix(uint64_t x);
+
 /* Nonzero key of destination dst (IPv4-mapped IPv6 equals IPv4); 0 when it has none. */
 uint64_t hs_policy_key(const struct sockaddr *dst);
 

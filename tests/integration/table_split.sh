@@ -52,35 +52,12 @@ s1.close()
 print("OK")
 PY
 
-cat >"$SMC_TMP/server.py" <<'PY'
-import socket, sys, threading
-ls = socket.socket()
-ls.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-ls.bind(("127.0.0.1", 0))
-ls.listen(16)
-print("port %d" % ls.getsockname()[1], flush=True)
-def serve(c):
-    while True:
-        d = c.recv(1 << 16)
-        if not d:
-            break
-        c.sendall(d)
-    c.close()
-ts = []
-for _ in range(int(sys.argv[1])):
-    c, _ = ls.accept()
-    t = threading.Thread(target=serve, args=(c,))
-    t.start()
-    ts.append(t)
-for t in ts:
-    t.join()
-PY
-
 ROUNDS=3
 for how in unshare close_range; do
 	srv=$(smc_stats_dir "server-$how")
 	cli=$(smc_stats_dir "client-$how")
-	smc_start_server "server-$how" "$srv" python3 "$SMC_TMP/server.py" $((2 * ROUNDS))
+	smc_start_server "server-$how" "$srv" python3 "$top_srcdir/tests/progs/echo_server.py" \
+		$((2 * ROUNDS)) threads
 	smc_wait_log "server-$how" '^port '
 	read -r _ port < <(grep -m1 '^port ' "$SMC_TMP/server-$how.log")
 	for ((r = 1; r <= ROUNDS; r++)); do

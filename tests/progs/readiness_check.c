@@ -1698,8 +1698,8 @@ static void test_epoll_first_conn_race(void)
 			close(r.inner);
 		close(r.ep);
 	}
-	/* closed together, and not at once: a run of connections that close within
-	 * SMC_SHORT_CONN_US would make the client's policy keep the next ones TCP */
+	/* closed together, and not at once (readiness.sh runs this with
+	 * SMC_SHORT_CONN_US=0, where every connection is upgraded anyway) */
 	sleep_ms(SHORT_MS);
 	for (int round = 0; round < RACE_ROUNDS; round++)
 		close(conns[round]);
@@ -1749,7 +1749,7 @@ static void test_epoll_nested_kernel(void)
  * removes it from) an epoll set in a loop: the lookups of the fd's connection must hold
  * it against the close (under ASan a use after free aborts the run). The waiter sees
  * the fd open (nothing ready, the peer sends nothing) and then closed, never anything
- * else. Each connection lives longer than SMC_SHORT_CONN_US, so all are upgraded. */
+ * else. Every connection is upgraded (readiness.sh: SMC_SHORT_CONN_US=0). */
 #define CLOSE_RACE_ROUNDS 60
 
 struct close_racer {

@@ -758,7 +758,7 @@ START_TEST(stats_names)
 		"none", "disabled", "peer-not-smc", "not-local", "handshake-failed", "declined",
 		"mem-cap", "resources", "sockopt", "peer-closed", "short-lived", "readiness",
 		"io-uring", "fd-limit", "rendezvous-taken", "fork-pending", "exec", "fork", "peer-downgrade",
-		"fd-passed", "stdio", "seccomp", "exec-state",
+		"fd-passed", "stdio", "seccomp", "fd-table", "exec-state",
 	};
 
 	for (int r = 0; r < SMC_REASON_MAX; r++)

@@ -160,13 +160,12 @@ bool hs_history_admit(uint64_t dest, uint64_t now_ns, uint64_t short_ns)
 
 	if (short_ns == 0 || (key = hist_key(dest)) == 0 || (fd = hist_open(false)) < 0)
 		return true;
-	if (slot_read(fd, key, &s) && s.short_run >= HS_POLICY_SHORT_RUN) {
-		if (now_ns >= s.next_probe_ns) {
-			s.next_probe_ns = now_ns + HS_POLICY_PROBE_NS; /* this one probes */
-			slot_write(fd, &s);
-		} else {
-			admit = false;
-		}
+	if (slot_read(fd, key, &s)) {
+		uint64_t probe = s.next_probe_ns;
+
+		admit = hs_policy_run_admit(s.short_run, &s.next_probe_ns, now_ns);
+		if (s.next_probe_ns != probe)
+			slot_write(fd, &s); /* this one probes */
 	}
 	REAL(close)(fd);
 	return admit;
@@ -187,12 +186,7 @@ void hs_history_closed(uint64_t dest, bool is_short, uint64_t now_ns, uint64_t s
 		}
 		s = (struct hist_slot){ .key = key };
 	}
-	if (!is_short) {
-		s.short_run = 0;
-	} else if (s.short_run < HS_POLICY_SHORT_RUN) {
-		if (++s.short_run == HS_POLICY_SHORT_RUN)
-			s.next_probe_ns = now_ns + HS_POLICY_PROBE_NS;
-	}
+	hs_policy_run_closed(&s.short_run, &s.next_probe_ns, is_short, now_ns);
 	slot_write(fd, &s);
 	REAL(close)(fd);
 }

@@ -69,12 +69,8 @@ bool hs_policy_admit(uint64_t key, uint64_t now_ns, uint64_t short_ns)
 		return true;
 	lock();
 	d = slot_of(key);
-	if (d->key == key && d->short_run >= HS_POLICY_SHORT_RUN) {
-		if (now_ns >= d->next_probe_ns)
-			d->next_probe_ns = now_ns + HS_POLICY_PROBE_NS; /* this one probes */
-		else
-			admit = false;
-	}
+	if (d->key == key)
+		admit = hs_policy_run_admit(d->short_run, &d->next_probe_ns, now_ns);
 	unlock();
 	return admit;
 }
@@ -98,14 +94,29 @@ void hs_policy_closed(uint64_t key, uint64_t lifetime_ns, uint64_t bytes, uint32
 		d->short_run = 0;
 		d->next_probe_ns = 0;
 	}
-	if (!is_short) {
-		d->short_run = 0;
-	} else if (d->short_run < HS_POLICY_SHORT_RUN) {
-		d->short_run++;
-		if (d->short_run == HS_POLICY_SHORT_RUN)
-			d->next_probe_ns = now_ns + HS_POLICY_PROBE_NS;
-	}
+	hs_policy_run_closed(&d->short_run, &d->next_probe_ns, is_short, now_ns);
 	unlock();
+}
+
+bool hs_policy_run_admit(uint32_t short_run, uint64_t *next_probe_ns, uint64_t now_ns)
+{
+	if (short_run < HS_POLICY_SHORT_RUN)
+		return true;
+	if (now_ns < *next_probe_ns)
+		return false;
+	*next_probe_ns = now_ns + HS_POLICY_PROBE_NS; /* this one probes */
+	return true;
+}
+
+void hs_policy_run_closed(uint32_t *short_run, uint64_t *next_probe_ns, bool is_short,
+			  uint64_t now_ns)
+{
+	if (!is_short) {
+		*short_run = 0;
+	} else if (*short_run < HS_POLICY_SHORT_RUN) {
+		if (++*short_run == HS_POLICY_SHORT_RUN)
+			*next_probe_ns = now_ns + HS_POLICY_PROBE_NS;
+	}
 }
 
 bool hs_policy_short(uint64_t lifetime_ns, uint64_t bytes, uint32_t exchanges,

@@ -56,6 +56,13 @@ bool hs_policy_admit(uint64_t key, uint64_t now_ns, uint64_t short_ns);
 void hs_policy_closed(uint64_t key, uint64_t lifetime_ns, uint64_t bytes, uint32_t exchanges,
 		      uint64_t now_ns, uint64_t short_ns);
 
+/* A run of short connections (a destination's here, a command's in hs_history.h).
+ * run_admit: whether the next connection tries SMC, claiming the probe when one is due
+ * (*next_probe_ns moves on); run_closed: the run after a connection's verdict. */
+bool hs_policy_run_admit(uint32_t short_run, uint64_t *next_probe_ns, uint64_t now_ns);
+void hs_policy_run_closed(uint32_t *short_run, uint64_t *next_probe_ns, bool is_short,
+			  uint64_t now_ns);
+
 /* Whether a connection that ended after lifetime_ns having moved `bytes` in `exchanges`
  * turns was one that SMC does not pay for (short, above). */
 bool hs_policy_short(uint64_t lifetime_ns, uint64_t bytes, uint32_t exchanges,

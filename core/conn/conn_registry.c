@@ -226,12 +226,6 @@ static void take_undecided_client(struct smc_conn *c, void *arg)
 		batch_add(arg, c);
 }
 
-/* At exit, the client handshakes still running (nothing staged: the program connected
- * and left, or left it open) end as TCP here, and their servers are told by a Decline
- * (progress_watch_decided): the exit would otherwise take the rendezvous socket away,
- * and a server that sent its Accept would reset a connection whose end, as TCP has it,
- * is a FIN. Only at exit: after a failed exec the program goes on, and in band the
- * stream may still carry the server's answer. */
 /* The batch's handshakes still running end as TCP, each after waiting up to timeo_ns
  * for its own decision (0: none); the batch's references are dropped. */
 static void batch_end_as_tcp(struct conn_batch *b, int64_t timeo_ns)
@@ -250,6 +244,12 @@ static void batch_end_as_tcp(struct conn_batch *b, int64_t timeo_ns)
 	free(b->c);
 }
 
+/* At exit, the client handshakes still running (nothing staged: the program connected
+ * and left, or left it open) end as TCP here, and their servers are told by a Decline
+ * (progress_watch_decided): the exit would otherwise take the rendezvous socket away,
+ * and a server that sent its Accept would reset a connection whose end, as TCP has it,
+ * is a FIN. Only at exit: after a failed exec the program goes on, and in band the
+ * stream may still carry the server's answer. */
 static void undecided_clients_end(void)
 {
 	struct conn_batch b = { 0 };

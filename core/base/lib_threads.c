@@ -134,20 +134,28 @@ static char main_state(int *code)
 
 /* The process's thread count (status "Threads:"), the ended main thread included while
  * others live (it stays a zombie until the last one ends); -1 when unreadable. */
+/* The Threads: line of a read of /proc/self/status; -1 when it has none. */
+static int status_threads(const char *buf)
+{
+	const char *t = strstr(buf, "\nThreads:");
+	int n = -1;
+
+	if (!t || sscanf(t, "\nThreads: %d", &n) != 1)
+		return -1;
+	return n;
+}
+
 static int thread_count(void)
 {
 	char buf[4096], *t;
-	int tgid = 0, n = -1;
+	int tgid = 0;
 
 	if (read_all(status_fd, buf, sizeof(buf)) < 0)
 		return -1;
 	t = strstr(buf, "\nTgid:");
 	if (!t || sscanf(t, "\nTgid: %d", &tgid) != 1 || tgid != (int)getpid())
 		return -1;
-	t = strstr(buf, "\nThreads:");
-	if (!t || sscanf(t, "\nThreads: %d", &n) != 1)
-		return -1;
-	return n;
+	return status_threads(buf);
 }
 
 /* The library's threads that still run (a registered one ends by lib_thread_leave; one
@@ -184,17 +192,13 @@ bool lib_threads_program_gone(int *status)
 
 bool lib_threads_caller_alone(void)
 {
-	char buf[4096], *t;
-	ssize_t n;
+	char buf[4096];
 	int fd = REAL(open)("/proc/self/status", O_RDONLY | O_CLOEXEC);
+	ssize_t n;
 
 	if (fd < 0)
 		return false;
-	n = REAL(read)(fd, buf, sizeof(buf) - 1);
+	n = read_all(fd, buf, sizeof(buf));
 	REAL(close)(fd);
-	if (n <= 0)
-		return false;
-	buf[n] = '\0';
-	t = strstr(buf, "\nThreads:");
-	return t && strtol(t + 9, NULL, 10) == 1;
+	return n > 0 && status_threads(buf) == 1;
 }

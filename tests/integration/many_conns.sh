@@ -89,7 +89,14 @@ tcp=$(smc_stats "$cli" '.connections.tcp')
 fdl=$(smc_stats "$cli" '.fallback["fd-limit"] // 0')
 smc_assert_ge "client: connections over shm" "$shm" 100
 smc_assert_ge "client: connections kept on TCP for fd-limit" "$fdl" 1
-smc_assert_eq "client: TCP connections for another reason than fd-limit" "$((tcp - fdl))" 0
+# a handshake the burst of 15,000 connects delays past SMC_HANDSHAKE_TIMEOUT_MS ends as
+# TCP by design (handshake-failed, lossless): 1 in 45,000 in one CI run of 5; at most
+# one in 1,000, and no other reason
+hsf=$(smc_stats "$cli" '.fallback["handshake-failed"] // 0')
+smc_assert "client: $hsf handshake-failed of $((shm + tcp)) connections, at most 1 in 1000" \
+	"$((hsf * 1000))" -le "$((shm + tcp))"
+smc_assert_eq "client: TCP connections for another reason than fd-limit or handshake-failed" \
+	"$((tcp - fdl - hsf))" 0
 smc_assert_ge "client: connections" "$((shm + tcp))" $((3 * CLIENTS))
 smc_assert_ge "client: payload bytes over shm" \
 	"$(smc_stats "$cli" '.bytes.shm.sent + .bytes.shm.received')" "$shm"

@@ -16,6 +16,7 @@
  * Concurrency: chunk installation is a CAS on the top-level slot (the loser unmaps its
  * chunk and uses the winner's), lookups are two acquire loads and never lock.
  */
+#include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
 #include <pthread.h>
@@ -182,6 +183,7 @@ void fdtab_clear(int fd)
 	__atomic_store_n(&e->kind, (uint8_t)FD_NONE, __ATOMIC_RELEASE);
 	__atomic_store_n(&e->obj, NULL, __ATOMIC_RELAXED);
 	__atomic_store_n(&e->flags, 0, __ATOMIC_RELAXED);
+	__atomic_store_n(&e->owed_err, 0, __ATOMIC_RELAXED);
 }
 
 unsigned fdtab_flags(int fd)
@@ -203,8 +205,32 @@ void fdtab_flags_reset(int fd, unsigned flags)
 {
 	struct fd_entry *e = fdtab_get(fd);
 
-	if (e)
-		__atomic_store_n(&e->flags, (uint16_t)flags, __ATOMIC_RELAXED);
+	if (!e)
+		return;
+	__atomic_store_n(&e->flags, (uint16_t)flags, __ATOMIC_RELAXED);
+	__atomic_store_n(&e->owed_err, 0, __ATOMIC_RELAXED);
+}
+
+void fdtab_owe_error(int fd, int err)
+{
+	struct fd_entry *e;
+
+	/* not a socket's pending error: nothing was taken from the kernel */
+	if (err <= 0 || err > UINT8_MAX || err == EAGAIN || err == EWOULDBLOCK || err == EINTR ||
+	    err == EBADF || err == ENOTSOCK || err == EFAULT || err == EINVAL || err == ENOMEM ||
+	    err == ENOTCONN)
+		return;
+	if ((e = fdtab_peek(fd)))
+		__atomic_store_n(&e->owed_err, (uint8_t)err, __ATOMIC_RELAXED);
+}
+
+int fdtab_owed_error_take(int fd)
+{
+	struct fd_entry *e = fdtab_peek(fd);
+
+	if (!e || !__atomic_load_n(&e->owed_err, __ATOMIC_RELAXED))
+		return 0;
+	return __atomic_exchange_n(&e->owed_err, 0, __ATOMIC_RELAXED);
 }
 
 static uint32_t fork_generation;

@@ -46,6 +46,7 @@ enum fd_flag {
 
 struct fd_entry {
 	uint8_t kind;
+	uint8_t owed_err; /* fdtab_owe_error (atomic) */
 	uint16_t flags; /* enum fd_flag, atomic */
 	uint32_t born;  /* the fork generation its socket was made in (fdtab_born_now) */
 	void *obj;
@@ -63,6 +64,17 @@ void fdtab_clear(int fd);
 unsigned fdtab_flags(int fd);
 void fdtab_flags_set(int fd, unsigned flags);
 void fdtab_flags_reset(int fd, unsigned flags);
+/*
+ * The kernel hands a TCP socket's error (a reset, a timeout) to one call only, and a
+ * recv() that finds no data takes it even with MSG_PEEK (tcp_recvmsg: sock_error). When
+ * the library's own look at the program's socket took one (a handshake reading its
+ * peer's answer), the program is owed it: its next receive, send or SO_ERROR gets it,
+ * as the kernel would have given it (a send gets ECONNRESET, not EPIPE and SIGPIPE).
+ * fdtab_owe_error keeps err when it is such a socket error; take returns it once (0:
+ * none). A new socket on the number owes nothing (fdtab_flags_reset, fdtab_clear).
+ */
+void fdtab_owe_error(int fd, int err);
+int fdtab_owed_error_take(int fd);
 /*
  * Whether another process may hold fd's socket: a fork copies every descriptor, and a
  * socket made before one may be listened on and accepted from by both (the parent binds,

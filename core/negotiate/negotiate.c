@@ -14,6 +14,7 @@
 
 #include "core/base/clock.h"
 #include "core/base/config.h"
+#include "core/base/fdtab.h"
 #include "core/base/forklock.h"
 #include "core/base/log.h"
 #include "core/base/random.h"
@@ -154,8 +155,12 @@ static int read_clc_step(int fd, uint8_t *buf, size_t *len, bool *partial, enum 
 	*partial = n > 0;
 	if (n == 0)
 		return -ECONNRESET;
-	if (n < 0)
-		return errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR ? 0 : -errno;
+	if (n < 0) {
+		if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)
+			return 0;
+		fdtab_owe_error(fd, errno); /* taken from the program's socket */
+		return -errno;
+	}
 	if (!clc_prefix(buf, (size_t)n))
 		return -EBADMSG;
 	r = clc_peek_header(buf, (size_t)n, &v, &type, &total);
@@ -171,6 +176,8 @@ static int read_clc_step(int fd, uint8_t *buf, size_t *len, bool *partial, enum 
 	}
 	/* exactly this message: what follows is the application's */
 	n = REAL(recv)(fd, buf, want, MSG_DONTWAIT);
+	if (n < 0)
+		fdtab_owe_error(fd, errno);
 	if (n != (ssize_t)want)
 		return n < 0 ? -errno : -EPROTO;
 	*len = want;

@@ -298,6 +298,8 @@ static void on_tcp(evutil_socket_t fd, short what, void *arg)
 	r = REAL(recv)(fd, &b, 1, MSG_PEEK | MSG_DONTWAIT);
 	if (r < 0 && (errno == EAGAIN || errno == EINTR))
 		return;
+	if (r < 0)
+		fdtab_owe_error(fd, errno); /* reset since the poll: the program's */
 	/* The server spoke TCP first, closed, or the connect failed: not SMC. */
 	pending_give_up(p, SMC_REASON_PEER_NOT_SMC);
 }

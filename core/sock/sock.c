@@ -25,6 +25,7 @@
 
 #include "core/base/config.h"
 #include "core/base/fdpark.h"
+#include "core/base/fdtab.h"
 #include "core/base/forklock.h"
 #include "core/base/log.h"
 #include "core/base/real.h"
@@ -147,6 +148,17 @@ void smc_sock_bound(int fd)
 
 /* ------------------------------------------------------------ data */
 
+/* The socket error the library took from fd's socket (fdtab_owe_error) goes to the
+ * program's next call: true with errno set. */
+static bool owed_error(int fd)
+{
+	int e = fdtab_owed_error_take(fd);
+
+	if (e)
+		errno = e;
+	return e != 0;
+}
+
 /* A PENDING connection first finishes its handshake; returns the conn when it is
  * ACTIVE, NULL when the socket is plain TCP (fallback), or sets *err. */
 static struct smc_conn *conn_ready_for_io(struct smc_conn *c, int flags, int64_t timeo_ns,
@@ -213,7 +225,7 @@ ssize_t smc_sock_recv(int fd, const struct iovec *iov, int iovcnt, int flags)
 	int err;
 
 	if (!c)
-		return plain_recv(fd, iov, iovcnt, flags);
+		return owed_error(fd) ? -1 : plain_recv(fd, iov, iovcnt, flags);
 	if (flags & MSG_ERRQUEUE) {
 		/* the error queue is the kernel socket's own (timestamps, zerocopy
 		 * completions, ICMP errors), never the stream */
@@ -221,7 +233,8 @@ ssize_t smc_sock_recv(int fd, const struct iovec *iov, int iovcnt, int flags)
 		return plain_recv(fd, iov, iovcnt, flags);
 	}
 	if (!conn_ready_for_io(c, flags, c->rcvtimeo_ns, &err)) {
-		r = err ? (errno = err, -1) : plain_recv(fd, iov, iovcnt, flags);
+		r = err || (err = fdtab_owed_error_take(fd)) ? (errno = err, -1)
+							     : plain_recv(fd, iov, iovcnt, flags);
 	} else {
 		r = conn_recv(c, iov, iovcnt, flags);
 	}
@@ -256,7 +269,7 @@ static ssize_t conn_sock_send(struct smc_conn *c, int fd, const struct iovec *io
 		return r < 0 ? staged : staged + r;
 	}
 	if (!conn_ready_for_io(c, flags, c->sndtimeo_ns, &err)) {
-		if (err)
+		if (err || (err = fdtab_owed_error_take(fd)))
 			return errno = err, -1;
 		return plain_send(fd, iov, iovcnt, flags);
 	}
@@ -270,7 +283,7 @@ ssize_t smc_sock_send(int fd, const struct iovec *iov, int iovcnt, int flags)
 	int err;
 
 	if (!c)
-		return plain_send(fd, iov, iovcnt, flags);
+		return owed_error(fd) ? -1 : plain_send(fd, iov, iovcnt, flags);
 	r = conn_sock_send(c, fd, iov, iovcnt, flags);
 	err = errno;
 	conn_put(c);
@@ -555,8 +568,14 @@ int smc_sock_getsockopt(int fd, int level, int name, void *val, socklen_t *len)
 		return sock_listener_defer_get(fd, val, len);
 	c = conn_from_fd(fd);
 
-	if (c && level == SOL_SOCKET && name == SO_ERROR && val && len && *len >= sizeof(int) &&
-	    conn_so_error(c, &so_error)) {
+	if (level == SOL_SOCKET && name == SO_ERROR && val && len && *len >= sizeof(int) &&
+	    (!c || __atomic_load_n(&c->state, __ATOMIC_ACQUIRE) != CONN_ACTIVE) &&
+	    (so_error = fdtab_owed_error_take(fd))) {
+		/* the kernel's is 0 now: the library's recv() took it (fdtab_owe_error) */
+		*(int *)val = so_error;
+		*len = sizeof(int);
+	} else if (c && level == SOL_SOCKET && name == SO_ERROR && val && len &&
+		   *len >= sizeof(int) && conn_so_error(c, &so_error)) {
 		int kernel;
 		socklen_t klen = sizeof(kernel);
 

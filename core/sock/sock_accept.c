@@ -17,6 +17,7 @@
 #include "core/base/clock.h"
 #include "core/base/config.h"
 #include "core/base/fd_budget.h"
+#include "core/base/fdtab.h"
 #include "core/base/fd_pass.h"
 #include "core/base/fdpark.h"
 #include "core/base/io_uring_watch.h"
@@ -387,6 +388,8 @@ static bool tcp_peer_gone(int fd)
 	char b;
 	ssize_t r = REAL(recv)(fd, &b, 1, MSG_PEEK | MSG_DONTWAIT);
 
+	if (r < 0)
+		fdtab_owe_error(fd, errno); /* a reset taken is the program's */
 	return r == 0 || (r < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR);
 }
 

@@ -464,6 +464,14 @@ int smc_sock_connect(int fd, const struct sockaddr *addr, socklen_t len)
 	bool inband = false; /* c was opted in for the SMC TCP option */
 	int r, e;
 
+	/* connect(AF_UNSPEC) dissolves the connection (tcp_disconnect: a reset to the peer,
+	 * and the socket may connect again). The kernel can only do that to a socket that
+	 * carries the stream: a connection on the rings goes back to TCP first, and the
+	 * socket stays plain TCP after (its next connect() too). */
+	if (addr && len >= sizeof(sa_family_t) && addr->sa_family == AF_UNSPEC &&
+	    fdtab_kind(fd) == FD_SMC)
+		sock_tcp_only(fd);
+
 	/* A connect() on a socket whose connection a first one started (a nonblocking
 	 * connect asked again for its result, as APR does: 0, EALREADY or EISCONN) is not
 	 * a new connection: no policy sample, no count, no offer on an established one

@@ -106,6 +106,9 @@ struct smc_conn {
 				     * handshake (progress_client.c), or NULL (under lock) */
 	bool reset_reported;        /* ECONNRESET reported once (conn_reset_take), atomic */
 	bool wrote_past_close;      /* a send after the peer's close was taken (conn_send) */
+	/* ... and the reset TCP's peer answers it with is not reported yet: POLLERR, then
+	 * EPIPE for SO_ERROR or the next send (tcp_reset in CLOSE_WAIT), atomic */
+	bool epipe_owed;
 
 	uint64_t bytes_sent, bytes_received; /* for smcpstat / stats at close */
 	/* request/answer turns, for the client's policy (hs_policy.h): a receive that got

@@ -403,9 +403,15 @@ ssize_t conn_recv(struct smc_conn *c, const struct iovec *iov, int iovcnt, int f
 			if (flags & MSG_PEEK) {
 				if (peek_wait_all(c, flags, (size_t)used, want, nonblock)) {
 					err = peek_sleep(c, deadline);
-					if (err)
+					if (!err)
+						continue;
+					/* SO_RCVTIMEO's deadline or a signal ends TCP's wait
+					 * with what is there (tcp_recvmsg: copied ? : error) */
+					used = conn_rx_used(c);
+					if (used <= 0)
 						break;
-					continue;
+					err = 0;
+					n = (size_t)used < want - got ? (size_t)used : want - got;
 				}
 				if (dst)
 					ring_copy_out_iov(c->rx_ring, c->rx_size, c->rx_cons, dst,
@@ -608,14 +614,18 @@ ssize_t conn_send(struct smc_conn *c, const struct iovec *iov, int iovcnt, int f
 				int64_t unread_room = conn_tx_free(c);
 
 				c->wrote_past_close = true;
-				if (unread_room >= 0 && unread_room < (int64_t)c->tx_size)
+				if (unread_room >= 0 && unread_room < (int64_t)c->tx_size) {
 					err = ECONNRESET;
-				else
+				} else {
 					dropped = want;
+					__atomic_store_n(&c->epipe_owed, true, __ATOMIC_RELEASE);
+				}
 				break;
 			}
-			if (!sent)
+			if (!sent) {
 				err = c->aborted && conn_reset_take(c) ? ECONNRESET : EPIPE;
+				__atomic_store_n(&c->epipe_owed, false, __ATOMIC_RELAXED);
+			}
 			break;
 		}
 		if (sent == want)
@@ -680,8 +690,10 @@ ssize_t conn_send(struct smc_conn *c, const struct iovec *iov, int iovcnt, int f
 			conn_down_finish(c);
 		return (ssize_t)sent + tcp_sent;
 	}
-	if (dropped)
+	if (dropped) {
+		conn_wake_local(c); /* readiness: the reset's POLLHUP and POLLERR */
 		return (ssize_t)dropped;
+	}
 	if (err == EPIPE && !tcp_failed)
 		raise_sigpipe(flags);
 	if (!err && want == 0)

@@ -64,6 +64,11 @@ uint32_t conn_poll_mask(struct smc_conn *c)
 	 * shutdown(SHUT_WR)); a peer's close alone is POLLRDHUP, as over TCP until its reset */
 	if ((m & POLLRDHUP) && c->shut_wr)
 		m |= POLLHUP;
+	/* the peer's reset answering our send after its close (conn_send) */
+	if (c->wrote_past_close)
+		m |= POLLHUP;
+	if (__atomic_load_n(&c->epipe_owed, __ATOMIC_ACQUIRE))
+		m |= POLLERR;
 	if (c->aborted)
 		m |= POLLERR | POLLHUP;
 	return m;
@@ -220,7 +225,9 @@ bool conn_so_error(struct smc_conn *c, int *err)
 {
 	if (!conn_on_rings(c))
 		return false;
-	*err = c->aborted && conn_reset_take(c) ? ECONNRESET : 0;
+	*err = c->aborted && conn_reset_take(c)                          ? ECONNRESET
+	       : __atomic_exchange_n(&c->epipe_owed, false, __ATOMIC_ACQ_REL) ? EPIPE
+										: 0;
 	return true;
 }
 

@@ -8,8 +8,10 @@
 # then EOF and EPIPE/SIGPIPE), SIOCOUTQ/SIOCOUTQNSD/FIONREAD, urgent data
 # (MSG_OOB; SIOCATMARK before the mark),
 # signal-driven I/O (O_ASYNC by fcntl or FIOASYNC), a reader cancelled in recv(),
-# MSG_TRUNC, MSG_ERRQUEUE, MSG_PEEK|MSG_WAITALL, a send after the peer's close (the
-# first succeeds, as TCP's does), sendfile from a socket, splice's SPLICE_F_NONBLOCK,
+# MSG_TRUNC, MSG_ERRQUEUE, MSG_PEEK|MSG_WAITALL (also ended by SO_RCVTIMEO), a send
+# after the peer's close (the first succeeds, as TCP's does, then the peer's reset shows:
+# POLLERR, SO_ERROR EPIPE), connect(AF_UNSPEC) and a new connect() on the socket, a
+# connection reset before the server accepted it (ECONNRESET, no SIGPIPE), sendfile from a socket, splice's SPLICE_F_NONBLOCK,
 # SO_ZEROCOPY/MSG_ZEROCOPY, when poll() says POLLOUT (a third of the buffer free, as
 # tcp_poll: a program that polls and then writes blocking must not block), a second
 # thread's nonblocking call or FIONREAD/SIOCOUTQ beside a thread blocked in recv or
@@ -46,6 +48,12 @@ run() {
 			"$(smc_stats "$dir" '.connections.shm')" 0
 		return
 	}
+	if [ "$sc" = reset_unaccepted ]; then
+		# never accepted, so never upgraded: the reset must reach the program as
+		# TCP's (the handshake's own read of the socket took it from the kernel)
+		smc_assert_eq "$sc: shm connections" "$(smc_stats "$dir" '.connections.shm')" 0
+		return
+	fi
 	if [ "$sc" = rcvlowat_pre ]; then
 		smc_assert_eq "$sc: fallbacks for sockopt" \
 			"$(smc_stats "$dir" '.fallback.sockopt // 0')" 1
@@ -81,7 +89,11 @@ run cancel 0
 run trunc 0
 run errqueue 0
 run peek_waitall 0
+run peek_timeout 0
 run write_after_close 0
+# connect(AF_UNSPEC): back to TCP first (the kernel dissolves the socket's connection)
+run unspec 1
+run reset_unaccepted 0
 run sendfile_sock 0
 run splice_nb 0
 # MSG_ZEROCOPY's completions come from the kernel's socket: back to TCP

@@ -32,8 +32,16 @@
  *                     stays for recv()
  *   peek_waitall      recv(MSG_PEEK|MSG_WAITALL, 10) with 5 bytes there and 5 more 0.3 s
  *                     later waits for all 10
- *   write_after_close the peer close()d and lives on: the first send succeeds, the
- *                     second fails with EPIPE and raises SIGPIPE
+ *   peek_timeout      recv(MSG_PEEK|MSG_WAITALL, 10) under SO_RCVTIMEO with 5 bytes
+ *                     there: the 5 at the timeout
+ *   write_after_close the peer close()d and lives on: the first send succeeds; then
+ *                     (the peer's reset) poll says POLLERR|POLLHUP and SO_ERROR EPIPE
+ *                     once; the second send fails with EPIPE and raises SIGPIPE
+ *   unspec            connect(AF_UNSPEC) dissolves the connection; the socket connects
+ *                     again to the same server and a round trip works
+ *   reset_unaccepted  the server closes its listener with our connection unaccepted
+ *                     (the kernel resets it): the first send fails with ECONNRESET, no
+ *                     SIGPIPE, as on TCP (the connection never upgrades)
  *   sendfile_sock     sendfile() from a socket: EINVAL, nothing read from it
  *   splice_nb         splice(socket -> pipe, SPLICE_F_NONBLOCK) on a blocking socket
  *                     waits for the peer's data (the flag is the pipe's)
@@ -584,6 +592,32 @@ static void client_peek_waitall(int fd)
 	ctl_send('d');
 }
 
+static void server_peek_timeout(int fd)
+{
+	ctl_wait();
+	send_all(fd, "12345", 5);
+	ctl_wait();
+}
+
+static void client_peek_timeout(int fd)
+{
+	struct timeval tv = { .tv_usec = 200000 };
+	char b[10];
+	ssize_t r;
+
+	if (setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv)) < 0)
+		die("SO_RCVTIMEO");
+	ctl_send('g');
+	wait_readable(fd, 5);
+	r = recv(fd, b, 10, MSG_PEEK | MSG_WAITALL);
+	check(r == 5 && memcmp(b, "12345", 5) == 0,
+	      "peek_timeout: MSG_PEEK|MSG_WAITALL returns the 5 there at SO_RCVTIMEO", "recv %zd",
+	      r);
+	recv_exact(fd, b, 5);
+	check(memcmp(b, "12345", 5) == 0, "peek_timeout: then read", "read '%.5s'", b);
+	ctl_send('d');
+}
+
 static void server_close_early(int fd)
 {
 	close(fd);
@@ -603,11 +637,74 @@ static void client_write_after_close(int fd)
 	check(r == 1 && sigpipes == pipes, "write_after_close: the first send succeeds",
 	      "send %zd, SIGPIPEs %d", r, sigpipes - pipes);
 	sleep_ms(100); /* TCP: the peer's reset has arrived */
+	{
+		struct pollfd p = { .fd = fd, .events = POLLIN | POLLOUT };
+		int v = -1;
+		socklen_t len = sizeof(v);
+
+		check(poll(&p, 1, 0) == 1 && (p.revents & (POLLERR | POLLHUP)) == (POLLERR | POLLHUP),
+		      "write_after_close: then POLLERR|POLLHUP", "revents %#x", (unsigned)p.revents);
+		check(getsockopt(fd, SOL_SOCKET, SO_ERROR, &v, &len) == 0 && v == EPIPE,
+		      "write_after_close: SO_ERROR is EPIPE", "SO_ERROR %d", v);
+		len = sizeof(v);
+		check(getsockopt(fd, SOL_SOCKET, SO_ERROR, &v, &len) == 0 && v == 0,
+		      "write_after_close: SO_ERROR is 0 once read", "SO_ERROR %d", v);
+	}
 	errno = 0;
 	r = send(fd, "y", 1, 0);
 	check(r < 0 && errno == EPIPE && sigpipes == pipes + 1,
 	      "write_after_close: the second fails with EPIPE and SIGPIPE", "send %zd, SIGPIPEs %d",
 	      r, sigpipes - pipes);
+	ctl_send('d');
+}
+
+/* The server's second connection (after the client's connect(AF_UNSPEC)): an echo. */
+static void server_unspec(int lfd)
+{
+	char b[4];
+	int fd = accept(lfd, NULL, NULL);
+
+	if (fd < 0)
+		die("accept");
+	recv_exact(fd, b, 4);
+	send_all(fd, b, 4);
+	ctl_wait();
+	close(fd);
+}
+
+static void client_unspec(int fd, const struct sockaddr_in *sa)
+{
+	struct sockaddr u = { .sa_family = AF_UNSPEC };
+	char b[4];
+	int r;
+
+	r = connect(fd, &u, sizeof(u));
+	check(r == 0, "unspec: connect(AF_UNSPEC) dissolves the connection", "connect %d", r);
+	r = connect(fd, (const struct sockaddr *)sa, sizeof(*sa));
+	check(r == 0, "unspec: the socket connects again", "connect %d (%s)", r, strerror(errno));
+	send_all(fd, "ping", 4);
+	recv_exact(fd, b, 4);
+	check(memcmp(b, "ping", 4) == 0, "unspec: a round trip on the new connection",
+	      "read '%.4s'", b);
+	ctl_send('d');
+}
+
+static void client_reset_unaccepted(int fd)
+{
+	ssize_t r;
+	int pipes = sigpipes;
+
+	/* preloaded, the handshake is waiting for the server's answer by then: its read
+	 * is what meets the reset */
+	sleep_ms(300);
+	ctl_send('g');
+	ctl_wait(); /* the listener is closed: the kernel reset our connection */
+	sleep_ms(300);
+	errno = 0;
+	r = send(fd, "x", 1, 0);
+	check(r < 0 && errno == ECONNRESET && sigpipes == pipes,
+	      "reset_unaccepted: the first send fails with ECONNRESET, no SIGPIPE",
+	      "send %zd (%s), SIGPIPEs %d", r, strerror(errno), sigpipes - pipes);
 	ctl_send('d');
 }
 
@@ -916,13 +1013,16 @@ int main(int argc, char **argv)
 	    strcmp(sc, "outq") && strcmp(sc, "oob") && strcmp(sc, "oob_recv") &&
 	    strcmp(sc, "async") && strcmp(sc, "async_ioctl") && strcmp(sc, "cancel") &&
 	    strcmp(sc, "trunc") && strcmp(sc, "errqueue") && strcmp(sc, "peek_waitall") &&
+	    strcmp(sc, "peek_timeout") && strcmp(sc, "unspec") &&
+	    strcmp(sc, "reset_unaccepted") &&
 	    strcmp(sc, "write_after_close") && strcmp(sc, "sendfile_sock") &&
 	    strcmp(sc, "splice_nb") && strcmp(sc, "zerocopy") && strcmp(sc, "pollout") &&
 	    strcmp(sc, "second_reader") && strcmp(sc, "second_writer") &&
 	    strcmp(sc, "restart_partial")) {
 		fprintf(stderr, "usage: %s rcvlowat|rcvlowat_pre|rcvlowat_listener|soerror|"
 				"reset_recv|outq|oob|oob_recv|async|async_ioctl|cancel|trunc|"
-				"errqueue|peek_waitall|write_after_close|sendfile_sock|splice_nb|"
+				"errqueue|peek_waitall|peek_timeout|write_after_close|unspec|"
+				"reset_unaccepted|sendfile_sock|splice_nb|"
 				"zerocopy|pollout|second_reader|second_writer|"
 				"restart_partial\n", argv[0]);
 		return 2;
@@ -946,10 +1046,18 @@ int main(int argc, char **argv)
 			die("listen");
 		if (write(port_pipe[1], &sa.sin_port, sizeof(sa.sin_port)) != sizeof(sa.sin_port))
 			die("port pipe");
+		if (!strcmp(sc, "reset_unaccepted")) {
+			ctl_wait(); /* the client's connection is in the accept queue */
+			close(lfd);
+			ctl_send('c');
+			ctl_wait();
+			exit(failures ? 1 : 0);
+		}
 		fd = accept(lfd, NULL, NULL);
 		if (fd < 0)
 			die("accept");
-		close(lfd);
+		if (strcmp(sc, "unspec"))
+			close(lfd);
 		greet(fd);
 		if (!strncmp(sc, "rcvlowat", 8)) {
 			if (!strcmp(sc, "rcvlowat_listener"))
@@ -973,6 +1081,10 @@ int main(int argc, char **argv)
 			server_send_on_go(fd, "data");
 		} else if (!strcmp(sc, "peek_waitall")) {
 			server_peek_waitall(fd);
+		} else if (!strcmp(sc, "peek_timeout")) {
+			server_peek_timeout(fd);
+		} else if (!strcmp(sc, "unspec")) {
+			server_unspec(lfd);
 		} else if (!strcmp(sc, "write_after_close")) {
 			server_close_early(fd);
 			fd = -1;
@@ -1004,6 +1116,10 @@ int main(int argc, char **argv)
 		set_lowat(fd, 1000);
 	if (connect(fd, (struct sockaddr *)&sa, sizeof(sa)) < 0)
 		die("connect");
+	if (!strcmp(sc, "reset_unaccepted")) {
+		client_reset_unaccepted(fd);
+		goto done;
+	}
 	greet(fd);
 	if (!strcmp(sc, "rcvlowat")) {
 		set_lowat(fd, 1000);
@@ -1030,6 +1146,10 @@ int main(int argc, char **argv)
 		client_errqueue(fd);
 	} else if (!strcmp(sc, "peek_waitall")) {
 		client_peek_waitall(fd);
+	} else if (!strcmp(sc, "peek_timeout")) {
+		client_peek_timeout(fd);
+	} else if (!strcmp(sc, "unspec")) {
+		client_unspec(fd, &sa);
 	} else if (!strcmp(sc, "write_after_close")) {
 		client_write_after_close(fd);
 	} else if (!strcmp(sc, "sendfile_sock")) {
@@ -1049,6 +1169,7 @@ int main(int argc, char **argv)
 	} else {
 		client_oob_recv(fd);
 	}
+done:
 	close(fd);
 	if (waitpid(pid, &status, 0) != pid)
 		die("waitpid");

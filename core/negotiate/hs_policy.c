@@ -12,6 +12,7 @@ struct dest {
 	uint64_t key;          /* 0: free */
 	uint32_t short_run;    /* short SMC connections in a row, saturating */
 	uint64_t next_probe_ns; /* TCP mode: when the next connection may try SMC */
+	uint64_t plain_until_ns; /* its server answered without SMC: TCP until then */
 };
 
 static struct dest table[SLOTS];
@@ -93,9 +94,42 @@ void hs_policy_closed(uint64_t key, uint64_t lifetime_ns, uint64_t bytes, uint32
 		d->key = key;
 		d->short_run = 0;
 		d->next_probe_ns = 0;
+		d->plain_until_ns = 0;
 	}
 	hs_policy_run_closed(&d->short_run, &d->next_probe_ns, is_short, now_ns);
 	unlock();
+}
+
+void hs_policy_peer_plain(uint64_t key, uint64_t now_ns, uint64_t short_ns)
+{
+	struct dest *d;
+
+	if (short_ns == 0 || key == 0)
+		return;
+	lock();
+	d = slot_of(key);
+	if (d->key != key) {
+		d->key = key;
+		d->short_run = 0;
+		d->next_probe_ns = 0;
+	}
+	d->plain_until_ns = now_ns + HS_POLICY_PROBE_NS;
+	unlock();
+}
+
+bool hs_policy_known_plain(uint64_t key, uint64_t now_ns, uint64_t short_ns)
+{
+	struct dest *d;
+	bool plain = false;
+
+	if (short_ns == 0 || key == 0)
+		return false;
+	lock();
+	d = slot_of(key);
+	if (d->key == key && now_ns < d->plain_until_ns)
+		plain = true;
+	unlock();
+	return plain;
 }
 
 bool hs_policy_run_admit(uint32_t short_run, uint64_t *next_probe_ns, uint64_t now_ns)

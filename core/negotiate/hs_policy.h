@@ -68,6 +68,18 @@ void hs_policy_run_closed(uint32_t *short_run, uint64_t *next_probe_ns, bool is_
 bool hs_policy_short(uint64_t lifetime_ns, uint64_t bytes, uint32_t exchanges,
 		     uint64_t short_ns);
 
+/*
+ * A destination whose server answered without the SMC option (it does not run the
+ * library) costs each connection to it the option's opt-in, a connection record with
+ * its doorbells and their teardown, some fifteen system calls more than TCP: every
+ * connection a program under the wrapper makes to an ordinary server. Its answer is
+ * remembered for HS_POLICY_PROBE_NS; connections to it meanwhile go straight to TCP
+ * (reason peer-not-smc), and the first one after asks again. Off with short_ns 0, as
+ * the rest of the policy.
+ */
+void hs_policy_peer_plain(uint64_t key, uint64_t now_ns, uint64_t short_ns);
+/* Whether connections to `key` go straight to TCP for now (hs_policy_peer_plain). */
+bool hs_policy_known_plain(uint64_t key, uint64_t now_ns, uint64_t short_ns);
 /* Forgets every destination (tests). */
 void hs_policy_reset(void);
 /* fork (forklock.h): takes the table's lock; false when busy. */

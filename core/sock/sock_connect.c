@@ -489,11 +489,15 @@ int smc_sock_connect(int fd, const struct sockaddr *addr, socklen_t len)
 	    (why = upgrade_rule(fd)) == SMC_REASON_NONE) {
 		uint64_t key = hs_policy_key(addr), now = clock_now_ns();
 		uint64_t short_ns = (uint64_t)smc_cfg.short_conn_us * 1000;
-		bool first = hs_history_first_connect();
-		bool admit = hs_policy_admit(key, now, short_ns);
+		/* its server answered without the option a moment ago (hs_policy.h) */
+		bool plain = hs_policy_known_plain(key, now, short_ns);
+		bool first = !plain && hs_history_first_connect();
+		bool admit = !plain && hs_policy_admit(key, now, short_ns);
 		bool fd_limited = false;
 
-		if (admit && first && !hs_history_admit(key, now, short_ns)) {
+		if (plain) {
+			why = SMC_REASON_PEER_NOT_SMC;
+		} else if (admit && first && !hs_history_admit(key, now, short_ns)) {
 			/* a command whose processes connect once and briefly: no handshake,
 			 * no thread (hs_history.h) */
 			admit = false;
@@ -505,7 +509,8 @@ int smc_sock_connect(int fd, const struct sockaddr *addr, socklen_t len)
 			return connect_pooled_finish(c, fd, addr, len);
 		} else if (!admit) {
 			/* a pool would have carried it but for the fd budget (fd_budget.h) */
-			why = fd_limited ? SMC_REASON_FD_LIMIT : SMC_REASON_SHORT_LIVED;
+			if (!plain)
+				why = fd_limited ? SMC_REASON_FD_LIMIT : SMC_REASON_SHORT_LIVED;
 		} else if (!fd_budget_allows(fd, FD_COST_CONN)) { /* the fd budget (fd_budget.h) */
 			why = SMC_REASON_FD_LIMIT;
 		} else {
@@ -550,6 +555,8 @@ int smc_sock_connect(int fd, const struct sockaddr *addr, socklen_t len)
 	} else if (c && inband && connect_peer_answered_tcp(fd, r == 0)) {
 		/* decided here: no progress thread for a client of a plain TCP server */
 		epoll_track_forget_fd(fd);
+		hs_policy_peer_plain(c->policy_key, clock_now_ns(),
+				     (uint64_t)smc_cfg.short_conn_us * 1000);
 		connect_abandon(c, SMC_REASON_PEER_NOT_SMC);
 	} else if (c && progress_watch_pending(c) < 0) {
 		/* Nobody would answer the server: closing our rendezvous name makes it

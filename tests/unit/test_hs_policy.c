@@ -190,6 +190,29 @@ START_TEST(slot_taken_by_another_destination)
 }
 END_TEST
 
+START_TEST(plain_server_remembered_for_a_probe_interval)
+{
+	uint64_t k = key4("127.0.0.1", 5432), other = key4("127.0.0.1", 5433);
+	uint64_t now = 1000 * MS;
+
+	hs_policy_reset();
+	ck_assert(!hs_policy_known_plain(k, now, SHORT_NS));
+	hs_policy_peer_plain(k, now, SHORT_NS);
+	ck_assert(hs_policy_known_plain(k, now, SHORT_NS));
+	ck_assert(hs_policy_known_plain(k, now + HS_POLICY_PROBE_NS - 1, SHORT_NS));
+	ck_assert(!hs_policy_known_plain(other, now, SHORT_NS));
+	/* then the next connection asks the server again */
+	ck_assert(!hs_policy_known_plain(k, now + HS_POLICY_PROBE_NS, SHORT_NS));
+	/* its short-connection run is its own matter */
+	ck_assert(hs_policy_admit(k, now + HS_POLICY_PROBE_NS, SHORT_NS));
+	/* off with the rest of the policy */
+	hs_policy_peer_plain(other, now, 0);
+	ck_assert(!hs_policy_known_plain(other, now, SHORT_NS));
+	hs_policy_peer_plain(other, now, SHORT_NS);
+	ck_assert(!hs_policy_known_plain(other, now, 0));
+}
+END_TEST
+
 static Suite *hs_policy_suite(void)
 {
 	Suite *s = suite_create("hs_policy");
@@ -203,6 +226,7 @@ static Suite *hs_policy_suite(void)
 	tcase_add_test(tc, probe_once_per_interval);
 	tcase_add_test(tc, disabled);
 	tcase_add_test(tc, slot_taken_by_another_destination);
+	tcase_add_test(tc, plain_server_remembered_for_a_probe_interval);
 	suite_add_tcase(s, tc);
 	return s;
 }

@@ -30,6 +30,10 @@
 #include "core/negotiate/progress_int.h"
 #include "core/negotiate/tcpopt.h"
 
+/* The deadline timer's period while it looks for an answer that has no event of its
+ * own (inband_poll_answer). */
+#define ANSWER_POLL_US 10000
+
 struct pending {
 	struct smc_conn *c;
 	struct event *ev_rdv, *ev_tcp, *ev_deadline;
@@ -37,6 +41,10 @@ struct pending {
 	bool proposed;        /* inband: our Proposal is out, waiting for the answer */
 	bool fd_limited;      /* inband: the rendezvous could not be accepted (EMFILE) */
 	unsigned idle_ticks;  /* inband: deadline ticks since then */
+	/* inband: no memory for the answer's event (inband_poll_answer): the deadline
+	 * timer looks for it, until answer_by_ms */
+	bool answer_polled;
+	uint64_t answer_by_ms;
 	struct neg_client nc; /* inband: rendezvous name and key */
 	struct attempt *attempts; /* handshakes on our rendezvous socket, newest first */
 	unsigned nattempts;
@@ -304,7 +312,7 @@ static void on_tcp(evutil_socket_t fd, short what, void *arg)
 	pending_give_up(p, SMC_REASON_PEER_NOT_SMC);
 }
 
-static void answer_step(struct pending *p, bool final);
+static bool answer_step(struct pending *p, bool final);
 
 
 static void on_deadline(evutil_socket_t fd, short what, void *arg)
@@ -314,7 +322,16 @@ static void on_deadline(evutil_socket_t fd, short what, void *arg)
 
 	(void)fd;
 	(void)what;
-	if (!p->inband) {
+	if (p->answer_polled) {
+		if (answer_step(p, false))
+			return;
+		if (clock_now_ms() >= p->answer_by_ms) {
+			pending_abort(p, "no answer to the CLC Proposal");
+			return;
+		}
+		tv = (struct timeval){ .tv_usec = ANSWER_POLL_US };
+		event_add(p->ev_deadline, &tv);
+	} else if (!p->inband) {
 		pending_give_up(p, SMC_REASON_HANDSHAKE);
 	} else if (__atomic_load_n(&p->c->state, __ATOMIC_ACQUIRE) != CONN_PENDING) {
 		pending_finish(p); /* the application closed it meanwhile */
@@ -332,7 +349,7 @@ static void on_deadline(evutil_socket_t fd, short what, void *arg)
 		 * extension behind it). */
 		event_add(p->ev_deadline, &tv);
 		if (p->ev_tcp && p->nc.offer_ib && event_pending(p->ev_tcp, EV_READ, NULL))
-			answer_step(p, true);
+			(void)answer_step(p, true);
 	}
 }
 
@@ -354,8 +371,8 @@ static int inband_peer_is_smc(struct smc_conn *c, enum smc_reason *why)
 }
 
 /* One step reading the server's answer; final: the deadline tick (a lone SMC-R Accept
- * is a kernel's then, see neg_client_answer). */
-static void answer_step(struct pending *p, bool final)
+ * is a kernel's then, see neg_client_answer). True when it decided (p is freed). */
+static bool answer_step(struct pending *p, bool final)
 {
 	struct smc_conn *c = p->c;
 	enum smc_reason why = SMC_REASON_DECLINED;
@@ -368,21 +385,21 @@ static void answer_step(struct pending *p, bool final)
 	if (__atomic_load_n(&c->state, __ATOMIC_ACQUIRE) != CONN_PENDING) {
 		pthread_mutex_unlock(&c->lock);
 		pending_finish(p);
-		return;
+		return true;
 	}
 	a = neg_client_answer(c->fd, &p->nc, final, buf, &len, &diag);
 	pthread_mutex_unlock(&c->lock);
 	switch (a) {
 	case NEG_ANS_NONE:
-		return;
+		return false;
 	case NEG_ANS_BAD:
 		pending_abort(p, "invalid CLC answer from the server");
-		return;
+		return true;
 	case NEG_ANS_IB:
 		/* leaves c ACTIVE or FALLBACK, unless the Accept is malformed */
 		if (hs_ib_client_inband(c, buf, len) < 0) {
 			pending_abort(p, "malformed SMC-R Accept");
-			return;
+			return true;
 		}
 		why = SMC_REASON_HANDSHAKE; /* a no-op: decided */
 		break;
@@ -402,13 +419,41 @@ static void answer_step(struct pending *p, bool final)
 		break;
 	}
 	pending_give_up(p, why);
+	return true;
 }
 
 static void on_answer(evutil_socket_t fd, short what, void *arg)
 {
 	(void)fd;
 	(void)what;
-	answer_step(arg, false);
+	(void)answer_step(arg, false);
+}
+
+/*
+ * Our Proposal is out but no event could be made to wait for the answer (an address-
+ * space limit): the server's answer may still come and must not reach the application,
+ * so the connection cannot simply be TCP, and resetting it for want of memory is what
+ * TCP would never do. The deadline timer, which exists already, looks for the answer
+ * every ANSWER_POLL_US instead, as long as the events would have waited; without our
+ * rendezvous name the server answers on the stream (a Decline: plain TCP).
+ */
+static void inband_poll_answer(struct pending *p)
+{
+	struct smc_conn *c = p->c;
+	struct timeval tv = { .tv_usec = ANSWER_POLL_US };
+
+	progress_event_drop(&p->ev_rdv);
+	progress_event_drop(&p->ev_tcp);
+	pthread_mutex_lock(&c->lock);
+	conn_close_rdv(c);
+	pthread_mutex_unlock(&c->lock);
+	log_info("fd %d: no memory to wait for the CLC answer: looking for it every %u ms",
+		 c->fd, ANSWER_POLL_US / 1000);
+	p->answer_polled = true;
+	p->answer_by_ms = clock_now_ms() +
+			  (uint64_t)PROGRESS_INBAND_ANSWER_TICKS * smc_cfg.handshake_timeout_ms;
+	if (event_add(p->ev_deadline, &tv) < 0)
+		pending_abort(p, "out of memory");
 }
 
 static bool inband_arm(struct pending *p)
@@ -474,7 +519,7 @@ static void on_connected(evutil_socket_t fd, short what, void *arg)
 	if (r < 0)
 		pending_abort(p, "sending the CLC Proposal failed");
 	else if (!inband_arm(p))
-		pending_abort(p, "out of memory");
+		inband_poll_answer(p);
 }
 
 /* A client whose handshake cannot be watched (no memory for its events: an address-space

@@ -2,7 +2,9 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <string.h>
+#include <stdint.h>
 #include <sys/mman.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -17,13 +19,52 @@ size_t shm_region_len(uint32_t size0, uint32_t size1)
 	return (size_t)SHM_HDR_SPACE + size0 + size1;
 }
 
+/*
+ * RLIMIT_AS counts mappings, not the pages they use: at the default sizes a connection's
+ * rings take 4 MiB of the program's address space, and under a tight limit (ulimit -v)
+ * the program's own allocations then fail where over TCP they succeed (Python's
+ * MemoryError after a few dozen upgraded connections). Rings take at most a quarter of
+ * a finite limit (read at the first mapping: programs set it before they serve); past
+ * that, connections stay TCP.
+ */
+static size_t shm_mapped_bytes;
+
+static bool shm_as_take(size_t len)
+{
+	static size_t budget; /* 0: not read yet; SIZE_MAX: no limit */
+	size_t b = __atomic_load_n(&budget, __ATOMIC_RELAXED), cur;
+
+	if (b == 0) {
+		struct rlimit rl;
+
+		b = getrlimit(RLIMIT_AS, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY
+			    ? (size_t)(rl.rlim_cur / 4) + 1
+			    : SIZE_MAX;
+		__atomic_store_n(&budget, b, __ATOMIC_RELAXED);
+	}
+	cur = __atomic_load_n(&shm_mapped_bytes, __ATOMIC_RELAXED);
+	do {
+		if (b != SIZE_MAX && cur + len > b)
+			return false;
+	} while (!__atomic_compare_exchange_n(&shm_mapped_bytes, &cur, cur + len, true,
+					      __ATOMIC_RELAXED, __ATOMIC_RELAXED));
+	return true;
+}
+
 static int shm_map_region(int memfd, uint32_t size0, uint32_t size1, struct shm_map *out)
 {
 	size_t len = shm_region_len(size0, size1);
-	void *base = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED, memfd, 0);
+	void *base;
 
-	if (base == MAP_FAILED)
-		return -errno;
+	if (!shm_as_take(len))
+		return -ENOMEM;
+	base = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED, memfd, 0);
+	if (base == MAP_FAILED) {
+		int e = errno;
+
+		__atomic_fetch_sub(&shm_mapped_bytes, len, __ATOMIC_RELAXED);
+		return -e;
+	}
 	out->base = base;
 	out->len = len;
 	out->hdr = base;
@@ -99,8 +140,10 @@ int shm_attach(int memfd, uint32_t size0, uint32_t size1, struct shm_map *out)
 
 void shm_detach(struct shm_map *m)
 {
-	if (m->base)
+	if (m->base) {
 		munmap(m->base, m->len);
+		__atomic_fetch_sub(&shm_mapped_bytes, m->len, __ATOMIC_RELAXED);
+	}
 	memset(m, 0, sizeof(*m));
 }
 

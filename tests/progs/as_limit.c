@@ -3,12 +3,15 @@
  * as_limit: connections opened and kept under a small RLIMIT_AS
  * (tests/integration/as_limit.sh).
  *
- *   as_limit N LIMIT_KIB
+ *   as_limit N LIMIT_KIB [ALLOC_KIB]
  *       Sets RLIMIT_AS to LIMIT_KIB (after the start, so the library and libevent are
  *       loaded already), forks an echo server, opens N connections to it one after the
  *       other, each with one 4-byte round trip, and keeps them open until all are done;
  *       then both processes exit normally (exit(), so the library writes its stats).
  *       Prints "RESULT n=<round trips that completed> wanted=N". Exit 0 when all did.
+ *       With ALLOC_KIB, while the connections are open, the program also allocates
+ *       and touches that much memory of its own, as a program does between requests,
+ *       and prints "ALLOC ok" or "ALLOC failed".
  */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE
@@ -74,8 +77,8 @@ int main(int argc, char **argv)
 	int n, lfd, *fds, done = 0, st = 0;
 	pid_t pid;
 
-	if (argc != 3 || (n = atoi(argv[1])) <= 0 || atol(argv[2]) <= 0) {
-		fprintf(stderr, "usage: %s N LIMIT_KIB\n", argv[0]);
+	if ((argc != 3 && argc != 4) || (n = atoi(argv[1])) <= 0 || atol(argv[2]) <= 0) {
+		fprintf(stderr, "usage: %s N LIMIT_KIB [ALLOC_KIB]\n", argv[0]);
 		return 2;
 	}
 	rl.rlim_cur = rl.rlim_max = (rlim_t)atol(argv[2]) * 1024;
@@ -109,6 +112,15 @@ int main(int argc, char **argv)
 		    memcmp(b, "ping", 4) != 0)
 			break;
 		done++;
+	}
+	if (argc == 4) {
+		size_t len = (size_t)atol(argv[3]) * 1024;
+		char *mine = malloc(len);
+
+		if (mine)
+			memset(mine, 1, len);
+		printf("ALLOC %s\n", mine ? "ok" : "failed");
+		free(mine);
 	}
 	for (int i = 0; i < n; i++)
 		if (fds[i] > 0)

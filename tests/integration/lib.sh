@@ -176,6 +176,10 @@ smc_init() {
 	) </dev/null >/dev/null 2>&1 &
 	_smc_watchdog=$!
 	smc_log "expect=$SMC_TEST_EXPECT transport=${SMC_TRANSPORT:-default} lib=$SMC_PRELOAD_LIB tmp=$SMC_TMP"
+	[ -e /sys/fs/bpf/smc_preload/smc_peer ] &&
+		smc_log "WARNING: the host's SMC TCP option is set up (smc_preload.sh --setup):" \
+			"this test's processes may negotiate in band (docs/testing.md)"
+	return 0
 }
 
 # smc_make_www LABEL: sets www to a fresh document root holding big.bin (1 MiB of random

@@ -19,6 +19,7 @@
 #include "core/base/config.h"
 #include "core/base/fd_budget.h"
 #include "core/base/fdpark.h"
+#include "core/base/fsize.h"
 #include "core/base/log.h"
 #include "core/base/real.h"
 #include "core/base/sandbox.h"
@@ -44,6 +45,10 @@ static const char *level_name(int level)
 
 static void log_write_all(const char *buf, size_t len)
 {
+	/* a line past RLIMIT_FSIZE would raise SIGXFSZ (fsize.h): OpenSSH's privsep
+	 * child, limit 0, was killed by a debug line */
+	if (!fsize_allows_append(log_fd, len))
+		return;
 	while (len > 0) {
 		ssize_t n = REAL(write)(log_fd, buf, len);
 

@@ -17,6 +17,7 @@
 #include <unistd.h>
 
 #include "core/base/config.h"
+#include "core/base/fsize.h"
 #include "core/base/log.h"
 #include "core/base/real.h"
 #include "core/base/sandbox.h"
@@ -318,6 +319,8 @@ static void stats_format_json(struct json_buf *jb, const struct smc_stats_snapsh
 
 static int write_all(int fd, const char *buf, size_t len)
 {
+	if (!fsize_allows_append(fd, len)) /* SIGXFSZ otherwise (fsize.h) */
+		return errno = EFBIG, -1;
 	while (len > 0) {
 		ssize_t n = REAL(write)(fd, buf, len);
 

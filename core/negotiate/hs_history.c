@@ -10,6 +10,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "core/base/fsize.h"
 #include "core/base/real.h"
 #include "core/negotiate/hs_policy.h"
 
@@ -96,6 +97,9 @@ static int hist_open(bool create)
 		     (unsigned)geteuid()) >= (int)sizeof(path))
 		return -1;
 	fd = REAL(open)(path, flags);
+	/* creating it or writing a slot past RLIMIT_FSIZE would raise SIGXFSZ (fsize.h) */
+	if (!fsize_allows(HIST_SIZE))
+		return -1;
 	if (fd < 0 && create) {
 		fd = REAL(open)(path, flags | O_CREAT | O_EXCL, 0600);
 		if (fd >= 0 && (ftruncate(fd, (off_t)HIST_SIZE) < 0 ||

@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include "core/base/config.h"
+#include "core/base/fsize.h"
 #include "core/base/real.h"
 #include "core/shm/shm.h"
 
@@ -77,8 +78,12 @@ static int shm_map_region(int memfd, uint32_t size0, uint32_t size1, struct shm_
 
 int shm_memfd_new(const char *name, size_t len)
 {
-	int fd = memfd_create(name, MFD_CLOEXEC | MFD_ALLOW_SEALING), rc;
+	int fd, rc;
 
+	/* a memfd is a file: sizing it past RLIMIT_FSIZE would raise SIGXFSZ (fsize.h) */
+	if (!fsize_allows(len))
+		return -EFBIG;
+	fd = memfd_create(name, MFD_CLOEXEC | MFD_ALLOW_SEALING);
 	if (fd < 0)
 		return -errno;
 	/* Sealed size: the peer cannot shrink the file under our mapping (SIGBUS). */

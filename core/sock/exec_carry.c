@@ -32,6 +32,7 @@
 #include <unistd.h>
 
 #include "core/base/fdtab.h"
+#include "core/base/fsize.h"
 #include "core/base/log.h"
 #include "core/base/real.h"
 #include "core/base/stats.h"
@@ -204,8 +205,12 @@ static int write_state(void)
 		.stats_size = sizeof(struct smc_stats_snapshot),
 	};
 	size_t len = held.n * sizeof(struct conn_carry);
-	int fd = memfd_create("smc-exec-state", MFD_ALLOW_SEALING);
+	int fd;
 
+	/* writing the memfd past RLIMIT_FSIZE would raise SIGXFSZ (fsize.h) */
+	if (!fsize_allows(sizeof(h) + len))
+		return -1;
+	fd = memfd_create("smc-exec-state", MFD_ALLOW_SEALING);
 	if (fd < 0)
 		return -1;
 	stats_snapshot(&h.stats);

@@ -61,6 +61,15 @@ static struct dest *slot_of(uint64_t key)
 	return &table[key & (SLOTS - 1)];
 }
 
+/* Slot d now remembers key: what it remembered of another destination is forgotten. */
+static void slot_claim(struct dest *d, uint64_t key)
+{
+	if (d->key == key)
+		return;
+	memset(d, 0, sizeof(*d));
+	d->key = key;
+}
+
 bool hs_policy_admit(uint64_t key, uint64_t now_ns, uint64_t short_ns)
 {
 	struct dest *d;
@@ -86,16 +95,11 @@ void hs_policy_closed(uint64_t key, uint64_t lifetime_ns, uint64_t bytes, uint32
 		return;
 	lock();
 	d = slot_of(key);
-	if (d->key != key) {
-		if (!is_short) {
-			unlock(); /* nothing to remember: unknown destinations try SMC anyway */
-			return;
-		}
-		d->key = key;
-		d->short_run = 0;
-		d->next_probe_ns = 0;
-		d->plain_until_ns = 0;
+	if (d->key != key && !is_short) {
+		unlock(); /* nothing to remember: unknown destinations try SMC anyway */
+		return;
 	}
+	slot_claim(d, key);
 	hs_policy_run_closed(&d->short_run, &d->next_probe_ns, is_short, now_ns);
 	unlock();
 }
@@ -108,11 +112,7 @@ void hs_policy_peer_plain(uint64_t key, uint64_t now_ns, uint64_t short_ns)
 		return;
 	lock();
 	d = slot_of(key);
-	if (d->key != key) {
-		d->key = key;
-		d->short_run = 0;
-		d->next_probe_ns = 0;
-	}
+	slot_claim(d, key);
 	d->plain_until_ns = now_ns + HS_POLICY_PROBE_NS;
 	unlock();
 }

@@ -149,7 +149,7 @@ void smc_sock_bound(int fd)
 /* ------------------------------------------------------------ data */
 
 /* The socket error the library took from fd's socket (fdtab_owe_error) goes to the
- * program's next call: true with errno set. */
+ * program's next receive or send on the kernel's socket: true with errno set. */
 static bool owed_error(int fd)
 {
 	int e = fdtab_owed_error_take(fd);
@@ -189,6 +189,9 @@ static ssize_t plain_recv(int fd, const struct iovec *iov, int iovcnt, int flags
 	struct msghdr m = { .msg_iov = (struct iovec *)iov, .msg_iovlen = (size_t)iovcnt };
 	ssize_t r;
 
+	/* the error queue is not where the kernel reports sk_err */
+	if (!(flags & MSG_ERRQUEUE) && owed_error(fd))
+		return -1;
 	if (flags == 0 && sandbox_active())
 		r = iovcnt == 1 ? REAL(read)(fd, iov[0].iov_base, iov[0].iov_len)
 				: REAL(readv)(fd, iov, iovcnt);
@@ -206,6 +209,8 @@ static ssize_t plain_send(int fd, const struct iovec *iov, int iovcnt, int flags
 	struct msghdr m = { .msg_iov = (struct iovec *)iov, .msg_iovlen = (size_t)iovcnt };
 	ssize_t r;
 
+	if (owed_error(fd))
+		return -1;
 	if (flags == 0 && sandbox_active())
 		r = iovcnt == 1 ? REAL(write)(fd, iov[0].iov_base, iov[0].iov_len)
 				: REAL(writev)(fd, iov, iovcnt);
@@ -225,7 +230,7 @@ ssize_t smc_sock_recv(int fd, const struct iovec *iov, int iovcnt, int flags)
 	int err;
 
 	if (!c)
-		return owed_error(fd) ? -1 : plain_recv(fd, iov, iovcnt, flags);
+		return plain_recv(fd, iov, iovcnt, flags);
 	if (flags & MSG_ERRQUEUE) {
 		/* the error queue is the kernel socket's own (timestamps, zerocopy
 		 * completions, ICMP errors), never the stream */
@@ -233,8 +238,7 @@ ssize_t smc_sock_recv(int fd, const struct iovec *iov, int iovcnt, int flags)
 		return plain_recv(fd, iov, iovcnt, flags);
 	}
 	if (!conn_ready_for_io(c, flags, c->rcvtimeo_ns, &err)) {
-		r = err || (err = fdtab_owed_error_take(fd)) ? (errno = err, -1)
-							     : plain_recv(fd, iov, iovcnt, flags);
+		r = err ? (errno = err, -1) : plain_recv(fd, iov, iovcnt, flags);
 	} else {
 		r = conn_recv(c, iov, iovcnt, flags);
 	}
@@ -269,7 +273,7 @@ static ssize_t conn_sock_send(struct smc_conn *c, int fd, const struct iovec *io
 		return r < 0 ? staged : staged + r;
 	}
 	if (!conn_ready_for_io(c, flags, c->sndtimeo_ns, &err)) {
-		if (err || (err = fdtab_owed_error_take(fd)))
+		if (err)
 			return errno = err, -1;
 		return plain_send(fd, iov, iovcnt, flags);
 	}
@@ -283,7 +287,7 @@ ssize_t smc_sock_send(int fd, const struct iovec *iov, int iovcnt, int flags)
 	int err;
 
 	if (!c)
-		return owed_error(fd) ? -1 : plain_send(fd, iov, iovcnt, flags);
+		return plain_send(fd, iov, iovcnt, flags);
 	r = conn_sock_send(c, fd, iov, iovcnt, flags);
 	err = errno;
 	conn_put(c);
@@ -563,19 +567,20 @@ int smc_sock_getsockopt(int fd, int level, int name, void *val, socklen_t *len)
 {
 	struct smc_conn *c;
 	int r = 0, err, so_error;
+	bool asks_so_error;
 
 	if (level == IPPROTO_TCP && name == TCP_DEFER_ACCEPT && len)
 		return sock_listener_defer_get(fd, val, len);
 	c = conn_from_fd(fd);
+	asks_so_error = level == SOL_SOCKET && name == SO_ERROR && val && len &&
+			*len >= sizeof(int);
 
-	if (level == SOL_SOCKET && name == SO_ERROR && val && len && *len >= sizeof(int) &&
-	    (!c || __atomic_load_n(&c->state, __ATOMIC_ACQUIRE) != CONN_ACTIVE) &&
+	if (asks_so_error && (!c || __atomic_load_n(&c->state, __ATOMIC_ACQUIRE) != CONN_ACTIVE) &&
 	    (so_error = fdtab_owed_error_take(fd))) {
 		/* the kernel's is 0 now: the library's recv() took it (fdtab_owe_error) */
 		*(int *)val = so_error;
 		*len = sizeof(int);
-	} else if (c && level == SOL_SOCKET && name == SO_ERROR && val && len &&
-		   *len >= sizeof(int) && conn_so_error(c, &so_error)) {
+	} else if (c && asks_so_error && conn_so_error(c, &so_error)) {
 		int kernel;
 		socklen_t klen = sizeof(kernel);
 

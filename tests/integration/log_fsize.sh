@@ -71,4 +71,8 @@ run fits $((1 << 20)) SMC_RCVBUF=64k SMC_SNDBUF=64k
 	smc_assert_eq "fits: upgraded connections" "$(smc_stats "$fsize_dir" '.connections.shm')" 2
 run tiny 0
 smc_assert_eq "tiny: upgraded connections" "$(smc_stats "$fsize_dir" '.connections.shm')" 0
+# the end that could not make its rings says why (the other counts the Decline)
+[ "$SMC_TEST_EXPECT" = shm ] &&
+	smc_assert_ge "tiny: connections that stayed TCP for resources" \
+		"$(smc_stats "$fsize_dir" '.fallback.resources // 0')" 1
 smc_pass
